@@ -1,0 +1,108 @@
+"""Built-in model architectures (no weights): shapes as published on the Hugging Face hub.
+
+Each entry reproduces the published parameter count exactly (tests check it).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from primal_compiler.errors import InputError
+from primal_compiler.ir.model import (
+    Activation,
+    Attention,
+    DecoderLayer,
+    Linear,
+    Model,
+    NormKind,
+    Positional,
+    Role,
+)
+
+
+@dataclass(frozen=True)
+class ArchConfig:
+    """The handful of numbers a Hugging Face ``config.json`` gives for a decoder."""
+
+    family: str  # "llama" (Llama, Mistral), "gpt2" or "opt"
+    hidden_size: int
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    intermediate_size: int
+    vocab_size: int
+    max_position_embeddings: int
+    tie_word_embeddings: bool = False
+    published_params: int = 0
+
+
+BUILTIN: dict[str, ArchConfig] = {
+    "llama2-7b": ArchConfig("llama", 4096, 32, 32, 32, 11008, 32000, 4096, published_params=6_738_415_616),
+    "llama2-13b": ArchConfig("llama", 5120, 40, 40, 40, 13824, 32000, 4096, published_params=13_015_864_320),
+    "llama2-70b": ArchConfig("llama", 8192, 80, 64, 8, 28672, 32000, 4096, published_params=68_976_648_192),
+    "mistral-7b": ArchConfig("llama", 4096, 32, 32, 8, 14336, 32000, 32768, published_params=7_241_732_096),
+    "gpt2": ArchConfig("gpt2", 768, 12, 12, 12, 3072, 50257, 1024, True, published_params=124_439_808),
+    "opt-1.3b": ArchConfig("opt", 2048, 24, 32, 32, 8192, 50272, 2048, True, published_params=1_315_758_080),
+    # Small architectures for quick experiments and tests (not published models).
+    "tiny-llama": ArchConfig("llama", 256, 2, 4, 4, 688, 512, 256),
+    "tiny-mistral": ArchConfig("llama", 256, 2, 8, 2, 512, 512, 256),
+}
+
+
+def builtin_names() -> tuple[str, ...]:
+    return tuple(BUILTIN)
+
+
+def build_model(cfg: ArchConfig, name: str, source: str = "builtin") -> Model:
+    """Model IR for an architecture config; deterministic and weight-free."""
+    head_dim = cfg.hidden_size // cfg.num_heads
+    attn = Attention(cfg.num_heads, cfg.num_kv_heads, head_dim)
+    h, f = cfg.hidden_size, cfg.intermediate_size
+    if cfg.family == "llama":
+        linears = (
+            Linear(Role.Q, h, attn.q_size),
+            Linear(Role.K, h, attn.kv_size),
+            Linear(Role.V, h, attn.kv_size),
+            Linear(Role.O, attn.q_size, h),
+            Linear(Role.GATE, h, f),
+            Linear(Role.UP, h, f),
+            Linear(Role.DOWN, f, h),
+        )
+        norm, act, pos, npos = NormKind.RMS, Activation.SILU, Positional.ROPE, 0
+    elif cfg.family == "gpt2":
+        linears = (
+            Linear(Role.QKV, h, 3 * h, bias=True),
+            Linear(Role.O, h, h, bias=True),
+            Linear(Role.FC1, h, f, bias=True),
+            Linear(Role.FC2, f, h, bias=True),
+        )
+        norm, act, pos, npos = NormKind.LAYER, Activation.GELU_NEW, Positional.LEARNED, cfg.max_position_embeddings
+    elif cfg.family == "opt":
+        linears = tuple(Linear(r, h, h, bias=True) for r in (Role.Q, Role.K, Role.V, Role.O)) + (
+            Linear(Role.FC1, h, f, bias=True),
+            Linear(Role.FC2, f, h, bias=True),
+        )
+        norm, act, pos, npos = NormKind.LAYER, Activation.RELU, Positional.LEARNED, cfg.max_position_embeddings + 2
+    else:
+        raise InputError(name, f"unknown architecture family {cfg.family!r}")
+    layers = tuple(DecoderLayer(i, attn, linears, norm, act) for i in range(cfg.num_layers))
+    return Model(
+        name=name,
+        hidden_size=h,
+        vocab_size=cfg.vocab_size,
+        layers=layers,
+        positional=pos,
+        norm=norm,
+        tie_word_embeddings=cfg.tie_word_embeddings,
+        max_position_embeddings=cfg.max_position_embeddings,
+        num_pos_embeddings=npos,
+        source=source,
+    )
+
+
+def load_builtin(name: str) -> Model:
+    """The built-in model called ``name``; an unknown name is an :class:`InputError`."""
+    cfg = BUILTIN.get(name.lower())
+    if cfg is None:
+        raise InputError(name, f"unknown built-in model; choose one of {', '.join(BUILTIN)} or give an .onnx file")
+    return build_model(cfg, name.lower())

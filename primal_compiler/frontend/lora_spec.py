@@ -1,0 +1,95 @@
+"""Parse ``--lora`` specs and attach adapters to a model.
+
+Grammar: ``TARGETS:RANK[:ALPHA]`` with TARGETS a comma list of roles
+(``q,v``), PEFT module names (``q_proj``, ``c_attn``...) or groups
+(``attn``, ``mlp``, ``all``). ALPHA defaults to RANK (scale 1.0).
+Several specs may be joined with ``;`` to give targets different ranks.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from primal_compiler.errors import InputError
+from primal_compiler.ir.model import ATTENTION_ROLES, MLP_ROLES, LoRA, Model, Role
+
+ALIASES: dict[str, tuple[Role, ...]] = {
+    "q_proj": (Role.Q,), "k_proj": (Role.K,), "v_proj": (Role.V,), "o_proj": (Role.O,),
+    "out_proj": (Role.O,), "dense": (Role.O,), "c_attn": (Role.QKV,), "c_proj": (Role.O,),
+    "gate_proj": (Role.GATE,), "up_proj": (Role.UP,), "down_proj": (Role.DOWN,),
+    "c_fc": (Role.FC1,), "fc_in": (Role.FC1,), "fc_out": (Role.FC2,),
+    "attn": ATTENTION_ROLES, "mlp": MLP_ROLES, "all": ATTENTION_ROLES + MLP_ROLES,
+}
+LAYER_ROLES = ATTENTION_ROLES + MLP_ROLES
+
+
+@dataclass(frozen=True)
+class LoraRequest:
+    """One named target of a spec: the roles it expands to and the adapter to attach."""
+
+    name: str
+    roles: tuple[Role, ...]
+    lora: LoRA
+
+    @property
+    def is_group(self) -> bool:
+        return len(self.roles) > 1
+
+
+def parse_lora_spec(spec: str) -> tuple[LoraRequest, ...]:
+    """The requests of a spec string; any malformed part is an :class:`InputError`."""
+    requests: list[LoraRequest] = []
+    for part in (p.strip() for p in spec.split(";")):
+        if not part:
+            raise InputError("--lora", f"empty part in {spec!r}")
+        fields = part.split(":")
+        if len(fields) not in (2, 3):
+            raise InputError("--lora", f"{part!r} is not TARGETS:RANK[:ALPHA] (e.g. q,v:8 or q,k,v,o:16:32)")
+        rank = _number(fields[1], int, part, "rank")
+        alpha = _number(fields[2], float, part, "alpha") if len(fields) == 3 else float(rank)
+        if rank < 1 or alpha <= 0:
+            raise InputError("--lora", f"{part!r}: rank must be >= 1 and alpha > 0")
+        for name in (t.strip().lower() for t in fields[0].split(",")):
+            requests.append(LoraRequest(name, _roles(name, part), LoRA(rank, alpha)))
+    return tuple(requests)
+
+
+def _number(text: str, kind: type, part: str, what: str) -> int | float:
+    try:
+        return kind(text)
+    except ValueError:
+        raise InputError("--lora", f"{part!r}: {what} {text!r} is not a number") from None
+
+
+def _roles(name: str, part: str) -> tuple[Role, ...]:
+    if name in ALIASES:
+        return ALIASES[name]
+    try:
+        role = Role(name)
+    except ValueError:
+        role = None
+    if role is None or role not in LAYER_ROLES:
+        known = ", ".join([r.value for r in LAYER_ROLES] + sorted(ALIASES))
+        raise InputError("--lora", f"{part!r}: unknown target {name!r}; known: {known}")
+    return (role,)
+
+
+def attach_lora(model: Model, spec: str) -> Model:
+    """Model with the adapters of ``spec`` on every layer's matching projections.
+
+    A group (attn, mlp, all) attaches to whichever of its roles the model has;
+    a single named role the model lacks is an :class:`InputError`.
+    """
+    present = {lin.role for layer in model.layers for lin in layer.linears}
+    adapters: dict[Role, LoRA] = {}
+    for req in parse_lora_spec(spec):
+        found = [r for r in req.roles if r in present]
+        if not found:
+            have = ", ".join(sorted(r.value for r in present))
+            raise InputError("--lora", f"model {model.name} has no {req.name} projection (it has {have})")
+        adapters.update({r: req.lora for r in found})
+    layers = tuple(
+        replace(layer, linears=tuple(replace(lin, lora=adapters.get(lin.role, lin.lora)) for lin in layer.linears))
+        for layer in model.layers
+    )
+    return replace(model, layers=layers)

@@ -1,0 +1,251 @@
+"""Graph IR of a decoder-only transformer with optional LoRA adapters.
+
+A :class:`Model` is a tuple of :class:`DecoderLayer` plus embeddings, final
+norm and LM head. Every value is a small frozen dataclass, so models are
+hashable, comparable and safe to share between passes. Shapes follow the
+``y = x @ W`` convention: a :class:`Linear` maps ``in_features`` to
+``out_features`` whatever layout the exporter used for W.
+
+Parameter counts follow the Hugging Face convention (embeddings, norms and
+biases included; a tied LM head is counted once), so they can be compared
+with published model sizes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from enum import StrEnum
+
+
+class Role(StrEnum):
+    """What a weight matrix does in a decoder layer (or around it)."""
+
+    Q = "q"
+    K = "k"
+    V = "v"
+    QKV = "qkv"  # fused query/key/value projection (GPT-2 Conv1D)
+    O = "o"
+    GATE = "gate"
+    UP = "up"
+    DOWN = "down"
+    FC1 = "fc1"
+    FC2 = "fc2"
+    EMBED = "embed"
+    POS_EMBED = "pos_embed"
+    LM_HEAD = "lm_head"
+
+
+ATTENTION_ROLES = (Role.Q, Role.K, Role.V, Role.QKV, Role.O)
+MLP_ROLES = (Role.GATE, Role.UP, Role.DOWN, Role.FC1, Role.FC2)
+
+
+class NormKind(StrEnum):
+    RMS = "rmsnorm"  # weight only
+    LAYER = "layernorm"  # weight and bias
+
+
+class Activation(StrEnum):
+    SILU = "silu"  # gated (SwiGLU) when the layer has GATE and UP
+    GELU = "gelu"
+    GELU_NEW = "gelu_new"
+    RELU = "relu"
+
+
+class Positional(StrEnum):
+    ROPE = "rope"
+    LEARNED = "learned"
+
+
+@dataclass(frozen=True)
+class Precision:
+    """Bit widths of each kind of stored value (SEED.md section 6 default)."""
+
+    base_weight_bits: int = 4
+    lora_weight_bits: int = 8
+    embed_bits: int = 16
+    lm_head_bits: int = 16
+    activation_bits: int = 8
+
+    def __post_init__(self) -> None:
+        for name in ("base_weight_bits", "lora_weight_bits", "embed_bits", "lm_head_bits", "activation_bits"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or not 1 <= value <= 32:
+                raise ValueError(f"precision {name} must be an integer in 1..32, got {value!r}")
+
+
+@dataclass(frozen=True)
+class LoRA:
+    """A low-rank adapter ``delta W = (alpha / rank) * A @ B`` on one projection.
+
+    A is ``in_features x rank`` and B is ``rank x out_features``.
+    """
+
+    rank: int
+    alpha: float
+
+    def __post_init__(self) -> None:
+        if self.rank < 1:
+            raise ValueError(f"LoRA rank must be >= 1, got {self.rank}")
+
+    @property
+    def scale(self) -> float:
+        return self.alpha / self.rank
+
+    def params(self, in_features: int, out_features: int) -> int:
+        return self.rank * (in_features + out_features)
+
+
+@dataclass(frozen=True)
+class Linear:
+    """One projection ``y = x @ W (+ b)`` with an optional unmerged LoRA adapter."""
+
+    role: Role
+    in_features: int
+    out_features: int
+    bias: bool = False
+    lora: LoRA | None = None
+
+    def __post_init__(self) -> None:
+        if self.in_features < 1 or self.out_features < 1:
+            raise ValueError(f"{self.role}: shape must be positive, got {self.in_features}x{self.out_features}")
+
+    @property
+    def base_params(self) -> int:
+        return self.in_features * self.out_features + (self.out_features if self.bias else 0)
+
+    @property
+    def lora_params(self) -> int:
+        return 0 if self.lora is None else self.lora.params(self.in_features, self.out_features)
+
+
+@dataclass(frozen=True)
+class Attention:
+    """Attention geometry; ``num_kv_heads < num_heads`` is grouped-query attention."""
+
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+
+    def __post_init__(self) -> None:
+        if min(self.num_heads, self.num_kv_heads, self.head_dim) < 1:
+            raise ValueError("attention heads and head_dim must be positive")
+        if self.num_heads % self.num_kv_heads:
+            raise ValueError(
+                f"num_heads ({self.num_heads}) must be a multiple of num_kv_heads ({self.num_kv_heads})"
+            )
+
+    @property
+    def q_size(self) -> int:
+        return self.num_heads * self.head_dim
+
+    @property
+    def kv_size(self) -> int:
+        return self.num_kv_heads * self.head_dim
+
+
+@dataclass(frozen=True)
+class DecoderLayer:
+    """One transformer block: attention projections, MLP projections, two norms."""
+
+    index: int
+    attention: Attention
+    linears: tuple[Linear, ...]
+    norm: NormKind
+    activation: Activation
+    num_norms: int = 2
+
+    def linear(self, role: Role) -> Linear | None:
+        for lin in self.linears:
+            if lin.role == role:
+                return lin
+        return None
+
+    def base_params(self, hidden_size: int) -> int:
+        return sum(lin.base_params for lin in self.linears) + self.num_norms * _norm_params(self.norm, hidden_size)
+
+    @property
+    def lora_params(self) -> int:
+        return sum(lin.lora_params for lin in self.linears)
+
+
+def _norm_params(kind: NormKind, hidden_size: int) -> int:
+    return hidden_size * (2 if kind == NormKind.LAYER else 1)
+
+
+@dataclass(frozen=True)
+class Model:
+    """A decoder-only transformer: the unit every pass and the executor consume."""
+
+    name: str
+    hidden_size: int
+    vocab_size: int
+    layers: tuple[DecoderLayer, ...]
+    positional: Positional
+    norm: NormKind
+    tie_word_embeddings: bool
+    max_position_embeddings: int = 0
+    num_pos_embeddings: int = 0  # rows of a learned position table (OPT adds an offset of 2)
+    lm_head_bias: bool = False
+    precision: Precision = field(default_factory=Precision)
+    source: str = "builtin"
+
+    def __post_init__(self) -> None:
+        if not self.layers:
+            raise ValueError(f"model {self.name!r} has no decoder layers")
+        if self.hidden_size < 1 or self.vocab_size < 1:
+            raise ValueError(f"model {self.name!r}: hidden_size and vocab_size must be positive")
+
+    @property
+    def num_layers(self) -> int:
+        return len(self.layers)
+
+    @property
+    def attention(self) -> Attention:
+        return self.layers[0].attention
+
+    @property
+    def intermediate_size(self) -> int:
+        for role in (Role.UP, Role.FC1):
+            lin = self.layers[0].linear(role)
+            if lin is not None:
+                return lin.out_features
+        raise ValueError(f"model {self.name!r} has no MLP up-projection")
+
+    @property
+    def embed_params(self) -> int:
+        return self.vocab_size * self.hidden_size
+
+    @property
+    def pos_embed_params(self) -> int:
+        return self.num_pos_embeddings * self.hidden_size if self.positional == Positional.LEARNED else 0
+
+    @property
+    def lm_head_params(self) -> int:
+        weight = 0 if self.tie_word_embeddings else self.vocab_size * self.hidden_size
+        return weight + (self.vocab_size if self.lm_head_bias else 0)
+
+    @property
+    def base_params(self) -> int:
+        return (
+            self.embed_params
+            + self.pos_embed_params
+            + sum(layer.base_params(self.hidden_size) for layer in self.layers)
+            + _norm_params(self.norm, self.hidden_size)
+            + self.lm_head_params
+        )
+
+    @property
+    def lora_params(self) -> int:
+        return sum(layer.lora_params for layer in self.layers)
+
+    @property
+    def lora_targets(self) -> tuple[Role, ...]:
+        seen: dict[Role, None] = {}
+        for layer in self.layers:
+            for lin in layer.linears:
+                if lin.lora is not None:
+                    seen[lin.role] = None
+        return tuple(seen)
+
+    def with_precision(self, precision: Precision) -> Model:
+        return replace(self, precision=precision)
