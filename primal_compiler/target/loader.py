@@ -1,0 +1,321 @@
+"""Strict TOML loader for hardware targets.
+
+``load_target("primal-7nm")`` or ``load_target("path/to/mine.toml")`` returns a
+:class:`~primal_compiler.target.spec.PrimalTarget` or
+:class:`~primal_compiler.target.spec.GpuTarget`. Every problem — missing file,
+bad TOML, missing or unknown key, wrong type, impossible value, inconsistent
+values — raises :class:`~primal_compiler.errors.InputError` with the file that
+holds the offending value and a one-line ``"<table.key>: <problem>"``.
+
+A file may start from another with ``extends = "<bundled name or path>"``: its
+tables are merged key by key over the base (scalars replace, tables merge).
+The extending file must set its own ``name`` and may contain only schema keys.
+
+Tables map to nested dataclasses by field introspection: one generic builder
+checks presence, unknown keys, types (an int is accepted for a float, never a
+bool for an int) and the field metadata rules, then each table's cross-field
+rules.
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+import tomllib
+from collections.abc import Mapping
+from dataclasses import fields, is_dataclass
+from datetime import date, datetime, time
+from pathlib import Path
+from typing import Any
+
+from primal_compiler.errors import InputError
+from primal_compiler.resources import bundled
+from primal_compiler.target.spec import KINDS, RULE_KEYS, Target, type_hints
+
+__all__ = [
+    "bundled_targets",
+    "load_target",
+    "parse_override",
+    "validate_all",
+    "with_overrides",
+]
+
+_EXTENDS = "extends"
+
+
+def bundled_targets() -> dict[str, Path]:
+    """Bundled target files by name (file stem), sorted."""
+    return bundled("targets")
+
+
+def load_target(name_or_path: str | Path) -> Target:
+    """Load and validate a target from a bundled name (``primal-7nm``) or a ``.toml`` path."""
+    path = _resolve(name_or_path, base_dir=None, where=str(name_or_path))
+    raw, prov = _load_merged(path, chain=())
+    return _build_target(raw, prov, str(path))
+
+
+def with_overrides(target: Target, overrides: Mapping[str, Any]) -> Target:
+    """A copy of ``target`` with dotted keys replaced (``{"rram.adc_bits": 6}``), fully re-validated.
+
+    An unknown key, a key that names a table, a wrong type or an impossible
+    value raises :class:`InputError` naming the key.
+    """
+    where = f"override of {target.name}"
+    raw = target.to_dict()
+    home = target.source or target.name
+    prov: dict[str, str] = {}
+    cls = type(target)
+    for dotted, value in overrides.items():
+        parts = dotted.split(".")
+        node: dict[str, Any] = raw
+        typ: Any = cls
+        for depth, part in enumerate(parts):
+            names = _schema_names(typ)
+            here = ".".join(parts[: depth + 1])
+            if part not in names:
+                raise InputError(where, f"{here}: unknown key{_suggest(part, names)}")
+            typ = type_hints(typ)[part]
+            if depth < len(parts) - 1:
+                if not is_dataclass(typ):
+                    raise InputError(where, f"{here}: is a value, not a table")
+                node = node[part]
+            elif is_dataclass(typ):
+                raise InputError(where, f"{dotted}: is a table; override its keys one by one")
+        node[parts[-1]] = value
+    # The target was valid, so whatever fails now is the overrides' doing.
+    try:
+        return _build_target(raw, prov, home)
+    except InputError as exc:
+        raise InputError(where, exc.problem) from None
+
+
+def parse_override(text: str) -> tuple[str, Any]:
+    """``"rram.adc_bits=6"`` -> ``("rram.adc_bits", 6)``; the value is parsed as a TOML value."""
+    key, sep, value = text.partition("=")
+    key = key.strip()
+    if not sep or not key:
+        raise InputError("override", f"{text!r}: expected KEY=VALUE, e.g. rram.adc_bits=6")
+    try:
+        parsed = tomllib.loads(f"v = {value.strip()}")["v"]
+    except tomllib.TOMLDecodeError:
+        parsed = value.strip()  # a bare word is a string: routing=yx
+    return key, parsed
+
+
+def validate_all() -> list[tuple[str, bool, str]]:
+    """Load every bundled target: ``(name, ok, message)`` per file, never raising."""
+    results: list[tuple[str, bool, str]] = []
+    for name, path in bundled_targets().items():
+        try:
+            target = load_target(path)
+        except InputError as exc:
+            results.append((name, False, str(exc)))
+            continue
+        if target.name != name:
+            results.append((name, False, f"{path}: name: {target.name!r} does not match the file name {name!r}"))
+        else:
+            results.append((name, True, f"{target.kind} target, content hash {target.content_hash[:16]}"))
+    return results
+
+
+# --------------------------------------------------------------------------- files
+
+
+def _resolve(ref: str | Path, base_dir: Path | None, where: str) -> Path:
+    """Path of a target reference: a ``.toml`` path (relative to ``base_dir``) or a bundled name."""
+    text = str(ref)
+    if isinstance(ref, Path) or text.endswith(".toml") or "/" in text or "\\" in text:
+        path = Path(ref)
+        if base_dir is not None and not path.is_absolute():
+            path = base_dir / path
+        return path
+    if base_dir is not None and (base_dir / f"{text}.toml").is_file():
+        return base_dir / f"{text}.toml"
+    found = bundled_targets()
+    if text in found:
+        return found[text]
+    names = ", ".join(found) or "(none)"
+    raise InputError(where, f"unknown target {text!r}; bundled targets: {names} (or give a path to a .toml file)")
+
+
+def _read_toml(path: Path) -> dict[str, Any]:
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise InputError(str(path), "file not found") from None
+    except IsADirectoryError:
+        raise InputError(str(path), "is a directory, not a target file") from None
+    except OSError as exc:
+        raise InputError(str(path), f"cannot read: {exc.strerror or exc}") from None
+    try:
+        return tomllib.loads(data.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise InputError(str(path), f"not UTF-8 text (byte {exc.start})") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise InputError(str(path), f"invalid TOML: {exc}") from None
+
+
+def _load_merged(path: Path, chain: tuple[Path, ...]) -> tuple[dict[str, Any], dict[str, str]]:
+    """Raw tables of ``path`` with its ``extends`` chain merged in, and which file gave each key."""
+    key = path.resolve()
+    if key in chain:
+        loop = " -> ".join(p.name for p in (*chain, key))
+        raise InputError(str(path), f"{_EXTENDS}: cycle {loop}")
+    raw = _read_toml(path)
+    prov: dict[str, str] = {}
+    if _EXTENDS not in raw:
+        _record(raw, "", str(path), prov)
+        return raw, prov
+    ref = raw.pop(_EXTENDS)
+    if not isinstance(ref, str) or not ref:
+        raise InputError(str(path), f"{_EXTENDS}: expected a target name or path string, got {_describe(ref)}")
+    if "name" not in raw:
+        raise InputError(str(path), "name: missing key (a file that extends another must name itself)")
+    base_path = _resolve(ref, base_dir=path.parent, where=f"{path}: {_EXTENDS}")
+    base, prov = _load_merged(base_path, (*chain, key))
+    _merge(base, raw, "", str(path), prov)
+    return base, prov
+
+
+def _record(raw: Mapping[str, Any], prefix: str, origin: str, prov: dict[str, str]) -> None:
+    for k, v in raw.items():
+        prov[prefix + k] = origin
+        if isinstance(v, dict):
+            _record(v, f"{prefix}{k}.", origin, prov)
+
+
+def _merge(base: dict[str, Any], over: Mapping[str, Any], prefix: str, origin: str, prov: dict[str, str]) -> None:
+    """Merge ``over`` into ``base`` in place: tables recursively, anything else replaced."""
+    for k, v in over.items():
+        dotted = prefix + k
+        if isinstance(v, dict) and isinstance(base.get(k), dict):
+            prov[dotted] = origin
+            _merge(base[k], v, f"{dotted}.", origin, prov)
+        else:
+            base[k] = v
+            for stale in [p for p in prov if p.startswith(f"{dotted}.")]:
+                del prov[stale]
+            _record({k: v}, prefix, origin, prov)
+
+
+# --------------------------------------------------------------------------- building
+
+
+def _build_target(raw: dict[str, Any], prov: dict[str, str], origin: str) -> Target:
+    kind = raw.get("kind")
+    if kind is None:
+        raise InputError(origin, "kind: missing key (one of " + ", ".join(map(repr, KINDS)) + ")")
+    if not isinstance(kind, str) or kind not in KINDS:
+        raise InputError(prov.get("kind", origin), f"kind: must be one of {', '.join(map(repr, KINDS))}, got {_describe(kind)}")
+    cls = KINDS[kind]
+    target = _build(cls, raw, "", prov, origin)
+    object.__setattr__(target, "source", origin)
+    return target
+
+
+def _build(cls: type, raw: Any, prefix: str, prov: dict[str, str], origin: str) -> Any:
+    """Instantiate dataclass ``cls`` from table ``raw``, checking everything on the way."""
+    table = prefix[:-1]
+    if not isinstance(raw, dict):
+        raise InputError(prov.get(table, origin), f"{table}: expected a table, got {_describe(raw)}")
+    names = _schema_names(cls)
+    for k in sorted(set(raw) - set(names)):
+        raise InputError(prov.get(prefix + k, origin), f"{prefix}{k}: unknown key{_suggest(k, names)}")
+    hints = type_hints(cls)
+    values: dict[str, Any] = {}
+    for f in fields(cls):
+        if f.metadata.get("internal"):
+            continue
+        key = prefix + f.name
+        if f.name not in raw:
+            raise InputError(origin, f"{key}: missing key ({f.metadata['doc']})")
+        typ = hints[f.name]
+        if is_dataclass(typ):
+            values[f.name] = _build(typ, raw[f.name], f"{key}.", prov, origin)
+        else:
+            where = prov.get(key, origin)
+            value = _coerce(raw[f.name], typ, key, where)
+            _check_rules(value, f.metadata, key, where)
+            values[f.name] = value
+    obj = cls(**values)
+    for name, problem in obj._problems():
+        key = name if "." in name else prefix + name
+        raise InputError(prov.get(key, origin), f"{key}: {problem}")
+    return obj
+
+
+def _schema_names(cls: type) -> list[str]:
+    return [f.name for f in fields(cls) if not f.metadata.get("internal")]
+
+
+_TYPE_WORDS = {bool: "a boolean", int: "an integer", float: "a number", str: "a string"}
+
+
+def _coerce(value: Any, typ: type, key: str, where: str) -> Any:
+    ok = (
+        (typ is bool and isinstance(value, bool))
+        or (typ is int and isinstance(value, int) and not isinstance(value, bool))
+        or (typ is float and isinstance(value, (int, float)) and not isinstance(value, bool))
+        or (typ is str and isinstance(value, str))
+    )
+    if not ok:
+        raise InputError(where, f"{key}: expected {_TYPE_WORDS[typ]}, got {_describe(value)}")
+    if typ is float:
+        value = float(value)
+        if not math.isfinite(value):
+            raise InputError(where, f"{key}: must be finite, got {value}")
+    if typ is str and not value.strip():
+        raise InputError(where, f"{key}: must not be empty")
+    return value
+
+
+def _check_rules(value: Any, meta: Mapping[str, Any], key: str, where: str) -> None:
+    for rule in RULE_KEYS:
+        if rule not in meta:
+            continue
+        bound = meta[rule]
+        if rule == "choices":
+            bad, need = value not in bound, "must be one of " + ", ".join(map(repr, bound))
+        elif rule == "ge":
+            bad, need = value < bound, f"must be >= {bound}"
+        elif rule == "gt":
+            bad, need = value <= bound, f"must be > {bound}"
+        elif rule == "le":
+            bad, need = value > bound, f"must be <= {bound}"
+        elif rule == "lt":
+            bad, need = value >= bound, f"must be < {bound}"
+        else:  # multiple_of
+            bad, need = value % bound != 0, f"must be a multiple of {bound}"
+        if bad:
+            raise InputError(where, f"{key}: {need}, got {value!r}")
+
+
+def _describe(value: Any) -> str:
+    """TOML-flavoured type and value, e.g. ``boolean true`` or ``string "6"``."""
+    if isinstance(value, bool):
+        return f"boolean {'true' if value else 'false'}"
+    if isinstance(value, int):
+        return f"integer {value}"
+    if isinstance(value, float):
+        return f"float {value!r}"
+    if isinstance(value, str):
+        return "string " + _quote(value)
+    if isinstance(value, dict):
+        return "a table"
+    if isinstance(value, list):
+        return "an array"
+    if isinstance(value, (datetime, date, time)):
+        return f"date/time {value.isoformat()}"
+    return type(value).__name__  # pragma: no cover - tomllib yields nothing else
+
+
+def _quote(text: str, limit: int = 40) -> str:
+    short = text if len(text) <= limit else text[: limit - 3] + "..."
+    return '"' + short.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
+
+
+def _suggest(name: str, names: list[str]) -> str:
+    close = difflib.get_close_matches(name, names, n=1, cutoff=0.6)
+    return f" (did you mean {close[0]!r}?)" if close else f" (expected one of: {', '.join(names)})"
+

@@ -1,0 +1,417 @@
+"""Hardware targets as frozen dataclasses: the PRIMAL accelerator and the GPU baseline.
+
+Each TOML table of a target file maps to one nested frozen dataclass; each key
+to one field. A field's metadata carries its unit, a one-line meaning and its
+value rules (``ge``/``gt``/``le``/``lt``, ``choices``, ``multiple_of``); the
+loader (:mod:`primal_compiler.target.loader`) checks them generically. Rules
+that tie several fields together live in each table's ``_problems`` method.
+
+Units are in the key names (``_pj``, ``_cycles``, ``_bytes``, ``_hz``, ``_uw``,
+``_um2``, ``_bits``, ``_w``); plain counts (``rows``, ``banks``, ``ports``) and
+fractions carry none.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import typing
+from collections.abc import Iterator
+from dataclasses import dataclass, field, fields, is_dataclass
+from functools import cached_property
+from typing import Any
+
+SCHEMA_VERSION = 1
+
+#: Metadata keys that constrain a value (checked by the loader in this order).
+RULE_KEYS = ("choices", "ge", "gt", "le", "lt", "multiple_of")
+
+# Units that need no suffix in the key name.
+UNITLESS = frozenset({"count", "fraction", "bool", "text", "enum"})
+
+
+def _f(unit: str, doc: str, **rules: Any) -> Any:
+    """A dataclass field with its unit, meaning and value rules as metadata."""
+    unknown = set(rules) - set(RULE_KEYS)
+    if unknown:  # pragma: no cover - programming error
+        raise TypeError(f"unknown field rules {sorted(unknown)}")
+    return field(metadata={"unit": unit, "doc": doc, **rules})
+
+
+def _internal(doc: str) -> Any:
+    """A field that is not part of the TOML schema (not loaded, not hashed)."""
+    return field(default="", compare=False, repr=False, metadata={"internal": True, "doc": doc})
+
+
+Problem = tuple[str, str]  # (field name relative to the table, what is wrong)
+
+
+class _Table:
+    """Base of every table dataclass: cross-field rules and plain-data export."""
+
+    def _problems(self) -> Iterator[Problem]:
+        """Cross-field consistency problems as (field, message); none by default."""
+        return iter(())
+
+    def to_dict(self) -> dict[str, Any]:
+        """Nested plain dict of the schema fields (TOML/JSON-compatible values)."""
+        out: dict[str, Any] = {}
+        for f in fields(self):  # type: ignore[arg-type]
+            if f.metadata.get("internal"):
+                continue
+            value = getattr(self, f.name)
+            out[f.name] = value.to_dict() if isinstance(value, _Table) else value
+        return out
+
+
+class _Target(_Table):
+    """Root of a target: identity, canonical hash."""
+
+    source: str
+
+    @cached_property
+    def content_hash(self) -> str:
+        """sha256 hex of the canonical JSON of every value (stable across runs and hosts)."""
+        canonical = json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"), allow_nan=False)
+        return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+
+
+# --------------------------------------------------------------------------- PRIMAL
+
+
+@dataclass(frozen=True)
+class SystemSpec(_Table):
+    """Package level: clock, number and arrangement of compute tiles (CTs), the NMC controller."""
+
+    technology_nm: int = _f("nm", "process node the energy/area figures refer to", ge=1)
+    clock_hz: int = _f("Hz", "clock of PEs, routers and NMC", gt=0)
+    num_cts: int = _f("count", "compute tiles in the package; 0 = derived from the model (smallest count that holds every base weight)", ge=0)
+    ct_grid_cols: int = _f("count", "columns of the package-level CT mesh; 0 = near-square grid derived from the CT count", ge=0)
+    d2d_topology: str = _f("enum", "topology of the die-to-die network between CTs", choices=("mesh",))
+    nmc_issue_cycles: int = _f("cycles", "cycles the central NMC controller takes to issue one instruction record to the CTs", ge=1)
+    nmc_issue_energy_pj: float = _f("pJ", "energy of the NMC fetching, decoding and issuing one instruction record", ge=0)
+
+
+@dataclass(frozen=True)
+class CtSpec(_Table):
+    """One compute tile: a 2D mesh of PEs (the IPCN)."""
+
+    mesh_rows: int = _f("count", "PE rows of the CT mesh", ge=1)
+    mesh_cols: int = _f("count", "PE columns of the CT mesh", ge=1)
+    routing: str = _f("enum", "dimension-order routing on the PE mesh", choices=("xy", "yx"))
+
+    @property
+    def pes(self) -> int:
+        """PEs per CT."""
+        return self.mesh_rows * self.mesh_cols
+
+
+@dataclass(frozen=True)
+class RramSpec(_Table):
+    """RRAM-ACIM macro: analog crossbar holding the frozen 4-bit base weights, SAR ADCs on the columns."""
+
+    rows: int = _f("count", "crossbar rows (word lines = input vector length)", ge=1)
+    cols: int = _f("count", "crossbar columns (bit lines)", ge=1)
+    bits_per_cell: int = _f("bits", "bits stored per RRAM cell (conductance levels = 2^bits)", ge=1, le=8)
+    weight_bits: int = _f("bits", "bits per base weight; a weight spans weight_bits / bits_per_cell adjacent columns", ge=1, le=16)
+    input_bits: int = _f("bits", "activation bits fed to the word lines per MVM", ge=1, le=16)
+    input_mode: str = _f("enum", "how inputs are applied: 'bit-serial' (one bit per read pulse) or 'dac' (dac_bits per pulse)", choices=("bit-serial", "dac"))
+    dac_bits: int = _f("bits", "input bits applied per read pulse (1 in bit-serial mode)", ge=1, le=8)
+    rows_active_per_read: int = _f("count", "word lines driven together in one read pulse (a row group)", ge=1)
+    adcs_per_macro: int = _f("count", "SAR ADCs per macro; each serves cols / adcs_per_macro columns through a mux", ge=1)
+    adc_bits: int = _f("bits", "ADC resolution", ge=1, le=16)
+    adc_sample_rate_hz: int = _f("Hz", "conversions per second of one ADC", gt=0)
+    adc_power_uw: float = _f("uW", "power of one ADC converting at adc_sample_rate_hz", gt=0)
+    adc_energy_pj_per_conversion: float = _f("pJ", "energy of one ADC conversion (= adc_power_uw / adc_sample_rate_hz)", gt=0)
+    adc_latency_cycles: int = _f("cycles", "clock cycles per conversion of one ADC", ge=1)
+    array_read_energy_pj: float = _f("pJ", "crossbar energy per cell per read pulse (one 1-bit-input x weight MAC slice)", gt=0)
+    row_driver_energy_pj: float = _f("pJ", "word-line driver energy per activated row per read pulse", ge=0)
+    shift_add_energy_pj_per_conversion: float = _f("pJ", "digital shift-and-add of one ADC result into the column accumulator", ge=0)
+    mvm_latency_cycles: int = _f("cycles", "cycles of one full MVM (all input bits, all row groups, all columns)", ge=1)
+    leakage_uw: float = _f("uW", "static power of the macro periphery (ADCs, drivers, sample-and-hold); cells are non-volatile", ge=0)
+
+    @property
+    def cells_per_weight(self) -> int:
+        return self.weight_bits // self.bits_per_cell
+
+    @property
+    def weights_per_macro(self) -> int:
+        """Base weights one macro holds (rows x cols / cells_per_weight)."""
+        return self.rows * (self.cols // self.cells_per_weight)
+
+    @property
+    def pulses_per_mvm(self) -> int:
+        """Read pulses of one MVM: input slices x row groups."""
+        return (self.input_bits // self.dac_bits) * (self.rows // self.rows_active_per_read)
+
+    @property
+    def adc_bound_cycles(self) -> int:
+        """Lower bound of an MVM set by the ADCs: every pulse converts every column."""
+        return self.pulses_per_mvm * (self.cols // self.adcs_per_macro) * self.adc_latency_cycles
+
+    def _problems(self) -> Iterator[Problem]:
+        if self.weight_bits % self.bits_per_cell:
+            yield "weight_bits", f"{self.weight_bits} is not a multiple of bits_per_cell {self.bits_per_cell}"
+        elif self.cols % self.cells_per_weight:
+            yield "cols", f"{self.cols} columns do not hold whole {self.weight_bits}-bit weights of {self.cells_per_weight} cells"
+        if self.input_mode == "bit-serial" and self.dac_bits != 1:
+            yield "dac_bits", f"must be 1 in bit-serial input mode, got {self.dac_bits}"
+        if self.input_mode == "dac" and self.dac_bits < 2:
+            yield "dac_bits", "must be at least 2 in dac input mode (use input_mode = 'bit-serial' for 1)"
+        if self.input_bits % self.dac_bits:
+            yield "input_bits", f"{self.input_bits} is not a multiple of dac_bits {self.dac_bits}"
+        if self.rows_active_per_read > self.rows or self.rows % self.rows_active_per_read:
+            yield "rows_active_per_read", f"{self.rows_active_per_read} does not divide rows {self.rows}"
+        if self.adcs_per_macro > self.cols or self.cols % self.adcs_per_macro:
+            yield "adcs_per_macro", f"{self.adcs_per_macro} does not divide cols {self.cols}"
+        implied = self.adc_power_uw * 1e6 / self.adc_sample_rate_hz  # uW / (1/s) -> pJ
+        if not math.isclose(self.adc_energy_pj_per_conversion, implied, rel_tol=0.01):
+            yield "adc_energy_pj_per_conversion", (
+                f"{self.adc_energy_pj_per_conversion} pJ disagrees with adc_power_uw / adc_sample_rate_hz"
+                f" = {implied:.6g} pJ (must match within 1%)"
+            )
+        if not (self.weight_bits % self.bits_per_cell or self.input_bits % self.dac_bits
+                or self.rows % self.rows_active_per_read or self.cols % self.adcs_per_macro):
+            if self.mvm_latency_cycles < self.adc_bound_cycles:
+                yield "mvm_latency_cycles", (
+                    f"{self.mvm_latency_cycles} is below the ADC bound {self.adc_bound_cycles}"
+                    " (pulses x columns per ADC x adc_latency_cycles)"
+                )
+
+
+@dataclass(frozen=True)
+class SramSpec(_Table):
+    """SRAM-DCIM macro: 6T cells with a carry-save adder tree holding 8-bit LoRA weights."""
+
+    rows: int = _f("count", "macro rows (input vector length)", ge=1)
+    cols_bits: int = _f("bits", "bit columns of the macro (256x64 bits = a 256x8 slice of 8-bit weights)", ge=1)
+    weight_bits: int = _f("bits", "bits per LoRA weight", ge=1, le=16)
+    input_bits: int = _f("bits", "activation bits, fed bit-serially", ge=1, le=16)
+    banks: int = _f("count", "column banks that can be reprogrammed and gated independently", ge=1)
+    columns_per_bank: int = _f("count", "bit columns per bank", ge=1)
+    subarrays_per_bank: int = _f("count", "subarrays per bank (column-granular gating)", ge=1)
+    mac_latency_cycles: int = _f("cycles", "cycles of one MVM over the whole macro (bit-serial input + adder-tree pipeline)", ge=1)
+    mac_energy_pj: float = _f("pJ", "energy per weight_bits x input_bits MAC, adder tree included", gt=0)
+    write_energy_pj_per_bit: float = _f("pJ", "energy to write one weight bit (LoRA reconfiguration)", gt=0)
+    reconfig_cycles: int = _f("cycles", "cycles to rewrite the macro's LoRA weights (data already at the PE)", ge=1)
+    leakage_uw: float = _f("uW", "static power of the macro (cells + adder trees); SRAM is retained when its CT is gated", ge=0)
+
+    @property
+    def weights_per_row(self) -> int:
+        return self.cols_bits // self.weight_bits
+
+    @property
+    def weights_per_macro(self) -> int:
+        return self.rows * self.weights_per_row
+
+    @property
+    def bits(self) -> int:
+        return self.rows * self.cols_bits
+
+    def _problems(self) -> Iterator[Problem]:
+        if self.cols_bits % self.weight_bits:
+            yield "cols_bits", f"{self.cols_bits} is not a multiple of weight_bits {self.weight_bits}"
+        if self.banks * self.columns_per_bank != self.cols_bits:
+            yield "columns_per_bank", f"banks x columns_per_bank = {self.banks * self.columns_per_bank} != cols_bits {self.cols_bits}"
+        if self.columns_per_bank % self.subarrays_per_bank:
+            yield "subarrays_per_bank", f"{self.subarrays_per_bank} does not divide columns_per_bank {self.columns_per_bank}"
+        if self.mac_latency_cycles < self.input_bits:
+            yield "mac_latency_cycles", f"{self.mac_latency_cycles} is below input_bits {self.input_bits} (one input bit per cycle)"
+
+
+@dataclass(frozen=True)
+class RouterSpec(_Table):
+    """Compute router of a PE: 6 AXI-Stream ports, DMAC units, a scratchpad for KV cache and intermediates."""
+
+    ports: int = _f("count", "AXI-Stream ports (4 mesh directions + local)", ge=5)
+    flit_bits: int = _f("bits", "flit width", ge=8, multiple_of=8)
+    link_bits_per_cycle: int = _f("bits", "payload bits a mesh link carries per cycle and direction", ge=1)
+    hop_latency_cycles: int = _f("cycles", "cycles per hop (router pipeline + link traversal)", ge=1)
+    energy_pj_per_bit_hop: float = _f("pJ", "energy to move one bit across one router and one PE-to-PE link", gt=0)
+    dmac_units: int = _f("count", "dynamic MAC units (activation x activation, accumulation, activation functions)", ge=1)
+    dmac_ops_per_cycle: int = _f("count", "MACs per cycle of one DMAC unit", ge=1)
+    dmac_bits: int = _f("bits", "operand width of the DMAC units", ge=1, le=32)
+    dmac_energy_pj_per_op: float = _f("pJ", "energy of one DMAC multiply-accumulate", gt=0)
+    scratchpad_bytes: int = _f("bytes", "scratchpad capacity (KV cache slices, intermediates)", ge=1)
+    scratchpad_banks: int = _f("count", "scratchpad banks (adjacent tokens' K/V interleaved over them)", ge=1)
+    scratchpad_bank_width_bits: int = _f("bits", "bits one bank reads or writes per cycle", ge=8, multiple_of=8)
+    scratchpad_energy_pj_per_bit: float = _f("pJ", "energy to read or write one scratchpad bit", gt=0)
+    leakage_uw: float = _f("uW", "static power of router logic and DMAC units (gated with the interconnect)", ge=0)
+    scratchpad_leakage_uw: float = _f("uW", "static power of the scratchpad (retained when the CT is gated)", ge=0)
+
+    @property
+    def dmac_macs_per_cycle(self) -> int:
+        """MACs per cycle of all DMAC units of one router."""
+        return self.dmac_units * self.dmac_ops_per_cycle
+
+    def _problems(self) -> Iterator[Problem]:
+        if self.scratchpad_bytes % self.scratchpad_banks:
+            yield "scratchpad_banks", f"{self.scratchpad_banks} does not divide scratchpad_bytes {self.scratchpad_bytes}"
+
+
+@dataclass(frozen=True)
+class D2dSpec(_Table):
+    """Die-to-die link between neighbouring CTs of the package mesh (per direction)."""
+
+    bandwidth_bytes_per_s: int = _f("bytes/s", "payload bandwidth of one CT-to-CT link per direction", gt=0)
+    latency_cycles: int = _f("cycles", "one-way latency of a CT-to-CT link (PHY + adapter)", ge=1)
+    energy_pj_per_bit: float = _f("pJ", "energy per bit crossing one CT-to-CT link", gt=0)
+
+
+@dataclass(frozen=True)
+class PowerGatingSpec(_Table):
+    """Per-CT power states (SRPG): what a gated CT switches off, and what waking it costs."""
+
+    gate_rram_periphery: bool = _f("bool", "a gated CT switches off its RRAM-ACIM periphery (ADCs, drivers)")
+    gate_router: bool = _f("bool", "a gated CT switches off router logic and DMAC units (the interconnect)")
+    retain_sram: bool = _f("bool", "SRAM-DCIM stays powered in a gated CT and keeps its LoRA weights")
+    retain_scratchpad: bool = _f("bool", "scratchpads stay powered in a gated CT and keep their KV-cache slices")
+    gated_leakage_fraction: float = _f("fraction", "residual leakage of a switched-off domain, as a fraction of its leakage", ge=0, le=1)
+    retained_leakage_fraction: float = _f("fraction", "leakage of a retained domain while gated, as a fraction of its active leakage", ge=0, le=1)
+    wakeup_cycles: int = _f("cycles", "cycles from PG_ON until the CT can compute", ge=0)
+    wakeup_energy_pj: float = _f("pJ", "energy to wake one whole CT (recharging its gated rails)", ge=0)
+
+
+@dataclass(frozen=True)
+class AreaSpec(_Table):
+    """Area of one PE by component."""
+
+    rram_um2: float = _f("um2", "RRAM-ACIM macro: crossbar, ADCs, drivers, analog routing", gt=0)
+    sram_um2: float = _f("um2", "SRAM-DCIM macro: cells and adder trees", gt=0)
+    router_um2: float = _f("um2", "router logic: ports, buffers, crossbar, control", gt=0)
+    dmac_um2: float = _f("um2", "the router's DMAC units", gt=0)
+    scratchpad_um2: float = _f("um2", "the router's scratchpad SRAM", gt=0)
+
+    @property
+    def pe_um2(self) -> float:
+        return self.rram_um2 + self.sram_um2 + self.router_um2 + self.dmac_um2 + self.scratchpad_um2
+
+
+@dataclass(frozen=True)
+class PrimalTarget(_Target):
+    """A PRIMAL accelerator: system, CT, the PE's macros and router, links, power gating, area."""
+
+    schema_version: int = _f("count", "target file format version", choices=(SCHEMA_VERSION,))
+    name: str = _f("text", "target name (bundled targets: the file stem)")
+    description: str = _f("text", "one-line description")
+    kind: str = _f("enum", "target family", choices=("primal",))
+    system: SystemSpec = _f("table", "package level")
+    ct: CtSpec = _f("table", "compute tile")
+    rram: RramSpec = _f("table", "RRAM-ACIM macro")
+    sram: SramSpec = _f("table", "SRAM-DCIM macro")
+    router: RouterSpec = _f("table", "compute router")
+    d2d: D2dSpec = _f("table", "die-to-die links")
+    power_gating: PowerGatingSpec = _f("table", "power states")
+    area: AreaSpec = _f("table", "PE area")
+    source: str = _internal("file the target was loaded from (not part of the hash)")
+
+    def _problems(self) -> Iterator[Problem]:
+        need = -(-self.system.clock_hz // self.rram.adc_sample_rate_hz)  # ceil
+        if self.rram.adc_latency_cycles < need:
+            yield "rram.adc_latency_cycles", (
+                f"{self.rram.adc_latency_cycles} is too short: an ADC at {self.rram.adc_sample_rate_hz} Hz"
+                f" needs {need} cycles of the {self.system.clock_hz} Hz clock per conversion"
+            )
+
+
+# --------------------------------------------------------------------------- GPU
+
+
+@dataclass(frozen=True)
+class GpuMemorySpec(_Table):
+    hbm_capacity_bytes: int = _f("bytes", "HBM capacity", gt=0)
+    hbm_bandwidth_bytes_per_s: int = _f("bytes/s", "peak HBM bandwidth", gt=0)
+
+
+@dataclass(frozen=True)
+class GpuComputeSpec(_Table):
+    fp16_dense_flop_per_s: int = _f("FLOP/s", "dense FP16 tensor-core peak (no structured sparsity)", gt=0)
+    bf16_dense_flop_per_s: int = _f("FLOP/s", "dense BF16 tensor-core peak", gt=0)
+    fp8_dense_flop_per_s: int = _f("FLOP/s", "dense FP8 tensor-core peak", gt=0)
+    int8_dense_op_per_s: int = _f("OP/s", "dense INT8 tensor-core peak", gt=0)
+    sm_count: int = _f("count", "streaming multiprocessors", ge=1)
+
+
+@dataclass(frozen=True)
+class GpuPowerSpec(_Table):
+    tdp_w: float = _f("W", "board power limit (TDP)", gt=0)
+    idle_w: float = _f("W", "board power idle with a model resident (CUDA context held)", ge=0)
+    decode_power_w: float = _f("W", "average board power during memory-bound decode", gt=0)
+    prefill_power_w: float = _f("W", "average board power during compute-bound prefill", gt=0)
+
+    def _problems(self) -> Iterator[Problem]:
+        if self.idle_w >= self.tdp_w:
+            yield "idle_w", f"{self.idle_w} W is not below tdp_w {self.tdp_w} W"
+        for name in ("decode_power_w", "prefill_power_w"):
+            value = getattr(self, name)
+            if not self.idle_w <= value <= self.tdp_w:
+                yield name, f"{value} W is outside [idle_w, tdp_w] = [{self.idle_w}, {self.tdp_w}] W"
+
+
+@dataclass(frozen=True)
+class GpuEfficiencySpec(_Table):
+    decode_bandwidth_fraction: float = _f("fraction", "achieved / peak HBM bandwidth in decode (MBU)", gt=0, le=1)
+    prefill_compute_fraction: float = _f("fraction", "achieved / peak dense tensor throughput in prefill (MFU)", gt=0, le=1)
+
+
+@dataclass(frozen=True)
+class GpuTarget(_Target):
+    """A GPU baseline for a roofline model: peaks, power, achieved-efficiency factors."""
+
+    schema_version: int = _f("count", "target file format version", choices=(SCHEMA_VERSION,))
+    name: str = _f("text", "target name (bundled targets: the file stem)")
+    description: str = _f("text", "one-line description")
+    kind: str = _f("enum", "target family", choices=("gpu",))
+    memory: GpuMemorySpec = _f("table", "memory")
+    compute: GpuComputeSpec = _f("table", "compute peaks")
+    power: GpuPowerSpec = _f("table", "board power")
+    efficiency: GpuEfficiencySpec = _f("table", "achieved fractions of peak")
+    source: str = _internal("file the target was loaded from (not part of the hash)")
+
+
+Target = PrimalTarget | GpuTarget
+
+#: Target class by the ``kind`` key of a target file.
+KINDS: dict[str, type[PrimalTarget] | type[GpuTarget]] = {"primal": PrimalTarget, "gpu": GpuTarget}
+
+
+# --------------------------------------------------------------------------- introspection
+
+
+@dataclass(frozen=True)
+class FieldInfo:
+    """One key of the schema, for docs and tooling."""
+
+    key: str  # dotted, e.g. "rram.adc_bits"
+    type: type
+    unit: str
+    doc: str
+    rules: dict[str, Any]
+
+
+def type_hints(cls: type) -> dict[str, Any]:
+    """Resolved field annotations of a spec dataclass (cached per class)."""
+    cached = _HINTS.get(cls)
+    if cached is None:
+        cached = _HINTS[cls] = typing.get_type_hints(cls)
+    return cached
+
+
+_HINTS: dict[type, dict[str, Any]] = {}
+
+
+def schema(cls: type, prefix: str = "") -> list[FieldInfo]:
+    """Every leaf key of a target class, depth-first in declaration order."""
+    out: list[FieldInfo] = []
+    hints = type_hints(cls)
+    for f in fields(cls):
+        if f.metadata.get("internal"):
+            continue
+        typ = hints[f.name]
+        if is_dataclass(typ):
+            out.extend(schema(typ, f"{prefix}{f.name}."))
+        else:
+            rules = {k: f.metadata[k] for k in RULE_KEYS if k in f.metadata}
+            out.append(FieldInfo(prefix + f.name, typ, f.metadata["unit"], f.metadata["doc"], rules))
+    return out
