@@ -1,0 +1,272 @@
+"""Recognise decoder layers in an ONNX graph from data flow and shapes alone.
+
+The steps (initializer and node names are never looked at):
+
+1. projections: weight matmuls with their biases and LoRA pairs (``onnx_project``);
+2. attention cores: a Softmax between a score MatMul (``q @ k^T``) and a
+   value MatMul (``p @ v``), or a fused attention op (ONNX ``Attention``,
+   com.microsoft ``MultiHeadAttention``/``GroupQueryAttention``); the
+   projections that feed the score's left and right inputs and the value
+   input are q, k, v (one projection feeding all three is a fused qkv), the
+   projection the core's output feeds is o;
+3. MLP: a projection that depends on a layer's o (through the residual and
+   the norm) is an MLP input (fc1, or gate/up when two share the input: gate
+   is the one passing alone through the activation); the projection that
+   depends only on those is the MLP output (fc2/down);
+4. geometry: head_dim is the last entry of the Reshape that splits q into
+   heads; num_heads = q size / head_dim, kv heads = k size / head_dim;
+5. norms from the ops between the residual stream and the projections,
+   activation from the ops between the MLP input and output.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from primal_compiler.frontend.onnx_graph import GraphIndex, attr
+from primal_compiler.frontend.onnx_project import PatternError, Projection
+from primal_compiler.ir.model import Activation, NormKind, Role
+
+FUSED_ATTENTION = {("", "Attention"), ("com.microsoft", "MultiHeadAttention"),
+                   ("com.microsoft", "GroupQueryAttention")}
+UNSUPPORTED_ATTENTION = {("com.microsoft", op) for op in (
+    "Attention", "QAttention", "PackedAttention", "PackedMultiHeadAttention", "LongformerAttention",
+    "DecoderAttention", "PagedAttention")}
+ACTIVATION_OPS = {"Sigmoid", "Tanh", "Erf", "Relu", "Gelu", "FastGelu", "BiasGelu", "QuickGelu", "HardSigmoid",
+                  "Softplus", "Elu", "LeakyRelu", "HardSwish", "Mish"}
+
+
+@dataclass
+class Core:
+    anchor: int  # Softmax or fused attention node
+    q_in: str
+    k_in: str
+    v_in: str
+    out: str
+    heads: int | None = None
+    kv_heads: int | None = None
+
+
+@dataclass
+class Layer:
+    core: Core
+    attn: list[Projection]  # q,k,v or qkv
+    o: Projection
+    mlp_in: list[Projection]
+    mlp_out: Projection | None = None
+    num_heads: int = 0
+    num_kv_heads: int = 0
+    head_dim: int = 0
+    norm: NormKind | None = None
+    num_norms: int = 0
+    activation: Activation | None = None
+
+
+class Decoder:
+    """Data-flow queries shared by the recognition steps."""
+
+    def __init__(self, g: GraphIndex, projections: list[Projection]) -> None:
+        self.g = g
+        self.projections = projections
+        self.owner: dict[int, Projection] = {}
+        for p in projections:
+            for n in p.nodes:
+                self.owner[n] = p
+        self.barriers = frozenset(self.owner)
+        self._act_matmuls: set[int] | None = None
+
+    def hits_back(self, tensor: str) -> set[int]:
+        _, hit = self.g.backward([tensor], self.barriers)
+        return {self.owner[n].node for n in hit}
+
+    def hits_fwd(self, p: Projection) -> tuple[set[int], set[int]]:
+        reached, hit = self.g.forward(self.g.nodes[p.node].output, self.barriers)
+        return reached, {self.owner[n].node for n in hit}
+
+    def by_node(self, node: int) -> Projection:
+        return self.owner[node]
+
+    # ---------------------------------------------------------------- attention
+
+    def cores(self) -> list[Core]:
+        g = self.g
+        for node in g.nodes:
+            if (node.domain or "", node.op_type) in UNSUPPORTED_ATTENTION:
+                raise PatternError(f"unsupported attention variant {node.domain}.{node.op_type} (weights fused into the op)")
+        cores: list[Core] = []
+        for i, node in enumerate(g.nodes):
+            key = (node.domain or "", node.op_type)
+            if key in FUSED_ATTENTION:
+                inputs = list(node.input) + ["", ""]
+                q, k, v = inputs[0], inputs[1] or inputs[0], inputs[2] or inputs[0]
+                heads = attr(node, "q_num_heads") or attr(node, "num_heads")
+                kv = attr(node, "kv_num_heads") or heads
+                cores.append(Core(i, q, k, v, node.output[0], heads, kv))
+            elif node.op_type == "Softmax":
+                core = self._softmax_core(i)
+                if core is not None:
+                    cores.append(core)
+        return cores
+
+    def _is_act_matmul(self, i: int) -> bool:
+        node = self.g.nodes[i]
+        return node.op_type == "MatMul" and i not in self.owner and all(
+            self.g.weight(x) is None and self.g.const(x) is None for x in node.input)
+
+    def _softmax_core(self, i: int) -> Core | None:
+        g = self.g
+        if self._act_matmuls is None:
+            self._act_matmuls = {j for j in range(len(g.nodes)) if self._is_act_matmul(j)}
+        act = self._act_matmuls
+        reached, _ = g.backward([g.nodes[i].input[0]], self.barriers, stop=act)
+        scores = sorted(reached & act)
+        _, hit = g.forward(g.nodes[i].output, self.barriers | act)
+        values = sorted(hit & act)
+        if not scores or not values:
+            return None
+        s, pv = g.nodes[scores[-1]], g.nodes[values[0]]
+        return Core(i, s.input[0], s.input[1], pv.input[1], pv.output[0])
+
+    def attention_projections(self, core: Core) -> tuple[list[Projection], Projection]:
+        q, k, v = (self.hits_back(t) for t in (core.q_in, core.k_in, core.v_in))
+        if any(len(s) != 1 for s in (q, k, v)):
+            raise PatternError("unsupported attention variant: query, key and value do not each come from one projection")
+        qn, kn, vn = q.pop(), k.pop(), v.pop()
+        _, o_hits = self.g.forward([core.out], self.barriers)
+        outs = {self.owner[n].node for n in o_hits}
+        if len(outs) != 1:
+            raise PatternError("unsupported attention variant: the attention output does not feed one projection")
+        o = self.by_node(outs.pop())
+        o.role = Role.O
+        if qn == kn == vn:
+            qkv = self.by_node(qn)
+            qkv.role = Role.QKV
+            return [qkv], o
+        if len({qn, kn, vn}) != 3:
+            raise PatternError("unsupported attention variant: two of query, key, value share a projection")
+        projs = [self.by_node(n) for n in (qn, kn, vn)]
+        for p, role in zip(projs, (Role.Q, Role.K, Role.V)):
+            p.role = role
+        return projs, o
+
+    def geometry(self, layer: Layer) -> None:
+        """num_heads, num_kv_heads, head_dim of ``layer`` (PatternError when not found)."""
+        core = layer.core
+        first = layer.attn[0]
+        if first.role == Role.QKV:
+            q_size, kv_size = self._fused_split(first, core)
+        else:
+            q_size, kv_size = first.out_features, layer.attn[1].out_features
+        head_dim = None
+        if core.heads:
+            head_dim = q_size // core.heads
+        else:
+            head_dim = self._head_dim(first, core.q_in, q_size)
+        if not head_dim or q_size % head_dim or kv_size % head_dim:
+            raise PatternError("cannot determine the attention head size (no Reshape of the query into heads)")
+        layer.head_dim = head_dim
+        layer.num_heads = q_size // head_dim
+        layer.num_kv_heads = kv_size // head_dim
+
+    def _path(self, p: Projection, target: str) -> list[int]:
+        reached_f, _ = self.hits_fwd(p)
+        reached_b, _ = self.g.backward([target], self.barriers)
+        return sorted(reached_f & reached_b)
+
+    def _head_dim(self, p: Projection, q_in: str, q_size: int) -> int | None:
+        g = self.g
+        for i in self._path(p, q_in):
+            node = g.nodes[i]
+            if node.op_type != "Reshape":
+                continue
+            second, last = g.tail_ints(node.input[1], 2)
+            if last is not None and 0 < last < q_size and q_size % last == 0:
+                return last
+            if second is not None and 0 < second < q_size and q_size % second == 0 and (last or 0) <= 0:
+                return q_size // second
+        return None
+
+    def _fused_split(self, p: Projection, core: Core) -> tuple[int, int]:
+        """(q size, k size) of a fused qkv projection, from its Split (or Slices)."""
+        g = self.g
+        path_q, path_k = set(self._path(p, core.q_in)), set(self._path(p, core.k_in))
+
+        def index_for(node, path: set[int], target: str) -> int | None:
+            for j, out in enumerate(node.output):
+                if out == target or any(c in path for c in g.consumers.get(out, ())):
+                    return j
+            return None
+
+        for i in sorted(path_q):
+            node = g.nodes[i]
+            if node.op_type != "Split" or len(node.output) != 3:
+                continue
+            qi, ki = index_for(node, path_q, core.q_in), index_for(node, path_k, core.k_in)
+            sizes = g.const(node.input[1]) if len(node.input) > 1 and node.input[1] else attr(node, "split")
+            if sizes is not None and len(sizes) == 3 and qi is not None and ki is not None:
+                sizes = [int(s) for s in list(sizes)]
+                return sizes[qi], sizes[ki]
+            break
+        sliced = [self._slice_len(path, p.out_features) for path in (path_q, path_k)]
+        if all(sliced):
+            return sliced[0], sliced[1]
+        if p.out_features % 3:
+            raise PatternError(f"fused qkv projection of {p.out_features} outputs does not split evenly in three")
+        return p.out_features // 3, p.out_features // 3
+
+    def _slice_len(self, path: set[int], size: int) -> int | None:
+        for i in sorted(path):
+            node = self.g.nodes[i]
+            if node.op_type == "Slice" and len(node.input) >= 3:
+                start, end = self.g.const(node.input[1]), self.g.const(node.input[2])
+                if start is not None and end is not None and start.size == 1 and end.size == 1:
+                    lo, hi = int(start.reshape(-1)[0]), min(int(end.reshape(-1)[0]), size)
+                    if 0 <= lo < hi:
+                        return hi - lo
+        return None
+
+    # ---------------------------------------------------------------- norms and activations
+
+    def norm_before(self, tensor: str, stops: set[int]) -> NormKind | None:
+        reached, _ = self.g.backward([tensor], self.barriers, stop=stops)
+        ops = {self.g.nodes[i].op_type for i in reached if i not in stops}
+        if ops & {"LayerNormalization", "SkipLayerNormalization"}:
+            return NormKind.LAYER
+        if ops & {"SimplifiedLayerNormalization", "SkipSimplifiedLayerNormalization", "RMSNormalization"}:
+            return NormKind.RMS
+        if "ReduceMean" in ops:
+            return NormKind.LAYER if "Sub" in ops else NormKind.RMS
+        return None
+
+    def activation(self, mlp_in: list[Projection]) -> tuple[Activation, list[Projection]]:
+        """The activation and the MLP inputs ordered (gate, up) or (fc1,); roles are set."""
+        if len(mlp_in) == 1:
+            reached, _ = self.hits_fwd(mlp_in[0])
+            mlp_in[0].role = Role.FC1
+            return self._activation_kind(reached), mlp_in
+        if len(mlp_in) != 2:
+            raise PatternError(f"unsupported MLP: {len(mlp_in)} projections share the MLP input")
+        (ra, _), (rb, _) = self.hits_fwd(mlp_in[0]), self.hits_fwd(mlp_in[1])
+        only_a = {i for i in ra - rb if self.g.nodes[i].op_type in ACTIVATION_OPS}
+        only_b = {i for i in rb - ra if self.g.nodes[i].op_type in ACTIVATION_OPS}
+        if bool(only_a) == bool(only_b):
+            raise PatternError("unsupported MLP: cannot tell the gate projection from the up projection")
+        gate, up, act_nodes = (mlp_in[0], mlp_in[1], ra - rb) if only_a else (mlp_in[1], mlp_in[0], rb - ra)
+        gate.role, up.role = Role.GATE, Role.UP
+        return self._activation_kind(act_nodes), [gate, up]
+
+    def _activation_kind(self, nodes: set[int]) -> Activation:
+        found = [self.g.nodes[i] for i in nodes]
+        ops = {n.op_type for n in found}
+        if "Sigmoid" in ops or "Swish" in ops:
+            return Activation.SILU
+        if "Relu" in ops:
+            return Activation.RELU
+        for n in found:
+            if n.op_type == "Gelu":
+                return Activation.GELU_NEW if attr(n, "approximate", b"none") in (b"tanh", "tanh") else Activation.GELU
+        if "FastGelu" in ops or "Tanh" in ops:
+            return Activation.GELU_NEW
+        if ops & {"Erf", "BiasGelu"}:
+            return Activation.GELU
+        raise PatternError(f"unsupported MLP activation (ops {', '.join(sorted(ops)) or 'none'})")

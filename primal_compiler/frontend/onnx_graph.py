@@ -1,0 +1,329 @@
+"""Index over an ONNX graph for shape-only pattern matching (no weight bytes).
+
+:class:`GraphIndex` answers the questions the decoder recogniser asks:
+who produces or consumes a tensor, which initializer a value really is
+(through ``Identity``/``Cast``/``Transpose`` chains), the value of a *small*
+inline constant (shape vectors, scalars such as the LoRA scale), and the
+reachable region from a tensor when walking the data flow forward or
+backward without crossing a set of barrier nodes or any shape computation.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections import defaultdict, deque
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import onnx
+from onnx import TensorProto, numpy_helper
+
+# Ops that pass a value through unchanged in the sense that matters here
+# (same data, maybe another layout or dtype).
+TRANSPARENT = frozenset(
+    {"Identity", "Cast", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Dropout", "CastLike"}
+)
+# Ops whose outputs carry shapes, not data: walks never cross them.
+SHAPE_OPS = frozenset({"Shape", "Size"})
+# Largest constant (in elements) the frontend will ever decode.
+SMALL_CONST = 64
+
+_ITEMSIZE = {TensorProto.FLOAT: 4, TensorProto.FLOAT16: 2, TensorProto.BFLOAT16: 2, TensorProto.DOUBLE: 8}
+
+
+@dataclass(frozen=True)
+class Weight:
+    """A 2-D initializer seen through layout-only ops: ``rows x cols`` as consumed."""
+
+    name: str  # the initializer
+    rows: int
+    cols: int
+    transposed: bool  # consumed transposed relative to storage
+
+
+class GraphIndex:
+    def __init__(self, model: onnx.ModelProto, base_dir: Path) -> None:
+        self.model = model
+        self.base_dir = base_dir
+        graph = model.graph
+        self.nodes = list(graph.node)
+        self.inits: dict[str, TensorProto] = {t.name: t for t in graph.initializer}
+        self.graph_inputs = {i.name for i in graph.input} - set(self.inits)
+        self.graph_outputs = [o.name for o in graph.output]
+        self.producer: dict[str, int] = {}
+        self.consumers: dict[str, list[int]] = defaultdict(list)
+        for i, node in enumerate(self.nodes):
+            for out in node.output:
+                if out:
+                    self.producer[out] = i
+            for inp in node.input:
+                if inp:
+                    self.consumers[inp].append(i)
+
+    # ------------------------------------------------------------------ values
+
+    def node_of(self, tensor: str) -> onnx.NodeProto | None:
+        i = self.producer.get(tensor)
+        return None if i is None else self.nodes[i]
+
+    def constant_tensor(self, name: str) -> TensorProto | None:
+        """The TensorProto behind ``name`` (initializer or Constant node), through Identity."""
+        seen = 0
+        while seen < 16:
+            seen += 1
+            if name in self.inits:
+                return self.inits[name]
+            node = self.node_of(name)
+            if node is None:
+                return None
+            if node.op_type == "Identity":
+                name = node.input[0]
+                continue
+            if node.op_type == "Constant":
+                for attr in node.attribute:
+                    if attr.name == "value" and attr.type == onnx.AttributeProto.TENSOR:
+                        return attr.t
+                return None
+            return None
+        return None
+
+    def weight(self, name: str) -> Weight | None:
+        """``name`` as a 2-D weight: initializer behind Identity/Cast/Transpose; else None."""
+        transposed = False
+        for _ in range(16):
+            tensor = self.constant_tensor(name)
+            if tensor is not None:
+                if len(tensor.dims) != 2 or tensor.data_type in (TensorProto.INT64, TensorProto.INT32):
+                    return None
+                rows, cols = int(tensor.dims[0]), int(tensor.dims[1])
+                if transposed:
+                    rows, cols = cols, rows
+                return Weight(tensor.name or name, rows, cols, transposed)
+            node = self.node_of(name)
+            if node is None:
+                return None
+            if node.op_type in ("Cast", "Identity", "CastLike"):
+                name = node.input[0]
+            elif node.op_type == "Transpose":
+                perm = _attr(node, "perm")
+                if perm not in (None, [1, 0]):
+                    return None
+                transposed = not transposed
+                name = node.input[0]
+            else:
+                return None
+        return None
+
+    def vector_len(self, name: str) -> int | None:
+        """Length of a 1-D constant (or ``[1, ..., n]``), e.g. a bias; else None."""
+        tensor = self.constant_tensor(name)
+        if tensor is None:
+            node = self.node_of(name)
+            if node is not None and node.op_type in ("Cast", "Identity"):
+                return self.vector_len(node.input[0])
+            return None
+        dims = [int(d) for d in tensor.dims]
+        if not dims or any(d != 1 for d in dims[:-1]):
+            return None
+        return dims[-1]
+
+    def const(self, name: str) -> np.ndarray | None:
+        """Value of a small inline constant (at most ``SMALL_CONST`` elements); else None."""
+        tensor = self.constant_tensor(name)
+        if tensor is None:
+            node = self.node_of(name)
+            if node is not None and node.op_type == "Constant":
+                return _constant_attr_value(node)
+            if node is not None and node.op_type in ("Cast", "Identity"):
+                return self.const(node.input[0])
+            return None
+        if int(np.prod(tensor.dims, dtype=np.int64)) > SMALL_CONST:
+            return None
+        if tensor.data_location == TensorProto.EXTERNAL:
+            return None
+        try:
+            return numpy_helper.to_array(tensor)
+        except Exception:  # noqa: BLE001 - an undecodable constant is just unknown
+            return None
+
+    def scalar(self, name: str) -> float | None:
+        value = self.const(name)
+        if value is None or value.size != 1:
+            return None
+        return float(value.reshape(-1)[0])
+
+    def tail_ints(self, name: str, count: int) -> list[int | None]:
+        """The last ``count`` entries of a shape vector; None where not constant."""
+        known = self._tail(name, count, 0)
+        return [None] * (count - len(known)) + known
+
+    def _tail(self, name: str, count: int, depth: int) -> list[int | None]:
+        if depth > 8:
+            return []
+        value = self.const(name)
+        if value is not None:
+            flat = [int(v) for v in value.reshape(-1)]
+            return flat[-count:]
+        node = self.node_of(name)
+        if node is None:
+            return []
+        if node.op_type in ("Cast", "Identity"):
+            return self._tail(node.input[0], count, depth + 1)
+        if node.op_type == "Unsqueeze":
+            value = self.const(node.input[0])
+            return [int(value.reshape(-1)[0])] if value is not None and value.size == 1 else [None]
+        if node.op_type == "Concat":
+            out: list[int | None] = []
+            for inp in reversed(node.input):
+                part = self._length_known(inp)
+                if part is None:
+                    break
+                out = part + out
+                if len(out) >= count:
+                    break
+            return out[-count:]
+        return []
+
+    def _length_known(self, name: str) -> list[int | None] | None:
+        """Every entry of a short shape piece whose length is known; None if unknown length."""
+        value = self.const(name)
+        if value is not None:
+            return [int(v) for v in value.reshape(-1)]
+        node = self.node_of(name)
+        if node is None:
+            return None
+        if node.op_type == "Unsqueeze":
+            inner = self.const(node.input[0])
+            if inner is not None and inner.size == 1:
+                return [int(inner.reshape(-1)[0])]
+            return [None]
+        if node.op_type in ("Cast", "Identity"):
+            return self._length_known(node.input[0])
+        return None
+
+    # ------------------------------------------------------------------ walking
+
+    def canonical(self, tensor: str) -> str:
+        """Follow transparent producers back to the tensor that really holds the value."""
+        for _ in range(32):
+            node = self.node_of(tensor)
+            if node is None or node.op_type not in TRANSPARENT or not node.input:
+                return tensor
+            tensor = node.input[0]
+        return tensor
+
+    def forward(self, starts: Iterable[str], barriers: frozenset[int] | set[int]) -> tuple[set[int], set[int]]:
+        """Nodes reached from ``starts`` along data flow, and the barrier nodes hit.
+
+        The walk never enters a barrier node or a shape op (Shape/Size).
+        """
+        reached: set[int] = set()
+        hit: set[int] = set()
+        queue = deque(starts)
+        seen_tensors: set[str] = set()
+        while queue:
+            tensor = queue.popleft()
+            if tensor in seen_tensors:
+                continue
+            seen_tensors.add(tensor)
+            for i in self.consumers.get(tensor, ()):
+                if i in barriers:
+                    hit.add(i)
+                    continue
+                if i in reached or self.nodes[i].op_type in SHAPE_OPS:
+                    continue
+                reached.add(i)
+                queue.extend(o for o in self.nodes[i].output if o)
+        return reached, hit
+
+    def backward(
+        self, starts: Iterable[str], barriers: frozenset[int] | set[int], stop: set[int] | None = None
+    ) -> tuple[set[int], set[int]]:
+        """Nodes the tensors ``starts`` depend on, and the barrier nodes hit.
+
+        Never crosses a barrier, a shape op, or a node in ``stop`` (which is
+        recorded as reached but not expanded).
+        """
+        reached: set[int] = set()
+        hit: set[int] = set()
+        queue = deque(starts)
+        seen_tensors: set[str] = set()
+        while queue:
+            tensor = queue.popleft()
+            if tensor in seen_tensors:
+                continue
+            seen_tensors.add(tensor)
+            i = self.producer.get(tensor)
+            if i is None:
+                continue
+            if i in barriers:
+                hit.add(i)
+                continue
+            if i in reached or self.nodes[i].op_type in SHAPE_OPS:
+                continue
+            reached.add(i)
+            if stop is not None and i in stop:
+                continue
+            queue.extend(x for x in self.nodes[i].input if x)
+        return reached, hit
+
+    # ------------------------------------------------------------------ tied weights
+
+    def element(self, name: str, flat_index: int) -> bytes | None:
+        """The bytes of one element of initializer ``name``; None when unreadable.
+
+        Used only to sample a handful of elements when deciding whether an LM
+        head is a copy of the embedding (see onnx_import's module docstring).
+        """
+        tensor = self.inits.get(name)
+        if tensor is None:
+            return None
+        size = _ITEMSIZE.get(tensor.data_type)
+        if size is None:
+            return None
+        if tensor.data_location == TensorProto.EXTERNAL:
+            info = {e.key: e.value for e in tensor.external_data}
+            location = info.get("location")
+            if not location:
+                return None
+            path = self.base_dir / location
+            try:
+                with open(path, "rb") as fh:
+                    fh.seek(int(info.get("offset", 0)) + flat_index * size)
+                    data = fh.read(size)
+            except OSError:
+                return None
+            return data if len(data) == size else None
+        if tensor.raw_data:
+            start = flat_index * size
+            data = tensor.raw_data[start : start + size]
+            return data if len(data) == size else None
+        if tensor.data_type == TensorProto.FLOAT and flat_index < len(tensor.float_data):
+            return struct.pack("<f", tensor.float_data[flat_index])
+        if tensor.data_type in (TensorProto.FLOAT16, TensorProto.BFLOAT16) and flat_index < len(tensor.int32_data):
+            return struct.pack("<H", tensor.int32_data[flat_index] & 0xFFFF)
+        if tensor.data_type == TensorProto.DOUBLE and flat_index < len(tensor.double_data):
+            return struct.pack("<d", tensor.double_data[flat_index])
+        return None
+
+
+def _attr(node: onnx.NodeProto, name: str, default=None):
+    for attr in node.attribute:
+        if attr.name == name:
+            return onnx.helper.get_attribute_value(attr)
+    return default
+
+
+attr = _attr
+
+
+def _constant_attr_value(node: onnx.NodeProto) -> np.ndarray | None:
+    for a in node.attribute:
+        if a.name in ("value_int", "value_float"):
+            return np.array(onnx.helper.get_attribute_value(a))
+        if a.name in ("value_ints", "value_floats"):
+            value = onnx.helper.get_attribute_value(a)
+            return np.array(value) if len(value) <= SMALL_CONST else None
+    return None

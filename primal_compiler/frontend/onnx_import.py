@@ -1,0 +1,275 @@
+"""ONNX -> graph IR: :func:`load_onnx` recognises a decoder-only transformer.
+
+Shapes only. The file is read with ``load_external_data=False``, so a model
+whose external-data files are absent imports all the same; weight bytes are
+never decoded. The only values read are small inline constants: shape
+vectors (to find the head size), scalars (the LoRA scale, the position
+offset), and the tied-head sample described below.
+
+Recognition works on graph structure, never on initializer or node names
+(exporters emit ``onnx::MatMul_886`` or ``val_57``); see ``onnx_decoder``
+for the steps and ``onnx_project`` for projections, biases and LoRA.
+Supported: TorchScript (``dynamo=False``) and dynamo exports of torch.onnx,
+optimum exports with or without ``past_key_values``; Llama/Mistral style
+(RMSNorm, SwiGLU, RoPE, grouped-query attention), GPT-2 (fused qkv Conv1D
+as Gemm, learned positions) and OPT (q/k/v with biases, learned positions
+with an index offset); unmerged PEFT LoRA adapters.
+
+Embeddings and LM head. The token embedding is the Gather on a
+``[vocab, hidden]`` initializer whose row count equals the LM head's
+outputs; another Gather on a ``[rows, hidden]`` table is the learned
+position embedding, and a constant added to its indices is the offset
+(OPT's 2), so ``max_position_embeddings = rows - offset``. The LM head is
+the last projection from ``hidden`` to ``vocab`` that reaches a graph
+output.
+
+Tied LM head: tied when the head consumes the embedding initializer itself
+(directly or through a Transpose, as optimum writes it). TorchScript and
+dynamo exports instead store a transposed *copy* of a tied table (their
+constant folding materialises ``Transpose(wte)``). Shapes cannot tell a copy
+from an independent matrix, so the frontend samples 16 elements of the two
+initializers at fixed positions (64 bytes, read from the inline data or with
+one seek each into the external-data file) and calls the head tied when
+every sample matches and the samples are not all equal to each other. When
+the data is not available (external file absent) the head counts as untied,
+which can only over-count parameters.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import onnx
+
+from primal_compiler.errors import InputError
+from primal_compiler.frontend.onnx_decoder import Decoder, Layer
+from primal_compiler.frontend.onnx_graph import GraphIndex
+from primal_compiler.frontend.onnx_project import PatternError, Projection, find_weight_matmuls, pair_lora
+from primal_compiler.ir.model import (
+    Attention,
+    DecoderLayer,
+    Linear,
+    LoRA,
+    Model,
+    Positional,
+    Role,
+)
+
+TIE_SAMPLES = 16
+_ROLE_ORDER = (Role.Q, Role.K, Role.V, Role.QKV, Role.O, Role.GATE, Role.UP, Role.FC1, Role.DOWN, Role.FC2)
+
+
+def load_onnx(path: str | Path) -> Model:
+    """The decoder in the ONNX file ``path`` as a :class:`Model`; bad input is an :class:`InputError`."""
+    path = Path(path)
+    where = str(path)
+    if not path.exists():
+        raise InputError(where, "no such file")
+    if path.is_dir():
+        raise InputError(where, "is a directory, not an ONNX file")
+    try:
+        model = onnx.load(str(path), load_external_data=False)
+    except Exception as exc:  # noqa: BLE001 - protobuf/onnx raise many types
+        raise InputError(where, f"not a readable ONNX model ({type(exc).__name__}: {_first_line(exc)})") from None
+    if not model.graph.node:
+        raise InputError(where, "not an ONNX model with a graph (no nodes; truncated or not ONNX)")
+    try:
+        return _recognise(model, path)
+    except PatternError as exc:
+        raise InputError(where, str(exc)) from None
+    except InputError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - a malformed graph must not surface as a traceback
+        raise InputError(where, f"cannot analyse the graph ({type(exc).__name__}: {_first_line(exc)})") from None
+
+
+def _first_line(exc: Exception) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0][:200] if text else "no detail"
+
+
+def _recognise(model: onnx.ModelProto, path: Path) -> Model:
+    if model.functions:
+        model = onnx.inliner.inline_local_functions(model)
+    g = GraphIndex(model, path.parent)
+    projections = pair_lora(g, find_weight_matmuls(g))
+    if not projections:
+        raise PatternError("no decoder layers found (no MatMul/Gemm with a weight initializer)")
+    dec = Decoder(g, projections)
+    cores = sorted(dec.cores(), key=lambda c: c.anchor)
+    if not cores:
+        raise PatternError("no decoder layers found (no attention: no Softmax between two activation MatMuls)")
+    layers = [_attention_layer(dec, core) for core in cores]
+    hidden = layers[0].attn[0].in_features
+    embed, pos, lm_head = _embeddings_and_head(dec, hidden, layers)
+    _assign_mlp(dec, layers, lm_head)
+    emb_node, emb_table = embed
+    vocab = emb_table.rows
+
+    stops = set(dec_embedding_nodes(g)) | set(_residual_adds(g))
+    for layer in layers:
+        dec.geometry(layer)
+        attn_norm = dec.norm_before(g.canonical(layer.attn[0].x), stops)
+        mlp_norm = dec.norm_before(g.canonical(layer.mlp_in[0].x), stops)
+        layer.norm = attn_norm or mlp_norm
+        layer.num_norms = (attn_norm is not None) + (mlp_norm is not None)
+        if layer.norm is None:
+            raise PatternError("unsupported decoder layer: no LayerNorm or RMSNorm before attention or MLP")
+    final_norm = dec.norm_before(g.canonical(lm_head.x), stops) or layers[-1].norm
+
+    positional, npos, max_pos = _positional(g, pos)
+    ir_layers = tuple(_to_ir(i, layer) for i, layer in enumerate(layers))
+    return Model(
+        name=path.stem,
+        hidden_size=hidden,
+        vocab_size=vocab,
+        layers=ir_layers,
+        positional=positional,
+        norm=final_norm,
+        tie_word_embeddings=_tied(g, emb_table, lm_head),
+        max_position_embeddings=max_pos,
+        num_pos_embeddings=npos,
+        lm_head_bias=lm_head.bias,
+        source=_source(model),
+    )
+
+
+def _attention_layer(dec: Decoder, core) -> Layer:
+    attn, o = dec.attention_projections(core)
+    return Layer(core=core, attn=attn, o=o, mlp_in=[])
+
+
+def _assign_mlp(dec: Decoder, layers: list[Layer], lm_head: Projection) -> None:
+    """MLP inputs depend on a layer's o; MLP outputs depend only on that layer's MLP inputs."""
+    o_layer = {layer.o.node: i for i, layer in enumerate(layers)}
+    taken = {p.node for layer in layers for p in (*layer.attn, layer.o)} | {lm_head.node}
+    rest = [p for p in dec.projections if p.node not in taken]
+    hits = {p.node: dec.hits_back(p.x) for p in rest}
+    mlp_in_layer: dict[int, int] = {}
+    for p in rest:
+        owners = [o_layer[n] for n in hits[p.node] if n in o_layer]
+        if owners:
+            mlp_in_layer[p.node] = max(owners)
+    for p in rest:
+        if p.node in mlp_in_layer:
+            layers[mlp_in_layer[p.node]].mlp_in.append(p)
+    for p in rest:
+        if p.node in mlp_in_layer or not hits[p.node]:
+            continue
+        owners = {mlp_in_layer.get(n) for n in hits[p.node]}
+        if len(owners) == 1 and None not in owners:
+            layer = layers[owners.pop()]
+            if layer.mlp_out is not None:
+                raise PatternError("unsupported MLP: two projections consume the MLP inputs")
+            layer.mlp_out = p
+    for i, layer in enumerate(layers):
+        if not layer.mlp_in or layer.mlp_out is None:
+            raise PatternError(f"unsupported decoder layer {i}: no MLP found after the attention output projection")
+        layer.activation, layer.mlp_in = dec.activation(layer.mlp_in)
+        layer.mlp_out.role = Role.FC2 if layer.mlp_in[0].role == Role.FC1 else Role.DOWN
+
+
+def dec_embedding_nodes(g: GraphIndex) -> list[int]:
+    return [i for i, n in enumerate(g.nodes) if n.op_type == "Gather" and g.weight(n.input[0]) is not None]
+
+
+def _residual_adds(g: GraphIndex) -> list[int]:
+    return [i for i, n in enumerate(g.nodes) if n.op_type == "Add" and len(n.input) == 2
+            and all(g.constant_tensor(x) is None and g.const(x) is None for x in n.input)]
+
+
+def _embeddings_and_head(dec: Decoder, hidden: int, layers: list[Layer]):
+    g = dec.g
+    tables = [(i, g.weight(g.nodes[i].input[0])) for i in dec_embedding_nodes(g)]
+    tables = [(i, w) for i, w in tables if w.cols == hidden and _attr_axis(g.nodes[i]) == 0]
+    if not tables:
+        raise PatternError(f"no token embedding found (a Gather on a [vocab, {hidden}] initializer)")
+    in_layers = {p.node for layer in layers for p in (*layer.attn, layer.o)}
+    outputs = set(g.graph_outputs)
+    heads = []
+    for p in dec.projections:
+        if p.node in in_layers or p.in_features != hidden:
+            continue
+        reached, hit = dec.hits_fwd(p)
+        if not hit and (set(g.nodes[p.node].output) & outputs or any(set(g.nodes[i].output) & outputs for i in reached)):
+            heads.append(p)
+    rows = {w.rows for _, w in tables}
+    heads = [p for p in heads if p.out_features in rows]
+    if not heads:
+        raise PatternError("no LM head found (a projection from hidden to vocab size feeding a graph output)")
+    lm_head = max(heads, key=lambda p: p.node)
+    lm_head.role = Role.LM_HEAD
+    token = [t for t in tables if t[1].rows == lm_head.out_features]
+    if len(token) > 1:  # a position table as long as the vocabulary: the one gathered by raw ids is the token table
+        direct = [t for t in token if g.canonical(g.nodes[t[0]].input[1]) in g.graph_inputs
+                  and "position" not in g.canonical(g.nodes[t[0]].input[1])]
+        token = direct[:1] or token[:1]
+    embed = token[0]
+    others = [t for t in tables if t[0] != embed[0] and t[1].name != embed[1].name]
+    return embed, (others[0] if others else None), lm_head
+
+
+def _attr_axis(node) -> int:
+    for a in node.attribute:
+        if a.name == "axis":
+            return a.i
+    return 0
+
+
+def _positional(g: GraphIndex, pos) -> tuple[Positional, int, int]:
+    if pos is not None:
+        node, table = pos
+        offset = 0
+        producer = g.node_of(g.nodes[node].input[1])
+        if producer is not None and producer.op_type == "Add":
+            for x in producer.input:
+                value = g.scalar(x)
+                if value is not None and value == int(value) and 0 < value < table.rows:
+                    offset = int(value)
+        return Positional.LEARNED, table.rows, table.rows - offset
+    ops = {(n.domain or "", n.op_type) for n in g.nodes}
+    rotate_half = any(n.op_type == "Neg" and any(g.nodes[c].op_type == "Concat" for c in g.consumers.get(n.output[0], ()))
+                      for n in g.nodes)
+    if rotate_half or {("", "Sin"), ("", "Cos")} <= ops or ("", "RotaryEmbedding") in ops \
+            or ("com.microsoft", "RotaryEmbedding") in ops:
+        return Positional.ROPE, 0, 0
+    raise PatternError("unsupported position encoding: neither a learned position table nor rotary embeddings")
+
+
+def _tied(g: GraphIndex, table, lm_head: Projection) -> bool:
+    if lm_head.weight == table.name:
+        return True
+    head = g.inits.get(lm_head.weight)
+    emb = g.inits.get(table.name)
+    if head is None or emb is None or head.data_type != emb.data_type:
+        return False
+    vocab, hidden = int(emb.dims[0]), int(emb.dims[1])
+    head_dims = [int(d) for d in head.dims]
+    if head_dims not in ([hidden, vocab], [vocab, hidden]):
+        return False
+    transposed = head_dims == [hidden, vocab]
+    samples = []
+    for k in range(TIE_SAMPLES):
+        r, c = (k * 7919 + 3) % vocab, (k * 104729 + 5) % hidden
+        a = g.element(table.name, r * hidden + c)
+        b = g.element(lm_head.weight, c * vocab + r if transposed else r * hidden + c)
+        if a is None or b is None or a != b:
+            return False
+        samples.append(a)
+    return len(set(samples)) > 1
+
+
+def _source(model: onnx.ModelProto) -> str:
+    producer = " ".join(x for x in (model.producer_name, model.producer_version) if x)
+    return f"onnx:{producer}" if producer else "onnx"
+
+
+def _to_ir(index: int, layer: Layer) -> DecoderLayer:
+    projs = sorted((*layer.attn, layer.o, *layer.mlp_in, layer.mlp_out), key=lambda p: _ROLE_ORDER.index(p.role))
+    linears = tuple(
+        Linear(p.role, p.in_features, p.out_features, bias=p.bias,
+               lora=None if p.lora is None else LoRA(p.lora[0], p.lora[1]))
+        for p in projs
+    )
+    attention = Attention(layer.num_heads, layer.num_kv_heads, layer.head_dim)
+    return DecoderLayer(index, attention, linears, layer.norm, layer.activation, num_norms=layer.num_norms)

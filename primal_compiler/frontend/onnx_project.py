@@ -1,0 +1,189 @@
+"""Weight projections of an ONNX graph: MatMul/Gemm on a 2-D initializer, biases, LoRA pairs.
+
+A *projection* is ``y = x @ W (+ b) (+ scale * (x @ A) @ B)``. This module
+finds every weight matmul (MatMul with a constant right operand, possibly
+behind Transpose/Cast/Identity; Gemm with transB; com.microsoft MatMulNBits),
+pairs unmerged LoRA adapters (two weight matmuls back to back, ``in -> r ->
+out``, optionally scaled, added to a base projection of the same shape) and
+detects biases (a Gemm C input, or an Add of a 1-D constant of ``out``
+elements right after the matmul).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from primal_compiler.frontend.onnx_graph import SHAPE_OPS, TRANSPARENT, GraphIndex, attr
+from primal_compiler.ir.model import Role
+
+
+class PatternError(Exception):
+    """The graph is not a decoder this frontend understands (turned into InputError)."""
+
+
+@dataclass
+class Projection:
+    node: int  # index of the MatMul/Gemm node
+    x: str  # activation input
+    in_features: int
+    out_features: int
+    weight: str  # initializer name ("" when the op hides it, e.g. MatMulNBits)
+    bias: bool = False
+    lora: tuple[int, float] | None = None  # (rank, alpha)
+    lora_nodes: tuple[int, ...] = ()
+    role: Role | None = None
+
+    @property
+    def nodes(self) -> tuple[int, ...]:
+        return (self.node, *self.lora_nodes)
+
+
+def find_weight_matmuls(g: GraphIndex) -> list[Projection]:
+    found: list[Projection] = []
+    for i, node in enumerate(g.nodes):
+        domain = node.domain or ""
+        if node.op_type == "MatMul" and domain in ("", "ai.onnx") and len(node.input) == 2:
+            w = g.weight(node.input[1])
+            if w is not None and g.weight(node.input[0]) is None:
+                found.append(Projection(i, node.input[0], w.rows, w.cols, w.name))
+        elif node.op_type == "Gemm" and domain in ("", "ai.onnx"):
+            if attr(node, "transA", 0):
+                continue
+            w = g.weight(node.input[1])
+            if w is None or g.weight(node.input[0]) is not None:
+                continue
+            rows, cols = (w.cols, w.rows) if attr(node, "transB", 0) else (w.rows, w.cols)
+            has_c = len(node.input) > 2 and bool(node.input[2])
+            found.append(Projection(i, node.input[0], rows, cols, w.name, bias=has_c))
+        elif node.op_type == "MatMulNBits" and domain == "com.microsoft":
+            k, n = attr(node, "K"), attr(node, "N")
+            if k and n:
+                has_bias = len(node.input) > 5 and bool(node.input[5])
+                found.append(Projection(i, node.input[0], int(k), int(n), node.input[1], bias=has_bias))
+    return found
+
+
+def _only_consumer(g: GraphIndex, tensor: str) -> int | None:
+    users = [i for i in g.consumers.get(tensor, ()) if g.nodes[i].op_type not in SHAPE_OPS]
+    return users[0] if len(users) == 1 else None
+
+
+def _follow_to_base(g: GraphIndex, tensor: str, by_node: dict[int, Projection]) -> Projection | None:
+    """The projection whose (biased) output ``tensor`` is, through transparent ops and bias/LoRA Adds."""
+    for _ in range(16):
+        i = g.producer.get(tensor)
+        if i is None:
+            return None
+        if i in by_node:
+            return by_node[i]
+        node = g.nodes[i]
+        if node.op_type in TRANSPARENT:
+            tensor = node.input[0]
+        elif node.op_type == "Add":
+            # bias Add: one side is a constant vector; LoRA Add: follow the left side first
+            consts = [x for x in node.input if g.vector_len(x) is not None]
+            if len(consts) == 1:
+                tensor = next(x for x in node.input if x != consts[0])
+            else:
+                for x in node.input:
+                    base = _follow_to_base(g, x, by_node)
+                    if base is not None:
+                        return base
+                return None
+        else:
+            return None
+    return None
+
+
+def pair_lora(g: GraphIndex, raw: list[Projection]) -> list[Projection]:
+    """Attach unmerged LoRA pairs to their base projections; the base projections, in order."""
+    by_node = {p.node: p for p in raw}
+    adapters: set[int] = set()
+    for b in raw:
+        src = g.canonical(b.x)
+        a = by_node.get(g.producer.get(src, -1))
+        if a is None or a.out_features != b.in_features:
+            continue
+        rank = a.out_features
+        if rank >= min(a.in_features, b.out_features):
+            continue
+        scale, add = _scaled_add(g, g.nodes[b.node].output[0])
+        if add is None:
+            continue
+        others = [x for x in g.nodes[add].input if not _depends_on(g, x, b.node)]
+        candidates = [by_node[n] for n in by_node if n not in (a.node, b.node)]
+        base = None
+        for other in others:
+            base = _follow_to_base(g, other, {p.node: p for p in candidates})
+            if base is not None:
+                break
+        if base is None or (base.in_features, base.out_features) != (a.in_features, b.out_features):
+            continue
+        if base.lora is not None:
+            raise PatternError("a projection carries several LoRA adapters, which is not supported")
+        base.lora = (rank, round(scale * rank, 6))
+        base.lora_nodes = (a.node, b.node)
+        adapters.update((a.node, b.node))
+    bases = [p for p in raw if p.node not in adapters]
+    for p in bases:
+        if not p.bias:
+            p.bias = _has_bias_add(g, g.nodes[p.node].output[0], p.out_features)
+    return bases
+
+
+def _scaled_add(g: GraphIndex, tensor: str) -> tuple[float, int | None]:
+    """From a LoRA B output: multiply by scalar constants until an Add; (scale, Add node)."""
+    scale = 1.0
+    for _ in range(16):
+        i = _only_consumer(g, tensor)
+        if i is None:
+            return scale, None
+        node = g.nodes[i]
+        if node.op_type in TRANSPARENT:
+            tensor = node.output[0]
+        elif node.op_type in ("Mul", "Div"):
+            other = node.input[1] if node.input[0] == tensor else node.input[0]
+            value = g.scalar(other)
+            if value is None or (node.op_type == "Div" and (other != node.input[1] or value == 0)):
+                return scale, None
+            scale = scale * value if node.op_type == "Mul" else scale / value
+            tensor = node.output[0]
+        elif node.op_type == "Add":
+            return scale, i
+        else:
+            return scale, None
+    return scale, None
+
+
+def _depends_on(g: GraphIndex, tensor: str, node: int) -> bool:
+    """Whether ``tensor`` is ``node``'s output through transparent ops and scalar Mul/Div."""
+    for _ in range(16):
+        i = g.producer.get(tensor)
+        if i is None:
+            return False
+        if i == node:
+            return True
+        n = g.nodes[i]
+        if n.op_type in TRANSPARENT:
+            tensor = n.input[0]
+        elif n.op_type in ("Mul", "Div"):
+            tensor = n.input[0] if g.scalar(n.input[0]) is None else n.input[1]
+        else:
+            return False
+    return False
+
+
+def _has_bias_add(g: GraphIndex, tensor: str, out_features: int) -> bool:
+    for _ in range(8):
+        i = _only_consumer(g, tensor)
+        if i is None:
+            return False
+        node = g.nodes[i]
+        if node.op_type in TRANSPARENT:
+            tensor = node.output[0]
+        elif node.op_type == "Add":
+            other = node.input[1] if node.input[0] == tensor else node.input[0]
+            return g.vector_len(other) == out_features
+        else:
+            return False
+    return False
