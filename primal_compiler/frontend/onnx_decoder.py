@@ -27,13 +27,35 @@ from primal_compiler.frontend.onnx_graph import GraphIndex, attr
 from primal_compiler.frontend.onnx_project import PatternError, Projection
 from primal_compiler.ir.model import Activation, NormKind, Role
 
-FUSED_ATTENTION = {("", "Attention"), ("com.microsoft", "MultiHeadAttention"),
-                   ("com.microsoft", "GroupQueryAttention")}
-UNSUPPORTED_ATTENTION = {("com.microsoft", op) for op in (
-    "Attention", "QAttention", "PackedAttention", "PackedMultiHeadAttention", "LongformerAttention",
-    "DecoderAttention", "PagedAttention")}
-ACTIVATION_OPS = {"Sigmoid", "Tanh", "Erf", "Relu", "Gelu", "FastGelu", "BiasGelu", "QuickGelu", "HardSigmoid",
-                  "Softplus", "Elu", "LeakyRelu", "HardSwish", "Mish"}
+FUSED_ATTENTION = {("", "Attention"), ("com.microsoft", "MultiHeadAttention"), ("com.microsoft", "GroupQueryAttention")}
+UNSUPPORTED_ATTENTION = {
+    ("com.microsoft", op)
+    for op in (
+        "Attention",
+        "QAttention",
+        "PackedAttention",
+        "PackedMultiHeadAttention",
+        "LongformerAttention",
+        "DecoderAttention",
+        "PagedAttention",
+    )
+}
+ACTIVATION_OPS = {
+    "Sigmoid",
+    "Tanh",
+    "Erf",
+    "Relu",
+    "Gelu",
+    "FastGelu",
+    "BiasGelu",
+    "QuickGelu",
+    "HardSigmoid",
+    "Softplus",
+    "Elu",
+    "LeakyRelu",
+    "HardSwish",
+    "Mish",
+}
 
 
 @dataclass
@@ -92,7 +114,9 @@ class Decoder:
         g = self.g
         for node in g.nodes:
             if (node.domain or "", node.op_type) in UNSUPPORTED_ATTENTION:
-                raise PatternError(f"unsupported attention variant {node.domain}.{node.op_type} (weights fused into the op)")
+                raise PatternError(
+                    f"unsupported attention variant {node.domain}.{node.op_type} (weights fused into the op)"
+                )
         cores: list[Core] = []
         for i, node in enumerate(g.nodes):
             key = (node.domain or "", node.op_type)
@@ -110,8 +134,11 @@ class Decoder:
 
     def _is_act_matmul(self, i: int) -> bool:
         node = self.g.nodes[i]
-        return node.op_type == "MatMul" and i not in self.owner and all(
-            self.g.weight(x) is None and self.g.const(x) is None for x in node.input)
+        return (
+            node.op_type == "MatMul"
+            and i not in self.owner
+            and all(self.g.weight(x) is None and self.g.const(x) is None for x in node.input)
+        )
 
     def _softmax_core(self, i: int) -> Core | None:
         g = self.g
@@ -130,7 +157,9 @@ class Decoder:
     def attention_projections(self, core: Core) -> tuple[list[Projection], Projection]:
         q, k, v = (self.hits_back(t) for t in (core.q_in, core.k_in, core.v_in))
         if any(len(s) != 1 for s in (q, k, v)):
-            raise PatternError("unsupported attention variant: query, key and value do not each come from one projection")
+            raise PatternError(
+                "unsupported attention variant: query, key and value do not each come from one projection"
+            )
         qn, kn, vn = q.pop(), k.pop(), v.pop()
         _, o_hits = self.g.forward([core.out], self.barriers)
         outs = {self.owner[n].node for n in o_hits}

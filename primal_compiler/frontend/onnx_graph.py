@@ -22,9 +22,7 @@ from onnx import TensorProto, numpy_helper
 
 # Ops that pass a value through unchanged in the sense that matters here
 # (same data, maybe another layout or dtype).
-TRANSPARENT = frozenset(
-    {"Identity", "Cast", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Dropout", "CastLike"}
-)
+TRANSPARENT = frozenset({"Identity", "Cast", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Dropout", "CastLike"})
 # Ops whose outputs carry shapes, not data: walks never cross them.
 SHAPE_OPS = frozenset({"Shape", "Size"})
 # Largest constant (in elements) the frontend will ever decode.

@@ -21,7 +21,9 @@ outputs; another Gather on a ``[rows, hidden]`` table is the learned
 position embedding, and a constant added to its indices is the offset
 (OPT's 2), so ``max_position_embeddings = rows - offset``. The LM head is
 the last projection from ``hidden`` to ``vocab`` that reaches a graph
-output.
+output. A static-shape export (fixed sequence length S) may fold the position
+lookup into a ``[1, S, hidden]`` constant added to the token embedding; that
+imports as a learned table of S rows, which is all such a graph can run.
 
 Tied LM head: tied when the head consumes the embedding initializer itself
 (directly or through a Transpose, as optimum writes it). TorchScript and
@@ -43,7 +45,7 @@ import onnx
 
 from primal_compiler.errors import InputError
 from primal_compiler.frontend.onnx_decoder import Decoder, Layer
-from primal_compiler.frontend.onnx_graph import GraphIndex
+from primal_compiler.frontend.onnx_graph import GraphIndex, Weight, attr
 from primal_compiler.frontend.onnx_project import PatternError, Projection, find_weight_matmuls, pair_lora
 from primal_compiler.ir.model import (
     Attention,
@@ -103,10 +105,10 @@ def _recognise(model: onnx.ModelProto, path: Path) -> Model:
     hidden = layers[0].attn[0].in_features
     embed, pos, lm_head = _embeddings_and_head(dec, hidden, layers)
     _assign_mlp(dec, layers, lm_head)
-    emb_node, emb_table = embed
+    emb_table = embed[1]
     vocab = emb_table.rows
 
-    stops = set(dec_embedding_nodes(g)) | set(_residual_adds(g))
+    stops = set(_embedding_gathers(g)) | set(_residual_adds(g))
     for layer in layers:
         dec.geometry(layer)
         attn_norm = dec.norm_before(g.canonical(layer.attn[0].x), stops)
@@ -162,6 +164,14 @@ def _assign_mlp(dec: Decoder, layers: list[Layer], lm_head: Projection) -> None:
             if layer.mlp_out is not None:
                 raise PatternError("unsupported MLP: two projections consume the MLP inputs")
             layer.mlp_out = p
+    used = {p.node for layer in layers for p in (*layer.mlp_in, layer.mlp_out) if p is not None}
+    hidden = layers[0].attn[0].in_features
+    for p in rest:
+        if p.node not in used and hidden in (p.in_features, p.out_features):
+            raise PatternError(
+                f"unsupported structure: a {p.in_features}x{p.out_features} weight matmul outside the "
+                "attention/MLP pattern (parallel attention+MLP, or an extra projection)"
+            )
     for i, layer in enumerate(layers):
         if not layer.mlp_in or layer.mlp_out is None:
             raise PatternError(f"unsupported decoder layer {i}: no MLP found after the attention output projection")
@@ -169,58 +179,75 @@ def _assign_mlp(dec: Decoder, layers: list[Layer], lm_head: Projection) -> None:
         layer.mlp_out.role = Role.FC2 if layer.mlp_in[0].role == Role.FC1 else Role.DOWN
 
 
-def dec_embedding_nodes(g: GraphIndex) -> list[int]:
+def _embedding_gathers(g: GraphIndex) -> list[int]:
     return [i for i, n in enumerate(g.nodes) if n.op_type == "Gather" and g.weight(n.input[0]) is not None]
 
 
 def _residual_adds(g: GraphIndex) -> list[int]:
-    return [i for i, n in enumerate(g.nodes) if n.op_type == "Add" and len(n.input) == 2
-            and all(g.constant_tensor(x) is None and g.const(x) is None for x in n.input)]
+    return [
+        i
+        for i, n in enumerate(g.nodes)
+        if n.op_type == "Add"
+        and len(n.input) == 2
+        and all(g.constant_tensor(x) is None and g.const(x) is None for x in n.input)
+    ]
 
 
 def _embeddings_and_head(dec: Decoder, hidden: int, layers: list[Layer]):
     g = dec.g
-    tables = [(i, g.weight(g.nodes[i].input[0])) for i in dec_embedding_nodes(g)]
-    tables = [(i, w) for i, w in tables if w.cols == hidden and _attr_axis(g.nodes[i]) == 0]
+    tables = [(i, g.weight(g.nodes[i].input[0])) for i in _embedding_gathers(g)]
+    tables = [(i, w) for i, w in tables if w.cols == hidden and attr(g.nodes[i], "axis", 0) == 0]
     if not tables:
         raise PatternError(f"no token embedding found (a Gather on a [vocab, {hidden}] initializer)")
     in_layers = {p.node for layer in layers for p in (*layer.attn, layer.o)}
     outputs = set(g.graph_outputs)
+    rows = {w.rows for _, w in tables}
     heads = []
     for p in dec.projections:
-        if p.node in in_layers or p.in_features != hidden:
+        if p.node in in_layers or p.in_features != hidden or p.out_features not in rows:
             continue
         reached, hit = dec.hits_fwd(p)
-        if not hit and (set(g.nodes[p.node].output) & outputs or any(set(g.nodes[i].output) & outputs for i in reached)):
+        if not hit and (
+            set(g.nodes[p.node].output) & outputs or any(set(g.nodes[i].output) & outputs for i in reached)
+        ):
             heads.append(p)
-    rows = {w.rows for _, w in tables}
-    heads = [p for p in heads if p.out_features in rows]
     if not heads:
         raise PatternError("no LM head found (a projection from hidden to vocab size feeding a graph output)")
     lm_head = max(heads, key=lambda p: p.node)
     lm_head.role = Role.LM_HEAD
     token = [t for t in tables if t[1].rows == lm_head.out_features]
     if len(token) > 1:  # a position table as long as the vocabulary: the one gathered by raw ids is the token table
-        direct = [t for t in token if g.canonical(g.nodes[t[0]].input[1]) in g.graph_inputs
-                  and "position" not in g.canonical(g.nodes[t[0]].input[1])]
+        direct = [
+            t
+            for t in token
+            if g.canonical(g.nodes[t[0]].input[1]) in g.graph_inputs
+            and "position" not in g.canonical(g.nodes[t[0]].input[1])
+        ]
         token = direct[:1] or token[:1]
     embed = token[0]
     others = [t for t in tables if t[0] != embed[0] and t[1].name != embed[1].name]
-    return embed, (others[0] if others else None), lm_head
+    return embed, (others[0] if others else _folded_positions(g, embed[0], hidden)), lm_head
 
 
-def _attr_axis(node) -> int:
-    for a in node.attribute:
-        if a.name == "axis":
-            return a.i
-    return 0
+def _folded_positions(g: GraphIndex, embed_node: int, hidden: int):
+    """A static-shape export folds ``wpe[arange(S)]`` into a ``[1, S, hidden]`` constant added to the embedding."""
+    for i in g.consumers.get(g.nodes[embed_node].output[0], ()):
+        node = g.nodes[i]
+        if node.op_type != "Add":
+            continue
+        for x in node.input:
+            tensor = g.constant_tensor(x)
+            dims = [int(d) for d in tensor.dims] if tensor is not None else []
+            if len(dims) >= 2 and dims[-1] == hidden and all(d == 1 for d in dims[:-2]) and dims[-2] > 1:
+                return None, Weight(tensor.name or x, dims[-2], hidden, False)
+    return None
 
 
 def _positional(g: GraphIndex, pos) -> tuple[Positional, int, int]:
     if pos is not None:
         node, table = pos
         offset = 0
-        producer = g.node_of(g.nodes[node].input[1])
+        producer = g.node_of(g.nodes[node].input[1]) if node is not None else None
         if producer is not None and producer.op_type == "Add":
             for x in producer.input:
                 value = g.scalar(x)
@@ -228,10 +255,16 @@ def _positional(g: GraphIndex, pos) -> tuple[Positional, int, int]:
                     offset = int(value)
         return Positional.LEARNED, table.rows, table.rows - offset
     ops = {(n.domain or "", n.op_type) for n in g.nodes}
-    rotate_half = any(n.op_type == "Neg" and any(g.nodes[c].op_type == "Concat" for c in g.consumers.get(n.output[0], ()))
-                      for n in g.nodes)
-    if rotate_half or {("", "Sin"), ("", "Cos")} <= ops or ("", "RotaryEmbedding") in ops \
-            or ("com.microsoft", "RotaryEmbedding") in ops:
+    rotate_half = any(
+        n.op_type == "Neg" and any(g.nodes[c].op_type == "Concat" for c in g.consumers.get(n.output[0], ()))
+        for n in g.nodes
+    )
+    if (
+        rotate_half
+        or {("", "Sin"), ("", "Cos")} <= ops
+        or ("", "RotaryEmbedding") in ops
+        or ("com.microsoft", "RotaryEmbedding") in ops
+    ):
         return Positional.ROPE, 0, 0
     raise PatternError("unsupported position encoding: neither a learned position table nor rotary embeddings")
 
@@ -267,8 +300,13 @@ def _source(model: onnx.ModelProto) -> str:
 def _to_ir(index: int, layer: Layer) -> DecoderLayer:
     projs = sorted((*layer.attn, layer.o, *layer.mlp_in, layer.mlp_out), key=lambda p: _ROLE_ORDER.index(p.role))
     linears = tuple(
-        Linear(p.role, p.in_features, p.out_features, bias=p.bias,
-               lora=None if p.lora is None else LoRA(p.lora[0], p.lora[1]))
+        Linear(
+            p.role,
+            p.in_features,
+            p.out_features,
+            bias=p.bias,
+            lora=None if p.lora is None else LoRA(p.lora[0], p.lora[1]),
+        )
         for p in projs
     )
     attention = Attention(layer.num_heads, layer.num_kv_heads, layer.head_dim)

@@ -7,6 +7,11 @@ pairs unmerged LoRA adapters (two weight matmuls back to back, ``in -> r ->
 out``, optionally scaled, added to a base projection of the same shape) and
 detects biases (a Gemm C input, or an Add of a 1-D constant of ``out``
 elements right after the matmul).
+
+LoRA alpha is ``scale * rank`` with scale the product of the scalar
+constants multiplied in after B. A scale constant stored as external data
+that is absent cannot be read; the adapter is still found and its alpha is
+reported as its rank (scale 1).
 """
 
 from __future__ import annotations
@@ -144,6 +149,8 @@ def _scaled_add(g: GraphIndex, tensor: str) -> tuple[float, int | None]:
         elif node.op_type in ("Mul", "Div"):
             other = node.input[1] if node.input[0] == tensor else node.input[0]
             value = g.scalar(other)
+            if value is None and _is_scalar_constant(g, other):
+                value = 1.0  # stored outside the file and absent: scale unknown, alpha reported as rank
             if value is None or (node.op_type == "Div" and (other != node.input[1] or value == 0)):
                 return scale, None
             scale = scale * value if node.op_type == "Mul" else scale / value
@@ -153,6 +160,11 @@ def _scaled_add(g: GraphIndex, tensor: str) -> tuple[float, int | None]:
         else:
             return scale, None
     return scale, None
+
+
+def _is_scalar_constant(g: GraphIndex, name: str) -> bool:
+    tensor = g.constant_tensor(name)
+    return tensor is not None and all(int(d) == 1 for d in tensor.dims)
 
 
 def _depends_on(g: GraphIndex, tensor: str, node: int) -> bool:

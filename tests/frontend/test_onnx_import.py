@@ -49,18 +49,27 @@ def test_import_matches_exporter_truth(name):
     for layer in model.layers:
         att = layer.attention
         assert (att.num_heads, att.num_kv_heads, att.head_dim) == (
-            truth["num_heads"], truth["num_kv_heads"], truth["head_dim"])
+            truth["num_heads"],
+            truth["num_kv_heads"],
+            truth["head_dim"],
+        )
         assert layer.norm == truth["norm"] and layer.num_norms == 2
         assert layer.activation == truth["activation"]
         assert all(lin.bias == truth["bias"] for lin in layer.linears)
     assert model.norm == truth["norm"]
     assert model.positional == truth["positional"]
+    base_params = truth["base_params"]
     if model.positional == Positional.LEARNED:
-        assert model.num_pos_embeddings == truth["num_pos_embeddings"]
-        assert model.max_position_embeddings == truth["max_position_embeddings"]
+        rows, max_pos = truth["num_pos_embeddings"], truth["max_position_embeddings"]
+        if "static_seq_len" in truth:
+            # The static-shape export folded wpe[:S] into a constant: only S positions exist in the graph.
+            rows = max_pos = truth["static_seq_len"]
+            base_params -= (truth["num_pos_embeddings"] - rows) * truth["hidden_size"]
+        assert model.num_pos_embeddings == rows
+        assert model.max_position_embeddings == max_pos
     assert model.tie_word_embeddings == truth["tie_word_embeddings"]
     assert not model.lm_head_bias
-    assert model.base_params == truth["base_params"]
+    assert model.base_params == base_params
     assert model.lora_params == truth["lora_params"]
 
 
@@ -108,8 +117,9 @@ def _scramble_names(model: onnx.ModelProto) -> None:
         vi.name = new(vi.name)
 
 
-@pytest.mark.parametrize("name", ["llama_lora_qv_r4_torchscript", "gpt2_lora_cattn_r4_dynamo", "opt_optimum_past",
-                                  "mistral_dynamo"])
+@pytest.mark.parametrize(
+    "name", ["llama_lora_qv_r4_torchscript", "gpt2_lora_cattn_r4_dynamo", "opt_optimum_past", "mistral_dynamo"]
+)
 def test_names_carry_no_meaning(name, tmp_path):
     model = onnx.load(str(FIXTURES / f"{name}.onnx"))
     _scramble_names(model)
@@ -121,8 +131,14 @@ def test_names_carry_no_meaning(name, tmp_path):
 def _save_external(name: str, tmp_path: Path) -> Path:
     model = onnx.load(str(FIXTURES / f"{name}.onnx"))
     path = tmp_path / f"{name}.onnx"
-    onnx.save(model, str(path), save_as_external_data=True, all_tensors_to_one_file=True,
-              location=f"{name}.onnx.data", size_threshold=1024)
+    onnx.save(
+        model,
+        str(path),
+        save_as_external_data=True,
+        all_tensors_to_one_file=True,
+        location=f"{name}.onnx.data",
+        size_threshold=1024,
+    )
     assert (tmp_path / f"{name}.onnx.data").stat().st_size > 0
     return path
 
@@ -199,8 +215,9 @@ def test_graph_without_decoder(tmp_path):
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])
     y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 3])
     w = helper.make_tensor("w", TensorProto.FLOAT, [4, 3], [0.0] * 12)
-    graph = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["h"]), helper.make_node("Relu", ["h"], ["y"])],
-                              "mlp", [x], [y], [w])
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["h"]), helper.make_node("Relu", ["h"], ["y"])], "mlp", [x], [y], [w]
+    )
     path = tmp_path / "mlp.onnx"
     onnx.save(helper.make_model(graph), str(path))
     err = _assert_input_error(path)
@@ -241,3 +258,114 @@ def test_copy_in_place_is_independent(tmp_path):
     model = load_onnx(target)
     assert model.name == "renamed"
     assert model.layers == load_onnx(FIXTURES / "gpt2_dynamo.onnx").layers
+
+
+def test_weights_behind_explicit_transpose(tmp_path):
+    # Un-folded exports keep torch's [out, in] layout and transpose in the graph.
+    from onnx import numpy_helper
+
+    model = onnx.load(str(FIXTURES / "llama_lora_qv_r4_torchscript.onnx"))
+    inits = {t.name: t for t in model.graph.initializer}
+    nodes = []
+    for node in model.graph.node:
+        if node.op_type == "MatMul" and node.input[1] in inits and len(inits[node.input[1]].dims) == 2:
+            weight = inits[node.input[1]]
+            stored = numpy_helper.from_array(numpy_helper.to_array(weight).T.copy(), weight.name + "_oi")
+            model.graph.initializer.append(stored)
+            nodes.append(onnx.helper.make_node("Transpose", [stored.name], [weight.name + "_t"], perm=[1, 0]))
+            node.input[1] = weight.name + "_t"
+        nodes.append(node)
+    del model.graph.node[:]
+    model.graph.node.extend(nodes)
+    path = tmp_path / "transposed.onnx"
+    onnx.save(model, str(path))
+    reference = load_onnx(FIXTURES / "llama_lora_qv_r4_torchscript.onnx")
+    got = load_onnx(path)
+    assert got.layers == reference.layers
+    assert got.base_params == reference.base_params and got.lora_params == reference.lora_params
+
+
+def _fused_attention_decoder(path: Path, *, parallel: bool = False, rope: bool = True) -> None:
+    """A hand-built opset-23 decoder: RMSNormalization, RotaryEmbedding, the ONNX Attention op, tanh Gelu.
+
+    3 layers, hidden 64, 8 query heads, 2 kv heads, MLP 96, vocabulary 100.
+    ``parallel`` makes it a GPT-J style block (MLP reads the attention's input).
+    """
+    from math import prod
+
+    from onnx import TensorProto, helper
+
+    layers, hidden, heads, kv_heads, inter, vocab = 3, 64, 8, 2, 96, 100
+    head_dim = hidden // heads
+    inits, nodes = [], []
+
+    def weight(name, *dims):
+        inits.append(helper.make_tensor(name, TensorProto.FLOAT, list(dims), [0.0] * prod(dims)))
+        return name
+
+    def node(op, inputs, output, **attrs):
+        nodes.append(helper.make_node(op, inputs, [output], **attrs))
+
+    node("Gather", [weight("E", vocab, hidden), "ids"], "h0")
+    weight("cos", 64, head_dim // 2)
+    weight("sin", 64, head_dim // 2)
+    h = "h0"
+    for i in range(layers):
+        p = f"l{i}_"
+        node("RMSNormalization", [h, weight(p + "n1", hidden)], p + "x", axis=-1)
+        for r, out in (("q", hidden), ("k", kv_heads * head_dim), ("v", kv_heads * head_dim)):
+            node("MatMul", [p + "x", weight(p + "W" + r, hidden, out)], p + r)
+        for r in ("q", "k"):
+            if rope:
+                node(
+                    "RotaryEmbedding",
+                    [p + r, "cos", "sin", "pos"],
+                    p + r + "r",
+                    num_heads=heads if r == "q" else kv_heads,
+                )
+            else:
+                node("Identity", [p + r], p + r + "r")
+        node("Attention", [p + "qr", p + "kr", p + "v"], p + "a", q_num_heads=heads, kv_num_heads=kv_heads)
+        node("MatMul", [p + "a", weight(p + "Wo", hidden, hidden)], p + "o")
+        node("Add", [h, p + "o"], p + "h1")
+        node("RMSNormalization", [p + "h1", weight(p + "n2", hidden)], p + "y", axis=-1)
+        node("MatMul", [p + ("x" if parallel else "y"), weight(p + "W1", hidden, inter)], p + "f")
+        node("Gelu", [p + "f"], p + "g", approximate="tanh")
+        node("MatMul", [p + "g", weight(p + "W2", inter, hidden)], p + "d")
+        node("Add", [p + "h1", p + "d"], p + "h2")
+        h = p + "h2"
+    node("RMSNormalization", [h, weight("nf", hidden)], "hf", axis=-1)
+    node("MatMul", ["hf", weight("H", hidden, vocab)], "logits")
+    ids = helper.make_tensor_value_info("ids", TensorProto.INT64, ["b", "s"])
+    pos = helper.make_tensor_value_info("pos", TensorProto.INT64, ["b", "s"])
+    logits = helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["b", "s", vocab])
+    graph = helper.make_graph(nodes, "fused", [ids, pos], [logits], inits)
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 23)]), str(path))
+
+
+def test_fused_attention_op_and_opset23_ops(tmp_path):
+    path = tmp_path / "fused.onnx"
+    _fused_attention_decoder(path)
+    model = load_onnx(path)
+    assert model.num_layers == 3 and model.hidden_size == 64 and model.vocab_size == 100
+    att = model.attention
+    assert (att.num_heads, att.num_kv_heads, att.head_dim) == (8, 2, 8)
+    layer = model.layers[0]
+    assert [lin.role.value for lin in layer.linears] == ["q", "k", "v", "o", "fc1", "fc2"]
+    assert layer.norm == "rmsnorm" and layer.activation == "gelu_new"
+    assert model.positional == Positional.ROPE and not model.tie_word_embeddings
+    assert model.source == "onnx"
+
+
+def test_parallel_attention_mlp_is_rejected(tmp_path):
+    path = tmp_path / "parallel.onnx"
+    _fused_attention_decoder(path, parallel=True)
+    err = _assert_input_error(path)
+    assert "unsupported" in err.problem
+
+
+def test_unknown_position_encoding_is_rejected(tmp_path):
+    path = tmp_path / "nopos.onnx"
+    _fused_attention_decoder(path, rope=False)
+    err = _assert_input_error(path)
+    assert "position encoding" in err.problem
