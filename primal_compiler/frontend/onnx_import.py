@@ -29,12 +29,21 @@ Tied LM head: tied when the head consumes the embedding initializer itself
 (directly or through a Transpose, as optimum writes it). TorchScript and
 dynamo exports instead store a transposed *copy* of a tied table (their
 constant folding materialises ``Transpose(wte)``). Shapes cannot tell a copy
-from an independent matrix, so the frontend samples 16 elements of the two
-initializers at fixed positions (64 bytes, read from the inline data or with
-one seek each into the external-data file) and calls the head tied when
-every sample matches and the samples are not all equal to each other. When
-the data is not available (external file absent) the head counts as untied,
-which can only over-count parameters.
+from an independent matrix, so the frontend compares 16 corresponding
+elements of the two initializers at fixed positions (128 bytes of fp32 in
+all, taken from the inline data or with one seek each into the external-data
+file) and calls the head tied when every sample matches and the samples are
+not all equal to each other. When the data is not available (external file
+absent) the head counts as untied, which can only over-count parameters.
+
+Also recognised: the ONNX ``Attention`` op and com.microsoft
+``MultiHeadAttention``/``GroupQueryAttention`` (heads from attributes),
+``LayerNormalization``/``RMSNormalization``/``SimplifiedLayerNormalization``
+or their decompositions, ``MatMulNBits`` weights, model-local functions
+(inlined first). Rejected with an :class:`InputError`: attention ops with
+fused weights (com.microsoft ``Attention``), parallel attention+MLP blocks,
+extra projections on the hidden size, positions that are neither learned
+nor rotary (ALiBi).
 """
 
 from __future__ import annotations
@@ -92,6 +101,8 @@ def _first_line(exc: Exception) -> str:
 
 def _recognise(model: onnx.ModelProto, path: Path) -> Model:
     if model.functions:
+        import onnx.inliner
+
         model = onnx.inliner.inline_local_functions(model)
     g = GraphIndex(model, path.parent)
     projections = pair_lora(g, find_weight_matmuls(g))

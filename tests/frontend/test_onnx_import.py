@@ -369,3 +369,22 @@ def test_unknown_position_encoding_is_rejected(tmp_path):
     _fused_attention_decoder(path, rope=False)
     err = _assert_input_error(path)
     assert "position encoding" in err.problem
+
+
+def test_local_functions_are_inlined(tmp_path):
+    # Exporters may wrap modules in model-local functions; the frontend inlines them first.
+    from onnx import helper
+
+    path = tmp_path / "plain.onnx"
+    _fused_attention_decoder(path)
+    model = onnx.load(str(path))
+    body = helper.make_node("Gelu", ["x"], ["y"], approximate="tanh")
+    model.functions.append(helper.make_function("local", "Act", ["x"], ["y"], [body], [helper.make_opsetid("", 23)]))
+    model.opset_import.append(helper.make_opsetid("local", 1))
+    for node in model.graph.node:
+        if node.op_type == "Gelu":
+            node.op_type, node.domain = "Act", "local"
+            del node.attribute[:]
+    wrapped = tmp_path / "wrapped.onnx"
+    onnx.save(model, str(wrapped))
+    assert load_onnx(wrapped).layers == load_onnx(path).layers
