@@ -1,0 +1,28 @@
+"""Model front ends: ONNX files and built-in architectures, plus ``--lora`` specs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from primal_compiler.errors import InputError
+from primal_compiler.frontend.builtin import BUILTIN, load_builtin
+from primal_compiler.frontend.lora_spec import attach_lora
+from primal_compiler.ir.model import Model
+
+
+def load_model(spec: str, lora: str | None = None) -> Model:
+    """A built-in name or an ONNX path, with the adapters of ``lora`` attached."""
+    if spec.lower() in BUILTIN:
+        model = load_builtin(spec)
+    elif spec.endswith(".onnx") or Path(spec).exists():
+        from primal_compiler.frontend.onnx_import import load_onnx
+
+        model = load_onnx(Path(spec))
+    else:
+        model = load_builtin(spec)  # raises the "unknown built-in" error
+    if lora:
+        model = attach_lora(model, lora)
+    return model
+
+
+__all__ = ["InputError", "load_model"]

@@ -1,0 +1,128 @@
+"""The ``primal`` console script: a thin front end over :mod:`primal_compiler.api`.
+
+Every user error becomes one line on stderr (``primal: <where>: <problem>``)
+and exit code 2; nothing is written when a command fails.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from primal_compiler.errors import InputError
+
+
+def _target(name: str):
+    from primal_compiler.target import load_target
+
+    return load_target(name)
+
+
+def cmd_inspect(args) -> None:
+    from primal_compiler.frontend import load_model
+    from primal_compiler.report.inspect import inspect_model, render_inspect
+
+    model = load_model(args.model, args.lora)
+    info = inspect_model(model, _target(args.target))
+    print(json.dumps(info, indent=2) if args.json else render_inspect(info))
+
+
+def cmd_compile(args) -> None:
+    from primal_compiler import api
+    from primal_compiler.frontend import load_model
+    from primal_compiler.report.inspect import inspect_model, render_inspect
+    from primal_compiler.report.hops import render_hops
+
+    model = load_model(args.model, args.lora)
+    target = _target(args.target)
+    program = api.compile_model(model, target, args.pipeline, verify=args.verify)
+    api.write_compiled(program, target, Path(args.output))
+    print(render_inspect(inspect_model(program.model, target, program)))
+    print()
+    print(render_hops(api.last_details(program, "hops")))
+    print(f"\npipeline: {api.last_details(program, 'pipeline')}")
+    for rec in program.records:
+        print(f"  {rec.name:<16} {rec.seconds:8.2f} s")
+    print(f"wrote {args.output}/ (placement.npz, placement.txt, summary.json, records.json)")
+
+
+def cmd_map(args) -> None:
+    from primal_compiler.frontend import load_model
+    from primal_compiler.report.hops import compare_strategies, render_comparison
+
+    model = load_model(args.model, args.lora)
+    table = compare_strategies(model, _target(args.target), args.context, args.seed, args.generations)
+    print(json.dumps(table, indent=2) if args.json else render_comparison(table))
+
+
+def cmd_passes(args) -> None:
+    from primal_compiler.report.inspect import render_passes
+
+    print(render_passes())
+
+
+def cmd_targets(args) -> None:
+    from primal_compiler.target import bundled_targets, validate_all
+
+    paths = bundled_targets()
+    bad = 0
+    for name, ok, message in validate_all():
+        bad += not ok
+        print(f"{name:<14} {'ok' if ok else 'INVALID':<8} {paths.get(name, '')}" + ("" if ok else f"  {message}"))
+    if bad:
+        raise SystemExit(2)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="primal", description="PRIMAL mapping compiler and cost simulator")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    def model_args(sp):
+        sp.add_argument("model", help="built-in name (llama2-13b, ...) or an .onnx file")
+        sp.add_argument("--lora", default=None, help="adapters, e.g. q,v:8 or q,k,v,o:16:32 (TARGETS:RANK[:ALPHA])")
+        sp.add_argument("--target", default="primal-7nm", help="bundled target name or a .toml path")
+
+    sp = sub.add_parser("inspect", help="print the recognised model structure and its hardware needs")
+    model_args(sp)
+    sp.add_argument("--json", action="store_true")
+    sp.set_defaults(func=cmd_inspect)
+
+    sp = sub.add_parser("compile", help="compile a model to a placed PRIMAL program")
+    model_args(sp)
+    sp.add_argument("-p", "--pipeline", default="default", help="bundled pipeline, .toml file or pipeline text")
+    sp.add_argument("-o", "--output", required=True, help="output directory")
+    sp.add_argument("--verify", action="store_true", help="verify the IR after every pass")
+    sp.set_defaults(func=cmd_compile)
+
+    sp = sub.add_parser("map", help="compare placement strategies (hops) for a model")
+    model_args(sp)
+    sp.add_argument("--context", type=int, default=2048)
+    sp.add_argument("--seed", type=int, default=0)
+    sp.add_argument("--generations", type=int, default=30)
+    sp.add_argument("--json", action="store_true")
+    sp.set_defaults(func=cmd_map)
+
+    sp = sub.add_parser("passes", help="list every pass with its options and defaults")
+    sp.set_defaults(func=cmd_passes)
+    sp = sub.add_parser("targets", help="list and validate the bundled targets")
+    sp.set_defaults(func=cmd_targets)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        args.func(args)
+    except InputError as exc:
+        print(f"primal: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("primal: interrupted", file=sys.stderr)
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

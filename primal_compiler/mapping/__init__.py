@@ -1,0 +1,1 @@
+"""Mapping machinery shared by the placement passes: tiling, traffic, cost, search."""

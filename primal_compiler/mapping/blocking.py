@@ -1,0 +1,91 @@
+"""Build the :class:`Layout` of a lowered model: CTs, templates, die-to-die transfers.
+
+The initial placement of every CT is column-major in sequence order (each
+matrix a column-shaped rectangle, W_Q beside W_K) with hubs at their
+weighted medians; ordering and search passes replace it.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from primal_compiler.errors import InputError
+from primal_compiler.ir.model import Model
+from primal_compiler.ir.tiles import TileTable
+from primal_compiler.mapping.instance import hub_slots
+from primal_compiler.mapping.layout import CtTemplate, Layout, _template_instances, column_major
+from primal_compiler.mapping.lower import layer_templates
+
+CONTROLLER = -1
+
+
+def block_model(model: Model, tiles: TileTable, geo, mesh: tuple[int, int], context: int, max_cts: int = 0):
+    """(tiles with ``ct``/``seq`` set, Layout). ``max_cts`` > 0 is the target's fixed CT count."""
+    ids, firsts = layer_templates(model)
+    starts = np.searchsorted(tiles.layer, np.arange(model.num_layers + 2))
+    jobs = [(firsts[k], k) for k in range(len(firsts))] + [(model.num_layers, len(firsts))]
+    per_template = {}
+    for layer, key in jobs:
+        per_template[key] = _template_instances(model, tiles, starts[layer], starts[layer + 1], geo, mesh, context, layer)
+    layer_key = list(ids) + [len(firsts)]
+    n_cts = [len(per_template[k][0]) for k in layer_key]
+    needed = int(sum(n_cts))
+    if max_cts and needed > max_cts:
+        raise InputError(model.name, f"needs {needed} CTs but the target fixes num_cts = {max_cts}")
+    ct_base = np.concatenate([[0], np.cumsum(n_cts)[:-1]]).astype(np.int64)
+
+    templates, template_index = [], {}
+    for key, (instances, _, _, _, _) in per_template.items():
+        layer = jobs[key][0]
+        for c, (inst, rel) in enumerate(instances):
+            template_index[(key, c)] = len(templates)
+            slots = column_major(inst.rows, inst.cols, inst.num_tiles)
+            templates.append(CtTemplate(layer, c, inst, rel, slots, hub_slots(inst, slots), "median", "blocking"))
+    ct_layer = np.repeat(np.arange(len(layer_key)), n_cts).astype(np.int32)
+    ct_template = np.concatenate(
+        [[template_index[(k, c)] for c in range(n)] for k, n in zip(layer_key, n_cts)]
+    ).astype(np.int32)
+
+    ct = np.full(len(tiles), -1, dtype=np.int64)
+    seq = np.full(len(tiles), -1, dtype=np.int64)
+    src, dst, nbytes = [], [], []
+    for layer, key in enumerate(layer_key):
+        _, inter, ct_of, seq_of, hub_ct = per_template[key]
+        s0, s1, t0 = starts[layer], starts[layer + 1], starts[jobs[key][0]]
+        ct[s0:s1] = ct_of[t0 : t0 + (s1 - s0)] + ct_base[layer]
+        seq[s0:s1] = seq_of[t0 : t0 + (s1 - s0)]
+        for a, b, nb in inter:
+            src.append(a + ct_base[layer]), dst.append(b + ct_base[layer]), nbytes.append(nb)
+        prev = CONTROLLER if layer == 0 else _out_ct(per_template[layer_key[layer - 1]], ct_base[layer - 1])
+        src.append(prev), dst.append(hub_ct["in"] + ct_base[layer])
+        nbytes.append(model.hidden_size * model.precision.activation_bits / 8)
+    last = per_template[layer_key[-1]]
+    src.append(_out_ct(last, ct_base[-1])), dst.append(CONTROLLER)
+    nbytes.append(model.vocab_size * model.precision.psum_bits / 8)
+
+    layout = Layout(
+        rows=mesh[0], cols=mesh[1], ct_layer=ct_layer, ct_template=ct_template, templates=tuple(templates),
+        inter_src=np.asarray(src, np.int64), inter_dst=np.asarray(dst, np.int64),
+        inter_bytes=np.asarray(nbytes, np.float64), package_cols=max(1, math.ceil(math.sqrt(needed))),
+    )
+    return tiles.with_columns(ct=ct, seq=seq), layout
+
+
+def _out_ct(template_result, base: int) -> int:
+    hub_ct = template_result[4]
+    return int(hub_ct["out"] + base)
+
+
+def apply_placement(tiles: TileTable, layout: Layout) -> TileTable:
+    """Tile table whose ``pe`` column follows the layout's template slots (SRAM tiles: their host's PE)."""
+    pe = np.full(len(tiles), -1, dtype=np.int64)
+    has = tiles.seq >= 0
+    tmpl = layout.ct_template[tiles.ct[has]]
+    lookup_off = np.concatenate([[0], np.cumsum([len(t.slots) for t in layout.templates])])
+    flat = np.concatenate([t.slots for t in layout.templates])
+    pe[has] = flat[lookup_off[tmpl] + tiles.seq[has]]
+    sram = tiles.host >= 0
+    pe[sram] = pe[tiles.host[sram]]
+    return tiles.with_columns(pe=pe)

@@ -1,0 +1,251 @@
+"""Genetic-algorithm placement of tile groups on slot groups (DEAP), then assignment polishing.
+
+A gene sequence is a permutation of slot groups (2x2 PE quads for
+``group_size=4``, single PEs for 1, 1x2 pairs for 2); gene k holds tile group
+k (consecutive tiles of a CT's sequence, so a group stays inside one
+reduction column). Crossover is partially matched (PMX) and mutation shuffles
+indices, so children stay permutations; pinned groups are repaired into
+place after every variation. Fitness (byte-hops, then max hops,
+lexicographically) is evaluated for a whole population at once in numpy and
+split over a ``concurrent.futures`` executor. The best individual is then
+refined by :func:`~primal_compiler.mapping.lap.lap_polish` at tile level. DEAP draws from the global
+``random`` module: it is seeded from ``seed`` for the run and its previous
+state restored afterwards, so the result depends only on the inputs and seed.
+"""
+
+from __future__ import annotations
+
+import random
+import sys
+import time
+from concurrent.futures import Executor
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+import numpy as np
+from deap import base, tools
+
+from primal_compiler.mapping.curves import CURVES
+from primal_compiler.mapping.instance import Instance, evaluate
+from primal_compiler.mapping.lap import lap_polish, lower_max_hops, swap_descent
+
+
+@dataclass(frozen=True)
+class GaConfig:
+    seed: int = 0
+    population: int = 48
+    generations: int = 60
+    time_limit_s: float = 0.0  # 0 = no wall-time budget
+    group_size: int = 4
+    cx_prob: float = 0.7
+    mut_prob: float = 0.9
+    tournament: int = 2
+    polish_rounds: int = 20
+    max_hop_slack: float = 0.02  # byte-hops given up, at most, to lower max hops
+    polish_every: int = 10  # generations between memetic polishes of the elite (0 = never)
+    polish_top: int = 4  # distinct best individuals polished at the end
+    policy: str = "median"
+    pins: tuple[tuple[int, int], ...] = ()  # (tile, slot)
+    progress: bool = False
+    label: str = ""
+
+
+@dataclass
+class GaResult:
+    slots: np.ndarray
+    cost: float
+    max_hops: float
+    log: list[dict] = field(default_factory=list)
+    generations: int = 0
+
+
+def slot_groups(rows: int, cols: int, g: int) -> np.ndarray:
+    """PE indices of each slot group (Q, g), in row-major group order."""
+    if g == 1:
+        return np.arange(rows * cols, dtype=np.int64)[:, None]
+    if g == 2 and cols % 2 == 0:
+        return np.arange(rows * cols, dtype=np.int64).reshape(rows * cols // 2, 2)
+    if g == 4 and rows % 2 == 0 and cols % 2 == 0:
+        r, c = np.meshgrid(np.arange(0, rows, 2), np.arange(0, cols, 2), indexing="ij")
+        r, c = r.ravel(), c.ravel()
+        return np.stack([r * cols + c, r * cols + c + 1, (r + 1) * cols + c, (r + 1) * cols + c + 1], axis=1)
+    raise ValueError(f"group_size {g} does not tile a {rows}x{cols} mesh; use 1, 2 (even cols) or 4 (even rows and cols)")
+
+
+class _Decoder:
+    def __init__(self, inst: Instance, g: int, pins: tuple[tuple[int, int], ...]):
+        self.inst, self.g = inst, g
+        self.groups = slot_groups(inst.rows, inst.cols, g)
+        self.n_groups = -(-inst.num_tiles // g)
+        if self.n_groups > len(self.groups):
+            raise ValueError("more tile groups than slot groups")
+        self.tile_group = np.arange(inst.num_tiles) // g
+        self.tile_pos = np.arange(inst.num_tiles) % g
+        self.pins = self._pin_genes(pins)
+
+    def _pin_genes(self, pins) -> dict[int, int]:
+        where = {int(pe): (q, k) for q, row in enumerate(self.groups) for k, pe in enumerate(row)}
+        genes: dict[int, int] = {}
+        used: dict[int, int] = {}
+        for tile, slot in pins:
+            if not 0 <= slot < self.inst.num_slots:
+                raise ValueError(f"pin of tile {tile} to PE {slot} is off the {self.inst.rows}x{self.inst.cols} mesh")
+            if not 0 <= tile < self.inst.num_tiles:
+                raise ValueError(f"pinned tile {tile} is not in this CT")
+            q, k = where[slot]
+            gene, pos = int(self.tile_group[tile]), int(self.tile_pos[tile])
+            if pos != k:
+                raise ValueError(f"pin of tile {tile} to PE {slot} conflicts with group_size={self.g}; use group_size=1")
+            if used.get(q, gene) != gene or genes.get(gene, q) != q:
+                raise ValueError(f"pin of tile {tile} to PE {slot}: PE is occupied by another pinned tile")
+            genes[gene], used[q] = q, gene
+        return genes
+
+    def repair(self, perm: list[int]) -> None:
+        for gene, q in self.pins.items():
+            at = perm.index(q)
+            perm[gene], perm[at] = perm[at], perm[gene]
+
+    def slots(self, perms: np.ndarray) -> np.ndarray:
+        """Tile PEs (P, T) of gene permutations (P, Q)."""
+        q = perms[:, self.tile_group]
+        return self.groups[q, self.tile_pos[None, :]]
+
+    def from_slots(self, slots: np.ndarray) -> list[int]:
+        """Gene permutation closest to a tile placement: each group to the slot group of its first tile."""
+        pe_group = np.empty(self.inst.num_slots, dtype=np.int64)
+        pe_group[self.groups.ravel()] = np.repeat(np.arange(len(self.groups)), self.groups.shape[1])
+        perm, taken = [], set()
+        for k in range(self.n_groups):
+            q = int(pe_group[slots[k * self.g]])
+            perm.append(q if q not in taken else -1)
+            taken.add(q)
+        rest = iter(q for q in range(len(self.groups)) if q not in taken)
+        perm = [q if q >= 0 else next(rest) for q in perm]
+        perm += list(rest)
+        self.repair(perm)
+        return perm
+
+
+def _eval_chunk(args) -> tuple[np.ndarray, np.ndarray]:
+    inst, slots, policy = args
+    return evaluate(inst, slots, policy)
+
+
+def _evaluate(dec: _Decoder, perms: np.ndarray, policy: str, executor: Executor | None, chunks: int):
+    slots = dec.slots(perms)
+    if executor is None or chunks <= 1 or len(slots) < 2 * chunks:
+        return evaluate(dec.inst, slots, policy)
+    parts = np.array_split(slots, chunks)
+    results = list(executor.map(_eval_chunk, [(dec.inst, p, policy) for p in parts]))
+    return np.concatenate([r[0] for r in results]), np.concatenate([r[1] for r in results])
+
+
+@contextmanager
+def _seeded_random(seed: int):
+    state = random.getstate()
+    random.seed(seed)
+    try:
+        yield
+    finally:
+        random.setstate(state)
+
+
+def _seeds(dec: _Decoder, inst: Instance) -> list[list[int]]:
+    seeds = []
+    for curve in CURVES.values():
+        order = curve(inst.rows, inst.cols)
+        seeds.append(dec.from_slots(order[: inst.num_tiles]))
+    return seeds
+
+
+def run_ga(inst: Instance, cfg: GaConfig, executor: Executor | None = None, chunks: int = 1) -> GaResult:
+    """Best placement found within the generation and wall-time budgets."""
+    dec = _Decoder(inst, cfg.group_size, cfg.pins)
+    Q = len(dec.groups)
+    start = time.perf_counter()
+    tb = base.Toolbox()
+    with _seeded_random(cfg.seed):
+        pop = _seeds(dec, inst)
+        while len(pop) < cfg.population:
+            perm = random.sample(range(Q), Q)
+            dec.repair(perm)
+            pop.append(perm)
+        pop = pop[: cfg.population]
+        fit = np.stack(_evaluate(dec, np.array(pop), cfg.policy, executor, chunks), axis=1)
+        log: list[dict] = []
+        gen = 0
+        for gen in range(1, cfg.generations + 1):
+            if cfg.time_limit_s and time.perf_counter() - start > cfg.time_limit_s:
+                gen -= 1
+                break
+            pop, fit = _generation(tb, dec, pop, fit, cfg, executor, chunks, Q)
+            if cfg.polish_every and gen % cfg.polish_every == 0:
+                _polish_elite(dec, pop, fit, cfg)
+            best = int(np.lexsort((fit[:, 1], fit[:, 0]))[0])
+            log.append({"generation": gen, "best_byte_hops": float(fit[best, 0]),
+                        "best_max_hops": float(fit[best, 1]), "mean_byte_hops": float(fit[:, 0].mean())})
+            if cfg.progress:
+                sys.stderr.write(f"\r  ga {cfg.label} gen {gen}/{cfg.generations} best {fit[best, 0]:.4g} byte-hops")
+                sys.stderr.flush()
+        if cfg.progress:
+            sys.stderr.write("\n")
+    pins = {int(t): int(s) for t, s in cfg.pins}
+    slots = _polish_best(dec, pop, fit, cfg, pins)
+    cost, mx = evaluate(inst, slots[None, :], cfg.policy)
+    return GaResult(slots, float(cost[0]), float(mx[0]), log, gen)
+
+
+def _polish_elite(dec: _Decoder, pop: list, fit: np.ndarray, cfg: GaConfig) -> None:
+    """Memetic step: replace the elite by its assignment-polished placement, as genes."""
+    best = int(np.lexsort((fit[:, 1], fit[:, 0]))[0])
+    slots = dec.slots(np.array(pop[best])[None, :])[0]
+    pins = {int(t): int(s) for t, s in cfg.pins}
+    polished = lap_polish(dec.inst, slots, cfg.policy, pins, cfg.polish_rounds)
+    perm = dec.from_slots(polished)
+    c, m = evaluate(dec.inst, dec.slots(np.array([perm])), cfg.policy)
+    if (c[0], m[0]) < (fit[best, 0], fit[best, 1]):
+        pop[best], fit[best] = perm, (c[0], m[0])
+
+
+def _polish_best(dec: _Decoder, pop: list, fit: np.ndarray, cfg: GaConfig, pins: dict[int, int]) -> np.ndarray:
+    """Polish the ``polish_top`` best distinct individuals; return the best result."""
+    order = np.lexsort((fit[:, 1], fit[:, 0]))
+    seen, best, best_key = set(), None, None
+    for i in order:
+        slots = dec.slots(np.array(pop[i])[None, :])[0].astype(np.int32)
+        key = slots.tobytes()
+        if key in seen:
+            continue
+        seen.add(key)
+        slots = lap_polish(dec.inst, slots, cfg.policy, pins, cfg.polish_rounds)
+        slots = swap_descent(dec.inst, slots, cfg.policy, pins)
+        c, m = evaluate(dec.inst, slots[None, :], cfg.policy)
+        if best_key is None or (c[0], m[0]) < best_key:
+            best, best_key = slots, (c[0], m[0])
+        if len(seen) >= cfg.polish_top:
+            break
+    return lower_max_hops(dec.inst, best, cfg.policy, pins, cfg.max_hop_slack)
+
+
+def _generation(tb, dec, pop, fit, cfg, executor, chunks, Q):
+    """One generation: tournament selection, PMX, shuffle mutation, elitism."""
+    n = len(pop)
+    idx = np.arange(n)
+    chosen = []
+    for _ in range(n):
+        cand = random.sample(list(idx), min(cfg.tournament, n))
+        chosen.append(min(cand, key=lambda i: (fit[i, 0], fit[i, 1])))
+    children = [list(pop[i]) for i in chosen]
+    for i in range(0, n - 1, 2):
+        if random.random() < cfg.cx_prob:
+            tools.cxPartialyMatched(children[i], children[i + 1])
+    for child in children:
+        if random.random() < cfg.mut_prob:
+            tools.mutShuffleIndexes(child, indpb=2.0 / Q)
+        dec.repair(child)
+    cfit = np.stack(_evaluate(dec, np.array(children), cfg.policy, executor, chunks), axis=1)
+    elite = int(np.lexsort((fit[:, 1], fit[:, 0]))[0])
+    worst = int(np.lexsort((cfit[:, 1], cfit[:, 0]))[-1])
+    children[worst], cfit[worst] = list(pop[elite]), fit[elite]
+    return children, cfit

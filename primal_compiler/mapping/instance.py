@@ -1,0 +1,155 @@
+"""A placement instance: tiles to put on a mesh, hubs, and the flows between them.
+
+Endpoints ``0..T-1`` are tiles (one PE each, exclusive); ``T..T+H-1`` are hubs:
+router-scratchpad intermediates (reduction roots, broadcast sources, attention
+holders) that any PE may host, several per PE. Given tile positions, hubs go
+either to the CT port PE (0, 0) (policy ``port``, the naive layout) or to the
+bytes-weighted median of the tiles they exchange data with (policy
+``median``), the exact minimiser of their star cost. Cost is bytes x XY hops
+summed over flows; every function here is vectorized over a population of
+placements ``slots[P, T]``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+HUB_POLICIES = ("median", "port")
+
+
+@dataclass(frozen=True, eq=False)
+class Instance:
+    """One CT's placement problem; arrays are read-only by convention."""
+
+    rows: int
+    cols: int
+    num_tiles: int
+    num_hubs: int
+    src: np.ndarray  # int32 endpoint of each flow
+    dst: np.ndarray  # int32
+    weight: np.ndarray  # float64 bytes per flow
+    flow_class: np.ndarray  # int8, see traffic.FlowClass
+    hub_names: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.num_tiles > self.rows * self.cols:
+            raise ValueError(f"{self.num_tiles} tiles do not fit a {self.rows}x{self.cols} mesh")
+        n = self.num_tiles + self.num_hubs
+        for a in (self.src, self.dst):
+            if len(a) and (a.min() < 0 or a.max() >= n):
+                raise ValueError("flow endpoint out of range")
+        object.__setattr__(self, "_hub_plan", _hub_plan(self))
+
+    @property
+    def num_slots(self) -> int:
+        return self.rows * self.cols
+
+
+def _hub_plan(inst: Instance) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """Padded neighbour lists of hubs, bucketed by degree: (hub ids, nbr tiles, weights)."""
+    T, H = inst.num_tiles, inst.num_hubs
+    src, dst, w = inst.src, inst.dst, inst.weight
+    hub_side = np.concatenate([src, dst])
+    other = np.concatenate([dst, src])
+    ww = np.concatenate([w, w])
+    keep = (hub_side >= T) & (other < T)
+    hub_side, other, ww = hub_side[keep] - T, other[keep], ww[keep]
+    order = np.lexsort((other, hub_side))
+    hub_side, other, ww = hub_side[order], other[order], ww[order]
+    deg = np.bincount(hub_side, minlength=H)
+    starts = np.concatenate([[0], np.cumsum(deg)])
+    plan = []
+    hubs_sorted = np.argsort(deg, kind="stable")
+    hubs_sorted = hubs_sorted[deg[hubs_sorted] > 0]
+    i = 0
+    while i < len(hubs_sorted):
+        d = deg[hubs_sorted[i]]
+        j = i
+        while j < len(hubs_sorted) and deg[hubs_sorted[j]] <= 2 * d:
+            j += 1
+        ids = hubs_sorted[i:j]
+        D = deg[ids].max()
+        nb = np.zeros((len(ids), D), dtype=np.int64)
+        wt = np.zeros((len(ids), D))
+        for r, h in enumerate(ids):
+            s, e = starts[h], starts[h + 1]
+            nb[r, : e - s] = other[s:e]
+            wt[r, : e - s] = ww[s:e]
+        plan.append((ids, nb, wt))
+        i = j
+    return plan
+
+
+def _weighted_median(values: np.ndarray, weights: np.ndarray) -> np.ndarray:
+    """Lower weighted median along the last axis of ``values`` (P, K, D) with weights (K, D)."""
+    order = np.argsort(values, axis=-1, kind="stable")
+    v = np.take_along_axis(values, order, axis=-1)
+    w = np.broadcast_to(weights, values.shape)
+    cw = np.cumsum(np.take_along_axis(w, order, axis=-1), axis=-1)
+    idx = np.argmax(cw * 2 >= cw[..., -1:], axis=-1)
+    return np.take_along_axis(v, idx[..., None], axis=-1)[..., 0]
+
+
+def hub_xy(inst: Instance, tx: np.ndarray, ty: np.ndarray, policy: str = "median") -> tuple[np.ndarray, np.ndarray]:
+    """Hub coordinates (P, H) for tile coordinates (P, T)."""
+    P = tx.shape[0]
+    hx = np.zeros((P, inst.num_hubs), dtype=np.int64)
+    hy = np.zeros((P, inst.num_hubs), dtype=np.int64)
+    if policy == "port":
+        return hx, hy
+    if policy != "median":
+        raise ValueError(f"unknown hub policy {policy!r}; choose from {HUB_POLICIES}")
+    placed = np.zeros(inst.num_hubs, dtype=bool)
+    for ids, nb, wt in inst._hub_plan:
+        hx[:, ids] = _weighted_median(tx[:, nb], wt)
+        hy[:, ids] = _weighted_median(ty[:, nb], wt)
+        placed[ids] = True
+    if not placed.all():
+        _place_hub_only_hubs(inst, hx, hy, placed)
+    return hx, hy
+
+
+def _place_hub_only_hubs(inst: Instance, hx: np.ndarray, hy: np.ndarray, placed: np.ndarray) -> None:
+    """Hubs that only talk to hubs go to the weighted median of their placed neighbours."""
+    T = inst.num_tiles
+    for h in np.flatnonzero(~placed):
+        m1 = inst.src == T + h
+        m2 = inst.dst == T + h
+        nbrs = np.concatenate([inst.dst[m1], inst.src[m2]]) - T
+        w = np.concatenate([inst.weight[m1], inst.weight[m2]])
+        ok = (nbrs >= 0) & placed[np.clip(nbrs, 0, None)]
+        if ok.any():
+            hx[:, h] = _weighted_median(hx[:, nbrs[ok]][:, None, :], w[ok][None, :])[:, 0]
+            hy[:, h] = _weighted_median(hy[:, nbrs[ok]][:, None, :], w[ok][None, :])[:, 0]
+        placed[h] = True
+
+
+def endpoint_xy(inst: Instance, slots: np.ndarray, policy: str = "median") -> tuple[np.ndarray, np.ndarray]:
+    """Coordinates (P, T+H) of every endpoint for placements ``slots`` (P, T)."""
+    slots = np.atleast_2d(slots)
+    tx, ty = slots % inst.cols, slots // inst.cols
+    hx, hy = hub_xy(inst, tx, ty, policy)
+    return np.concatenate([tx, hx], axis=1), np.concatenate([ty, hy], axis=1)
+
+
+def flow_hops(inst: Instance, slots: np.ndarray, policy: str = "median") -> np.ndarray:
+    """XY hop count (P, F) of every flow."""
+    x, y = endpoint_xy(inst, slots, policy)
+    return np.abs(x[:, inst.src] - x[:, inst.dst]) + np.abs(y[:, inst.src] - y[:, inst.dst])
+
+
+def evaluate(inst: Instance, slots: np.ndarray, policy: str = "median") -> tuple[np.ndarray, np.ndarray]:
+    """(byte-hops, max hops) of each placement in ``slots`` (P, T)."""
+    hops = flow_hops(inst, slots, policy)
+    if hops.shape[1] == 0:
+        zero = np.zeros(hops.shape[0])
+        return zero, zero
+    return hops @ inst.weight, hops.max(axis=1).astype(np.float64)
+
+
+def hub_slots(inst: Instance, slots: np.ndarray, policy: str = "median") -> np.ndarray:
+    """PE index of every hub for one placement (T,)."""
+    x, y = endpoint_xy(inst, slots[None, :], policy)
+    return (y[0, inst.num_tiles :] * inst.cols + x[0, inst.num_tiles :]).astype(np.int32)

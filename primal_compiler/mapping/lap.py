@@ -1,0 +1,128 @@
+"""Alternating assignment: with hubs fixed, placing tiles is a linear assignment problem.
+
+Every flow joins a tile and a hub (or two hubs), so for fixed hub positions
+the byte-hops of a placement are ``sum_t C[t, slot_t]`` plus a constant;
+OR-Tools' linear sum assignment gives the optimal tiles, then the hubs move
+to their weighted medians. Each accepted round strictly lowers byte-hops
+(then max hops), so the loop terminates; pinned tiles keep their PE.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from ortools.graph.python import linear_sum_assignment
+
+from primal_compiler.mapping.instance import Instance, evaluate, hub_xy
+
+_FORBIDDEN = 1 << 40
+
+
+def _tile_hub_weights(inst: Instance) -> tuple[np.ndarray, float]:
+    """(T, H) bytes between each tile and hub; tile-tile flows are not supported here."""
+    T, H = inst.num_tiles, inst.num_hubs
+    W = np.zeros((T, H))
+    src, dst = inst.src.astype(np.int64), inst.dst.astype(np.int64)
+    a = (src < T) & (dst >= T)
+    b = (dst < T) & (src >= T)
+    np.add.at(W, (src[a], dst[a] - T), inst.weight[a])
+    np.add.at(W, (dst[b], src[b] - T), inst.weight[b])
+    return W, float(inst.weight[(src < T) & (dst < T)].sum())
+
+
+def assign(inst: Instance, hx: np.ndarray, hy: np.ndarray, pins: dict[int, int], cap: int = 0) -> np.ndarray | None:
+    """Optimal tile PEs for hubs fixed at (hx, hy); with ``cap`` > 0 no tile may sit
+    farther than ``cap`` hops from a hub it exchanges data with (None if infeasible)."""
+    T, S = inst.num_tiles, inst.num_slots
+    W, _ = _tile_hub_weights(inst)
+    px, py = np.arange(S) % inst.cols, np.arange(S) // inst.cols
+    D = np.abs(hx[:, None] - px[None, :]) + np.abs(hy[:, None] - py[None, :])
+    C = np.zeros((S, S), dtype=np.int64)
+    C[:T] = np.rint(W @ D).astype(np.int64)
+    if cap > 0:
+        far = ((W > 0).astype(np.float64) @ (D > cap).astype(np.float64)) > 0
+        C[:T][far] = _FORBIDDEN
+    for t, s in pins.items():
+        C[t] = _FORBIDDEN
+        C[t, s] = 0
+    lap = linear_sum_assignment.SimpleLinearSumAssignment()
+    lap.add_arcs_with_cost(np.repeat(np.arange(S), S), np.tile(np.arange(S), S), C.ravel())
+    if lap.solve() != lap.OPTIMAL:
+        raise RuntimeError("linear assignment failed")
+    out = np.array([lap.right_mate(t) for t in range(T)], dtype=np.int32)
+    if cap > 0 and C[np.arange(T), out].max(initial=0) >= _FORBIDDEN:
+        return None
+    return out
+
+
+def lap_polish(inst: Instance, slots: np.ndarray, policy: str, pins: dict[int, int], rounds: int) -> np.ndarray:
+    """Improve ``slots`` by alternating optimal assignment and hub medians."""
+    if inst.num_hubs == 0 or rounds <= 0:
+        return slots
+    cost, mx = evaluate(inst, slots[None, :], policy)
+    best = (float(cost[0]), float(mx[0]))
+    for _ in range(rounds):
+        tx, ty = (slots % inst.cols)[None, :], (slots // inst.cols)[None, :]
+        hx, hy = hub_xy(inst, tx, ty, policy)
+        cand = assign(inst, hx[0], hy[0], pins)
+        c, m = evaluate(inst, cand[None, :], policy)
+        if (float(c[0]), float(m[0])) >= best:
+            break
+        best, slots = (float(c[0]), float(m[0])), cand
+    return slots
+
+
+def lower_max_hops(inst: Instance, slots: np.ndarray, policy: str, pins: dict[int, int], slack: float) -> np.ndarray:
+    """Trade at most ``slack`` (fraction) of byte-hops for a lower maximum hop count.
+
+    Caps the tile-to-hub distance one hop below the current maximum and
+    re-assigns, for as long as the true maximum drops and byte-hops stay
+    within ``(1 + slack)`` of the starting placement.
+    """
+    if inst.num_hubs == 0 or slack <= 0:
+        return slots
+    cost, mx = evaluate(inst, slots[None, :], policy)
+    limit, best_max = float(cost[0]) * (1 + slack), float(mx[0])
+    while best_max > 1:
+        tx, ty = (slots % inst.cols)[None, :], (slots // inst.cols)[None, :]
+        hx, hy = hub_xy(inst, tx, ty, policy)
+        cand = assign(inst, hx[0], hy[0], pins, cap=int(best_max) - 1)
+        if cand is None:
+            break
+        c, m = evaluate(inst, cand[None, :], policy)
+        if float(c[0]) > limit or float(m[0]) >= best_max:
+            break
+        slots, best_max = cand, float(m[0])
+    return slots
+
+
+def swap_descent(inst: Instance, slots: np.ndarray, policy: str, pins: dict[int, int], max_moves: int = 4096) -> np.ndarray:
+    """Best-improvement descent over all single-tile moves (a swap when the PE is taken).
+
+    Only for small CTs: it runs when tiles x PEs <= ``max_moves``.
+    """
+    T, S = inst.num_tiles, inst.num_slots
+    if T * S > max_moves:
+        return slots
+    movable = np.array([t for t in range(T) if t not in pins], dtype=np.int64)
+    cost, mx = evaluate(inst, slots[None, :], policy)
+    best = (float(cost[0]), float(mx[0]))
+    while len(movable):
+        t, s = (a.ravel() for a in np.meshgrid(movable, np.arange(S), indexing="ij"))
+        keep = slots[t] != s
+        t, s = t[keep], s[keep]
+        owner = np.full(S, -1, dtype=np.int64)
+        owner[slots] = np.arange(T)
+        other = owner[s]
+        ok = (other < 0) | ~np.isin(other, list(pins))
+        t, s, other = t[ok], s[ok], other[ok]
+        cand = np.repeat(slots[None, :], len(t), axis=0)
+        rows = np.arange(len(t))
+        swapped = other >= 0
+        cand[rows[swapped], other[swapped]] = slots[t[swapped]]
+        cand[rows, t] = s
+        c, m = evaluate(inst, cand, policy)
+        k = int(np.lexsort((m, c))[0])
+        if (float(c[k]), float(m[k])) >= best:
+            break
+        best, slots = (float(c[k]), float(m[k])), cand[k].astype(np.int32)
+    return slots

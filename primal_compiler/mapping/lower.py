@@ -1,0 +1,141 @@
+"""Lower a model to its tile table (vectorized, one template per distinct layer).
+
+Base weights become RRAM-ACIM tiles of ``rram_rows x rram_cols`` weights, one
+tile per bit slice when the weight is wider than a cell. A LoRA factor
+becomes SRAM-DCIM tiles of ``sram_rows x (sram_cols_bits // lora_bits)``
+weights: A (in x r) is cut ``in/sram_rows x r/width``; B (r x out) is stored
+transposed, ``out/sram_rows x r/width``. Each SRAM tile is hosted by the PE of
+an RRAM tile of the same layer (the PE has one SRAM macro), preferring a tile
+that already receives the same input (A) or reduces the same outputs (B).
+Identical decoder layers are lowered once and replicated.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from primal_compiler.errors import InputError
+from primal_compiler.ir.model import DecoderLayer, Linear, Model, Role
+from primal_compiler.ir.tiles import ROLE_INDEX, Macro, Part, TileTable
+
+
+@dataclass(frozen=True)
+class Geometry:
+    """Macro geometry and bit widths the lowering needs."""
+
+    rram_rows: int
+    rram_cols: int
+    bits_per_cell: int
+    sram_rows: int
+    sram_cols_bits: int
+    base_bits: int
+    lora_bits: int
+    lm_head_bits: int
+
+    @property
+    def lora_width(self) -> int:
+        return max(1, self.sram_cols_bits // self.lora_bits)
+
+
+def _ceil(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def _base_tiles(layer: int, lin: Linear, geo: Geometry, bits: int) -> TileTable:
+    """RRAM tiles of one matrix in canonical order: output block, input block, slice."""
+    R, C = _ceil(lin.in_features, geo.rram_rows), _ceil(lin.out_features, geo.rram_cols)
+    S = _ceil(bits, geo.bits_per_cell)
+    j, i, s = (a.ravel() for a in np.meshgrid(np.arange(C), np.arange(R), np.arange(S), indexing="ij"))
+    rows = np.minimum(geo.rram_rows, lin.in_features - i * geo.rram_rows)
+    cols = np.minimum(geo.rram_cols, lin.out_features - j * geo.rram_cols)
+    slice_bits = np.where(s < S - 1, geo.bits_per_cell, bits - (S - 1) * geo.bits_per_cell)
+    n = len(i)
+    return TileTable.from_columns(
+        layer=np.full(n, layer), role=np.full(n, ROLE_INDEX[lin.role]), part=np.full(n, Part.BASE),
+        macro=np.full(n, Macro.RRAM), brow=i, bcol=j, slice=s, rows=rows, cols=cols,
+        bytes=(rows * cols * slice_bits + 7) // 8,
+    )
+
+
+def _lora_tiles(layer: int, lin: Linear, geo: Geometry) -> TileTable:
+    """SRAM tiles of A then B; ``brow`` is the in (A) or out (B) block, ``bcol`` the rank block."""
+    assert lin.lora is not None
+    width, rank = geo.lora_width, lin.lora.rank
+    K = _ceil(rank, width)
+    tables = []
+    for part, size in ((Part.LORA_A, lin.in_features), (Part.LORA_B, lin.out_features)):
+        blocks = _ceil(size, geo.sram_rows)
+        b, k = (a.ravel() for a in np.meshgrid(np.arange(blocks), np.arange(K), indexing="ij"))
+        rows = np.minimum(geo.sram_rows, size - b * geo.sram_rows)
+        cols = np.minimum(width, rank - k * width)
+        n = len(b)
+        tables.append(TileTable.from_columns(
+            layer=np.full(n, layer), role=np.full(n, ROLE_INDEX[lin.role]), part=np.full(n, part),
+            macro=np.full(n, Macro.SRAM), brow=b, bcol=k, slice=np.zeros(n), rows=rows, cols=cols,
+            bytes=(rows * cols * geo.lora_bits + 7) // 8,
+        ))
+    return TileTable.concat(tables)
+
+
+def _assign_hosts(table: TileTable, where: str) -> np.ndarray:
+    """Host RRAM row for every SRAM tile of one layer table; -1 for RRAM tiles."""
+    host = np.full(len(table), -1, dtype=np.int64)
+    rram = np.flatnonzero(table.macro == Macro.RRAM)
+    sram = np.flatnonzero(table.macro == Macro.SRAM)
+    if len(sram) > len(rram):
+        raise InputError(where, f"LoRA needs {len(sram)} SRAM macros but the layer has only {len(rram)} PEs")
+    free = np.ones(len(table), dtype=bool)
+    free[sram] = False
+    for t in sram:
+        same = rram[(table.role[rram] == table.role[t]) & free[rram]]
+        if table.part[t] == Part.LORA_A:
+            pref = same[table.brow[same] == table.brow[t]]
+            key = (table.bcol[pref] - table.brow[t] - table.bcol[t]) % (table.bcol[pref].max(initial=0) + 1)
+        else:
+            pref = same[table.bcol[same] == table.brow[t]]
+            key = (table.brow[pref] - table.brow[t] - table.bcol[t] - 1) % (table.brow[pref].max(initial=0) + 1)
+        if len(pref):
+            choice = pref[np.lexsort((table.slice[pref], key))[0]]
+        elif len(same):
+            choice = same[0]
+        else:
+            choice = rram[free[rram]][0]
+        host[t] = choice
+        free[choice] = False
+    return host
+
+
+def lower_layer(layer: DecoderLayer, geo: Geometry, where: str) -> TileTable:
+    tables = [_base_tiles(layer.index, lin, geo, geo.base_bits) for lin in layer.linears]
+    tables += [_lora_tiles(layer.index, lin, geo) for lin in layer.linears if lin.lora is not None]
+    table = TileTable.concat(tables)
+    return table.with_columns(host=_assign_hosts(table, where))
+
+
+def layer_templates(model: Model) -> tuple[np.ndarray, list[int]]:
+    """Template id of each layer, and the first layer of each template."""
+    keys: dict[DecoderLayer, int] = {}
+    ids = np.empty(model.num_layers, dtype=np.int32)
+    firsts: list[int] = []
+    for n, layer in enumerate(model.layers):
+        key = replace(layer, index=0)
+        if key not in keys:
+            keys[key] = len(firsts)
+            firsts.append(n)
+        ids[n] = keys[key]
+    return ids, firsts
+
+
+def lower_model(model: Model, geo: Geometry) -> TileTable:
+    """Tile table of every layer (in layer order) followed by the LM head (layer ``num_layers``)."""
+    ids, firsts = layer_templates(model)
+    templates = [lower_layer(model.layers[f], geo, model.name) for f in firsts]
+    parts = []
+    for n in range(model.num_layers):
+        t = templates[ids[n]]
+        parts.append(t.with_columns(layer=np.full(len(t), n)))
+    head = Linear(Role.LM_HEAD, model.hidden_size, model.vocab_size)
+    parts.append(_base_tiles(model.num_layers, head, geo, geo.lm_head_bits))
+    return TileTable.concat(parts)

@@ -1,0 +1,171 @@
+"""Decode-step dataflow of one layer as flows between tiles and hubs.
+
+For a matrix M cut into blocks (i, j): its input hub sends input block i to
+every tile of block row i (BCAST); every tile sends its partial sums for
+output block j to the column root hub ``root:M:j`` (REDUCE). LoRA A tiles take
+the same input and send rank-wide partial sums to ``lora:M:k``, which feeds
+the B tiles, whose outputs join ``root:M:j`` (LORA). Attention: the query
+block's root sends q to the root of its K block (Q.K^T), scores over the
+context go from the K root to the V root, and the V root sends the attention
+output to the O tiles (ATTN). Gate roots send to up roots; up (fc1) roots
+feed the down (fc2) tiles; O roots and the residual meet at ``mid``; down
+roots and the residual meet at ``out``, which hands off to the next layer
+(HANDOFF). Bytes use the model's activation and partial-sum widths.
+
+A flow whose endpoints sit in different CTs becomes one die-to-die transfer
+into a proxy hub of the destination CT (one per payload) and local flows
+from the proxy.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+from enum import IntEnum
+
+import numpy as np
+
+from primal_compiler.ir.model import DecoderLayer, Model, Role
+from primal_compiler.ir.tiles import ROLE_CODES, ROLE_INDEX, Part, TileTable
+
+
+class FlowClass(IntEnum):
+    BCAST = 0
+    REDUCE = 1
+    LORA = 2
+    ATTN = 3
+    RESIDUAL = 4
+    HANDOFF = 5
+
+
+@dataclass(frozen=True)
+class Flow:
+    src: object  # tile row (int) or hub name (str)
+    dst: object
+    bytes: float
+    cls: FlowClass
+    payload: str  # flows with the same src and payload carry the same data
+
+
+def _blk(x: int, size: int) -> int:
+    return x // size
+
+
+class _Builder:
+    def __init__(self, model: Model, layer: DecoderLayer, table: TileTable, rows: np.ndarray, geo, context: int):
+        self.model, self.layer, self.t, self.geo, self.context = model, layer, table, geo, context
+        self.rows = rows
+        self.act = model.precision.activation_bits / 8
+        self.psum = model.precision.psum_bits / 8
+        self.flows: list[Flow] = []
+
+    def tiles(self, role: Role, part: Part) -> np.ndarray:
+        t = self.t
+        r = self.rows
+        return r[(t.role[r] == ROLE_INDEX[role]) & (t.part[r] == part)]
+
+    def add(self, src, dst, nbytes, cls, payload="") -> None:
+        self.flows.append(Flow(src, dst, float(nbytes), cls, payload or f"{src}"))
+
+    def matrix(self, role: Role, in_hub) -> None:
+        """BCAST from ``in_hub(i)`` to tiles, REDUCE to roots, and the LoRA path."""
+        t = self.t
+        base = self.tiles(role, Part.BASE)
+        for r in base:
+            i, j = int(t.brow[r]), int(t.bcol[r])
+            self.add(in_hub(i), int(r), t.rows[r] * self.act, FlowClass.BCAST, f"{in_hub(i)}#{i}")
+            self.add(int(r), f"root:{role}:{j}", t.cols[r] * self.psum, FlowClass.REDUCE)
+        a_tiles, b_tiles = self.tiles(role, Part.LORA_A), self.tiles(role, Part.LORA_B)
+        for r in a_tiles:
+            i, k, host = int(t.brow[r]), int(t.bcol[r]), int(t.host[r])
+            if not (t.role[host] == ROLE_INDEX[role] and t.brow[host] == i):
+                self.add(in_hub(i), host, t.rows[r] * self.act, FlowClass.LORA, f"{in_hub(i)}#{i}")
+            self.add(host, f"lora:{role}:{k}", t.cols[r] * self.psum, FlowClass.LORA)
+        for r in b_tiles:
+            j, k, host = int(t.brow[r]), int(t.bcol[r]), int(t.host[r])
+            self.add(f"lora:{role}:{k}", host, t.cols[r] * self.act, FlowClass.LORA)
+            self.add(host, f"root:{role}:{j}", t.rows[r] * self.psum, FlowClass.LORA)
+
+    def part_root(self, part: str, element: int) -> str:
+        """Root hub holding ``element`` of the q, k or v output (fused QKV aware)."""
+        attn = self.layer.attention
+        if self.layer.linear(Role.QKV) is not None:
+            offset = {"q": 0, "k": attn.q_size, "v": attn.q_size + attn.kv_size}[part]
+            return f"root:{Role.QKV}:{_blk(offset + element, self.geo.rram_cols)}"
+        role = {"q": Role.Q, "k": Role.K, "v": Role.V}[part]
+        return f"root:{role}:{_blk(element, self.geo.rram_cols)}"
+
+    def attention(self) -> None:
+        attn, cols = self.layer.attention, self.geo.rram_cols
+        group = attn.num_heads // attn.num_kv_heads
+        pairs: dict[tuple[str, str, str], list[float]] = defaultdict(lambda: [0.0, 0.0, 0.0])
+        for h in range(attn.num_heads):
+            q_el, kv_el = h * attn.head_dim, (h // group) * attn.head_dim
+            key = (self.part_root("q", q_el), self.part_root("k", kv_el), self.part_root("v", kv_el))
+            acc = pairs[key]
+            acc[0] += attn.head_dim * self.act  # q vector to the K holder
+            acc[1] += self.context * self.act  # scores to the V holder
+        for (q, k, v), (qb, sb, _) in pairs.items():
+            self.add(q, k, qb, FlowClass.ATTN)
+            self.add(k, v, sb, FlowClass.ATTN)
+
+    def o_input(self, i: int) -> str:
+        attn = self.layer.attention
+        head = (i * self.geo.rram_rows) // attn.head_dim
+        group = attn.num_heads // attn.num_kv_heads
+        return self.part_root("v", (head // group) * attn.head_dim)
+
+    def build(self) -> list[Flow]:
+        layer, h = self.layer, self.model.hidden_size
+        for role in (Role.Q, Role.K, Role.V, Role.QKV):
+            if layer.linear(role) is not None:
+                self.matrix(role, lambda i: "in")
+        self.attention()
+        self.matrix(Role.O, self.o_input)
+        self.roots_to(Role.O, "mid")
+        self.add("in", "mid", h * self.act, FlowClass.RESIDUAL)
+        if layer.linear(Role.GATE) is not None:
+            self.matrix(Role.GATE, lambda i: "mid")
+            self.matrix(Role.UP, lambda i: "mid")
+            self.pair_roots(Role.GATE, Role.UP)
+            self.matrix(Role.DOWN, lambda i: f"root:{Role.UP}:{i}")
+            self.roots_to(Role.DOWN, "out")
+        else:
+            self.matrix(Role.FC1, lambda i: "mid")
+            self.matrix(Role.FC2, lambda i: f"root:{Role.FC1}:{i}")
+            self.roots_to(Role.FC2, "out")
+        self.add("mid", "out", h * self.act, FlowClass.RESIDUAL)
+        return self.flows
+
+    def roots_to(self, role: Role, hub: str) -> None:
+        lin = self.layer.linear(role)
+        for j in range(-(-lin.out_features // self.geo.rram_cols)):
+            n = min(self.geo.rram_cols, lin.out_features - j * self.geo.rram_cols)
+            self.add(f"root:{role}:{j}", hub, n * self.act, FlowClass.RESIDUAL)
+
+    def pair_roots(self, a: Role, b: Role) -> None:
+        lin = self.layer.linear(a)
+        for j in range(-(-lin.out_features // self.geo.rram_cols)):
+            n = min(self.geo.rram_cols, lin.out_features - j * self.geo.rram_cols)
+            self.add(f"root:{a}:{j}", f"root:{b}:{j}", n * self.act, FlowClass.RESIDUAL)
+
+
+def layer_flows(model: Model, layer_index: int, table: TileTable, rows: np.ndarray, geo, context: int) -> list[Flow]:
+    """Flows of one decode step of ``layer_index`` (the LM head when it equals num_layers)."""
+    if layer_index == model.num_layers:
+        return _head_flows(model, table, rows, geo)
+    return _Builder(model, model.layers[layer_index], table, rows, geo, context).build()
+
+
+def _head_flows(model: Model, table: TileTable, rows: np.ndarray, geo) -> list[Flow]:
+    b = _Builder(model, model.layers[-1], table, rows, geo, 0)
+    b.matrix(Role.LM_HEAD, lambda i: "in")
+    cols = -(-model.vocab_size // geo.rram_cols)
+    for j in range(cols):
+        n = min(geo.rram_cols, model.vocab_size - j * geo.rram_cols)
+        b.add(f"root:{Role.LM_HEAD}:{j}", "out", n * b.psum, FlowClass.RESIDUAL)
+    return b.flows
+
+
+def role_name(code: int) -> str:
+    return ROLE_CODES[code].value

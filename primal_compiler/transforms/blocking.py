@@ -1,0 +1,48 @@
+"""Pass ``blocking``: group tiles into CT-sized blocks of the target's mesh."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from primal_compiler.mapping.blocking import apply_placement, block_model
+from primal_compiler.mapping.hops import layout_hops
+from primal_compiler.passmgr import Pass
+from primal_compiler.transforms.lower_tiles import geometry
+
+
+@dataclass(frozen=True)
+class Blocking(Pass):
+    """Pack whole output columns of each matrix into CTs, layer by layer.
+
+    Q, K, V, O and the MLP matrices fill each CT column by column, so each is
+    a column-shaped rectangle with W_Q beside W_K; LoRA tiles sit in the SRAM
+    of PEs that share their input (A) or output column (B). ``context`` is the
+    context length that weighs the attention-score flows of the traffic model.
+    """
+
+    name = "blocking"
+    summary = "assign tiles to CTs as column-shaped rectangles (32x32 blocking)"
+    requires = frozenset({"tiles"})
+    provides = frozenset({"blocked", "placed"})
+
+    context: int = 2048
+
+    def __post_init__(self) -> None:
+        if self.context < 1:
+            raise ValueError("context must be >= 1")
+
+    def run(self, program, target):
+        mesh = (target.ct.mesh_rows, target.ct.mesh_cols)
+        tiles, layout = block_model(program.model, program.tiles, geometry(program, target), mesh,
+                                    self.context, target.system.num_cts)
+        tiles = apply_placement(tiles, layout)
+        used = int((tiles.seq >= 0).sum())
+        details = {
+            "cts": layout.num_cts, "templates": len(layout.templates), "pes_used": used,
+            "utilisation": used / (layout.num_cts * mesh[0] * mesh[1]),
+            "cts_per_layer": int(np.bincount(layout.ct_layer)[0]),
+            "hops": layout_hops(layout),
+        }
+        return program.evolve(tiles=tiles, layout=layout, pending_details=details)

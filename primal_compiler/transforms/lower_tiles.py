@@ -1,0 +1,54 @@
+"""Pass ``lower-tiles``: every matrix of every layer becomes rows of the tile table."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from primal_compiler.ir.model import Precision
+from primal_compiler.ir.tiles import Macro
+from primal_compiler.mapping.lower import Geometry, lower_model
+from primal_compiler.passmgr import Pass
+
+
+@dataclass(frozen=True)
+class LowerTiles(Pass):
+    """Cut base weights into RRAM crossbar tiles (bit-sliced) and LoRA factors into SRAM tiles.
+
+    The bit widths default to SEED.md section 6 (4-bit base, 8-bit LoRA, FP16
+    embeddings and LM head) and replace the model's precision.
+    """
+
+    name = "lower-tiles"
+    summary = "lower matrices to RRAM/SRAM tiles with mixed precision"
+    provides = frozenset({"tiles"})
+
+    base_bits: int = 4
+    lora_bits: int = 8
+    lm_head_bits: int = 16
+    embed_bits: int = 16
+
+    def run(self, program, target):
+        precision = Precision(
+            base_weight_bits=self.base_bits, lora_weight_bits=self.lora_bits,
+            embed_bits=self.embed_bits, lm_head_bits=self.lm_head_bits,
+            activation_bits=program.model.precision.activation_bits, psum_bits=program.model.precision.psum_bits,
+        )
+        model = program.model.with_precision(precision)
+        geo = Geometry(
+            target.rram.rows, target.rram.cols, target.rram.bits_per_cell,
+            target.sram.rows, target.sram.cols_bits, self.base_bits, self.lora_bits, self.lm_head_bits,
+        )
+        tiles = lower_model(model, geo)
+        rram = int((tiles.macro == Macro.RRAM).sum())
+        details = {"rram_tiles": rram, "sram_tiles": len(tiles) - rram,
+                   "weight_bytes": int(tiles.bytes.sum()), "layers": int(np.unique(tiles.layer).size)}
+        return program.evolve(model=model, tiles=tiles, pending_details=details)
+
+
+def geometry(program, target) -> Geometry:
+    """The geometry a lowered program was cut with."""
+    p = program.model.precision
+    return Geometry(target.rram.rows, target.rram.cols, target.rram.bits_per_cell, target.sram.rows,
+                    target.sram.cols_bits, p.base_weight_bits, p.lora_weight_bits, p.lm_head_bits)

@@ -1,0 +1,42 @@
+"""Shared machinery of the ordering passes (``row-major-order``, ``zcurve-order``, ...)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from primal_compiler.mapping.blocking import apply_placement
+from primal_compiler.mapping.curves import CURVES
+from primal_compiler.mapping.hops import layout_hops
+from primal_compiler.mapping.instance import HUB_POLICIES, hub_slots
+from primal_compiler.passmgr import Pass
+
+
+@dataclass(frozen=True)
+class OrderingPass(Pass):
+    """Place each CT's tiles, in sequence order, along a PE curve.
+
+    Hubs go to the bytes-weighted median of their tiles (``hubs=median``) or
+    all to the CT's port PE (0, 0) (``hubs=port``: the naive layout).
+    """
+
+    curve: ClassVar[str] = ""
+    requires = frozenset({"blocked"})
+    provides = frozenset({"placed"})
+
+    hubs: str = "median"
+
+    def __post_init__(self) -> None:
+        if self.hubs not in HUB_POLICIES:
+            raise ValueError(f"hubs must be one of {', '.join(HUB_POLICIES)}, got {self.hubs!r}")
+
+    def run(self, program, target):
+        layout = program.layout
+        order = CURVES[self.curve](layout.rows, layout.cols)
+        for k, tp in enumerate(layout.templates):
+            slots = order[: tp.instance.num_tiles].copy()
+            layout = layout.replace_template(
+                k, slots=slots, hubs=hub_slots(tp.instance, slots, self.hubs), policy=self.hubs, strategy=self.name
+            )
+        tiles = apply_placement(program.tiles, layout)
+        return program.evolve(tiles=tiles, layout=layout, pending_details={"hops": layout_hops(layout)})

@@ -1,0 +1,52 @@
+"""lower-tiles: tile counts, bit slicing, LoRA SRAM tiles and their hosts."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from primal_compiler.api import compile_model
+from primal_compiler.frontend import load_model
+from primal_compiler.ir.tiles import ROLE_INDEX, Macro, Part
+from primal_compiler.ir.model import Role
+
+
+def test_llama2_13b_tile_counts(target):
+    prog = compile_model(load_model("llama2-13b", "q,v:8"), target, "lower-tiles")
+    t = prog.tiles
+    per_layer = 4 * 20 * 20 + 3 * 20 * 54  # q,k,v,o 5120x5120; gate/up/down with 13824
+    head = 20 * 125 * 4  # 5120x32000 at 16 bits in 4-bit cells: 4 slices
+    assert int((t.macro == Macro.RRAM).sum()) == 40 * per_layer + head
+    # LoRA r=8 on q and v: A is 20 tiles of 256x8, B 20 tiles of 256x8, per matrix
+    assert int((t.macro == Macro.SRAM).sum()) == 40 * 2 * 40
+    assert int(t.bytes[t.macro == Macro.SRAM].sum()) == 6_553_600  # 8-bit LoRA weights
+    assert int(t.bytes[(t.macro == Macro.RRAM) & (t.layer < 40)].sum()) * 2 == 40 * (4 * 5120**2 + 3 * 5120 * 13824)
+
+
+def test_bit_slicing_when_weights_exceed_cells(target):
+    model = load_model("tiny-llama")
+    four = compile_model(model, target, "lower-tiles").tiles
+    eight = compile_model(model, target, "lower-tiles{base_bits=8}").tiles
+    base4 = (four.part == Part.BASE) & (four.layer == 0)
+    base8 = (eight.part == Part.BASE) & (eight.layer == 0)
+    assert base8.sum() == 2 * base4.sum()
+    assert set(np.unique(eight.slice[base8])) == {0, 1}
+    assert eight.bytes[base8].sum() == 2 * four.bytes[base4].sum()
+
+
+def test_sram_tiles_have_distinct_hosts_sharing_input_or_output(target):
+    t = compile_model(load_model("llama2-7b", "q,k,v,o:16"), target, "lower-tiles").tiles
+    sram = np.flatnonzero(t.macro == Macro.SRAM)
+    assert np.unique(t.host[sram]).size == sram.size
+    hosts = t.host[sram]
+    assert (t.role[hosts] == t.role[sram]).all()
+    a = t.part[sram] == Part.LORA_A
+    assert (t.brow[hosts[a]] == t.brow[sram[a]]).all()  # A shares its input block
+    assert (t.bcol[hosts[~a]] == t.brow[sram[~a]]).all()  # B sits in its output column
+
+
+def test_identical_layers_are_replicated(target):
+    t = compile_model(load_model("llama2-7b", "q,v:8"), target, "lower-tiles").tiles
+    l0, l5 = t.layer == 0, t.layer == 5
+    for col in ("role", "part", "brow", "bcol", "slice", "bytes"):
+        assert np.array_equal(getattr(t, col)[l0], getattr(t, col)[l5])
+    assert (t.role[t.layer == 32] == ROLE_INDEX[Role.LM_HEAD]).all()

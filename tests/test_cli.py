@@ -1,0 +1,72 @@
+"""The primal command: inspect, compile, map, passes, targets, and one-line errors."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from primal_compiler.cli import main
+
+
+def test_inspect_json_llama2_13b(capsys):
+    assert main(["inspect", "llama2-13b", "--lora", "q,v:8", "--json"]) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert info["num_layers"] == 40 and info["base_params"] == 13_015_864_320 and info["lora_params"] == 6_553_600
+    for key in ("hidden_size", "num_heads", "num_kv_heads", "head_dim", "intermediate_size", "vocab_size"):
+        assert key in info
+    q = info["layers"][0]["matrices"][0]
+    assert q == {"role": "q", "shape": [5120, 5120], "bias": False, "lora_rank": 8, "lora_alpha": 8.0}
+    assert info["needs"]["cts"] == 211
+
+
+def test_compile_writes_deterministic_output(tmp_path, capsys):
+    args = ["compile", "tiny-llama", "--lora", "q,v:8", "-p",
+            "lower-tiles,blocking,zcurve-order,ga-placement{generations=4,population=8,executor=serial}"]
+    assert main(args + ["-o", str(tmp_path / "a")]) == 0
+    assert main(args + ["-o", str(tmp_path / "b")]) == 0
+    out = capsys.readouterr().out
+    assert "hops per decode step" in out
+    for name in ("placement.npz", "placement.txt", "summary.json", "records.json"):
+        assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes()
+    summary = json.loads((tmp_path / "a" / "summary.json").read_text())
+    assert summary["cts"] >= 1 and summary["hops"]["max_hops"] >= 1
+
+
+@pytest.mark.parametrize("args, message", [
+    (["inspect", "llama9"], "llama9: unknown built-in model"),
+    (["inspect", "llama2-7b", "--lora", "q:"], "--lora"),
+    (["inspect", "llama2-7b", "--target", "nope"], "nope"),
+    (["compile", "tiny-llama", "-p", "blocking{bogus=1}"], "pass blocking: unknown option 'bogus'"),
+    (["compile", "tiny-llama", "-p", "blocking"], "pass blocking: requires tiles"),
+])
+def test_errors_are_one_line_and_write_nothing(tmp_path, capsys, args, message):
+    out = tmp_path / "out"
+    if args[0] == "compile":
+        args = args + ["-o", str(out)]
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1 and "Traceback" not in err
+    assert not out.exists() and list(tmp_path.iterdir()) == []
+
+
+def test_bad_onnx_file(tmp_path, capsys):
+    bad = tmp_path / "model.onnx"
+    bad.write_bytes(b"this is not onnx")
+    assert main(["inspect", str(bad)]) == 2
+    assert "model.onnx" in capsys.readouterr().err
+
+
+def test_passes_and_targets_commands(capsys):
+    assert main(["passes"]) == 0
+    out = capsys.readouterr().out
+    assert "ga-placement" in out and "generations = 30" in out
+    assert main(["targets"]) == 0
+    assert "primal-7nm" in capsys.readouterr().out
+
+
+def test_console_script_entry_point():
+    proc = subprocess.run([sys.executable, "-m", "primal_compiler.cli", "inspect", "gpt2"], capture_output=True, text=True)
+    assert proc.returncode == 0 and "124,439,808" in proc.stdout
