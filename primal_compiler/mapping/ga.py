@@ -30,6 +30,9 @@ from primal_compiler.mapping.instance import Instance, evaluate
 from primal_compiler.mapping.lap import lap_polish, lower_max_hops, swap_descent
 
 
+LARGE_CT = 256  # above this many PEs an assignment costs ~0.2 s: only the final best is polished
+
+
 @dataclass(frozen=True)
 class GaConfig:
     seed: int = 0
@@ -198,6 +201,8 @@ def run_ga(inst: Instance, cfg: GaConfig, executor: Executor | None = None, chun
 
 def _polish_elite(dec: _Decoder, pop: list, fit: np.ndarray, cfg: GaConfig) -> None:
     """Memetic step: replace the elite by its assignment-polished placement, as genes."""
+    if dec.inst.num_slots > LARGE_CT:
+        return
     best = int(np.lexsort((fit[:, 1], fit[:, 0]))[0])
     slots = dec.slots(np.array(pop[best])[None, :])[0]
     pins = {int(t): int(s) for t, s in cfg.pins}
@@ -223,7 +228,7 @@ def _polish_best(dec: _Decoder, pop: list, fit: np.ndarray, cfg: GaConfig, pins:
         c, m = evaluate(dec.inst, slots[None, :], cfg.policy)
         if best_key is None or (c[0], m[0]) < best_key:
             best, best_key = slots, (c[0], m[0])
-        if len(seen) >= cfg.polish_top:
+        if len(seen) >= (cfg.polish_top if dec.inst.num_slots <= LARGE_CT else 1):
             break
     return lower_max_hops(dec.inst, best, cfg.policy, pins, cfg.max_hop_slack)
 

@@ -74,24 +74,28 @@ def lap_polish(inst: Instance, slots: np.ndarray, policy: str, pins: dict[int, i
 def lower_max_hops(inst: Instance, slots: np.ndarray, policy: str, pins: dict[int, int], slack: float) -> np.ndarray:
     """Trade at most ``slack`` (fraction) of byte-hops for a lower maximum hop count.
 
-    Caps the tile-to-hub distance one hop below the current maximum and
-    re-assigns, for as long as the true maximum drops and byte-hops stay
-    within ``(1 + slack)`` of the starting placement.
+    Bisects the tile-to-hub distance cap between 1 and the current maximum;
+    a capped re-assignment is kept when its true maximum is lower and its
+    byte-hops stay within ``(1 + slack)`` of the starting placement.
     """
     if inst.num_hubs == 0 or slack <= 0:
         return slots
     cost, mx = evaluate(inst, slots[None, :], policy)
-    limit, best_max = float(cost[0]) * (1 + slack), float(mx[0])
-    while best_max > 1:
-        tx, ty = (slots % inst.cols)[None, :], (slots // inst.cols)[None, :]
-        hx, hy = hub_xy(inst, tx, ty, policy)
-        cand = assign(inst, hx[0], hy[0], pins, cap=int(best_max) - 1)
-        if cand is None:
-            break
-        c, m = evaluate(inst, cand[None, :], policy)
-        if float(c[0]) > limit or float(m[0]) >= best_max:
-            break
-        slots, best_max = cand, float(m[0])
+    limit, best_max = float(cost[0]) * (1 + slack), int(mx[0])
+    tx, ty = (slots % inst.cols)[None, :], (slots // inst.cols)[None, :]
+    hx, hy = hub_xy(inst, tx, ty, policy)
+    lo, hi = 1, best_max - 1
+    while lo <= hi:
+        cap = (lo + hi) // 2
+        cand = assign(inst, hx[0], hy[0], pins, cap=cap)
+        ok = False
+        if cand is not None:
+            c, m = evaluate(inst, cand[None, :], policy)
+            ok = float(c[0]) <= limit and int(m[0]) < best_max
+        if ok:
+            slots, best_max, hi = cand, int(m[0]), cap - 1
+        else:
+            lo = cap + 1
     return slots
 
 

@@ -25,7 +25,10 @@ class GaPlacement(Pass):
     """Minimise byte-hops (then max hops) of every distinct CT with DEAP, then polish.
 
     Each template gets seed ``seed + index``, so results are reproducible and
-    do not depend on the executor. ``pins`` fix tiles as
+    do not depend on the executor. The executor evaluates the CT templates'
+    populations in parallel, one template per task (each population is
+    scored in one vectorized numpy call); :func:`run_ga` can also split a
+    single population over an executor. ``pins`` fix tiles as
     ``ROLE.BROW.BCOL@ROW.COL`` (slice 0, in every layer that has the tile).
     ``executor`` picks the fitness evaluator (``process`` pool by default);
     library callers may pass any ``concurrent.futures.Executor`` as
@@ -66,28 +69,41 @@ class GaPlacement(Pass):
         if executor is None and self.executor != "serial" and workers > 1:
             own = executor = (ProcessPoolExecutor if self.executor == "process" else ThreadPoolExecutor)(workers)
         logs = {}
+        configs = [
+            GaConfig(
+                seed=self.seed + k, population=self.population, generations=self.generations,
+                time_limit_s=self.time_limit_s, group_size=self.group_size, polish_rounds=self.polish_rounds,
+                max_hop_slack=self.max_hop_slack, pins=_template_pins(program, tp, self.pins),
+                progress=self.progress and sys.stderr.isatty() and executor is None,
+                label=f"CT template {k + 1}/{len(layout.templates)}",
+            )
+            for k, tp in enumerate(layout.templates)
+        ]
+        jobs = [(tp.instance, cfg) for tp, cfg in zip(layout.templates, configs)]
         try:
-            for k, tp in enumerate(layout.templates):
-                cfg = GaConfig(
-                    seed=self.seed + k, population=self.population, generations=self.generations,
-                    time_limit_s=self.time_limit_s, group_size=self.group_size, polish_rounds=self.polish_rounds,
-                    max_hop_slack=self.max_hop_slack, pins=_template_pins(program, tp, self.pins),
-                    progress=self.progress and sys.stderr.isatty(), label=f"CT template {k + 1}/{len(layout.templates)}",
-                )
-                try:
-                    res = run_ga(tp.instance, cfg, executor, workers)
-                except ValueError as exc:
-                    raise InputError(f"pass {self.name}", str(exc)) from None
-                layout = layout.replace_template(
-                    k, slots=res.slots, hubs=hub_slots(tp.instance, res.slots), policy="median", strategy=self.name
-                )
-                logs[f"template{k}"] = {"generations": res.generations, "byte_hops": res.cost,
-                                        "max_hops": res.max_hops, "convergence": res.log}
+            results = list(executor.map(_solve, jobs)) if executor is not None else [_solve(j) for j in jobs]
         finally:
             if own is not None:
                 own.shutdown()
+        for k, (tp, res) in enumerate(zip(layout.templates, results)):
+            if isinstance(res, str):
+                raise InputError(f"pass {self.name}", res)
+            layout = layout.replace_template(
+                k, slots=res.slots, hubs=hub_slots(tp.instance, res.slots), policy="median", strategy=self.name
+            )
+            logs[f"template{k}"] = {"generations": res.generations, "byte_hops": res.cost,
+                                    "max_hops": res.max_hops, "convergence": res.log}
         tiles = apply_placement(program.tiles, layout)
         return program.evolve(tiles=tiles, layout=layout, pending_details={"hops": layout_hops(layout), "ga": logs})
+
+
+def _solve(job):
+    """One CT template's GA run (top level so process pools can pickle it); errors come back as text."""
+    inst, cfg = job
+    try:
+        return run_ga(inst, cfg)
+    except ValueError as exc:
+        return str(exc)
 
 
 def _parse_pin(pin: str) -> tuple[str, int, int, int, int]:
