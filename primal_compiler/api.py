@@ -15,14 +15,18 @@ from primal_compiler import __version__
 from primal_compiler.ir.model import Model
 from primal_compiler.ir.program import Program
 from primal_compiler.ir.tiles import ROLE_CODES, Macro
-from primal_compiler.passmgr import PassManager, print_pipeline, resolve_pipeline
+from primal_compiler.passmgr import PassManager, resolve_pipeline
 
 
 def compile_model(model: Model, target, pipeline: str = "default", verify: bool = False) -> Program:
     """Run a pipeline (bundled name, TOML path or pipeline text) on ``model``."""
     passes = resolve_pipeline(pipeline)
-    program = PassManager(passes, verify=verify).run(Program(model=model), target)
-    return program.evolve(pending_details={"pipeline": print_pipeline(passes)})
+    return PassManager(passes, verify=verify).run(Program(model=model), target)
+
+
+def pipeline_text(program: Program) -> str:
+    """The pipeline that produced ``program``, replayable with ``-p``."""
+    return ",".join(r.spec for r in program.records)
 
 
 def last_details(program: Program, key: str):
@@ -54,7 +58,7 @@ def summary(program: Program, target) -> dict:
     out = {
         "format": "primal-placement", "version": 1, "package_version": __version__,
         "model": program.model.name, "target": target.name, "target_hash": target.content_hash,
-        "pipeline": last_details(program, "pipeline") or ",".join(r.spec for r in program.records),
+        "pipeline": pipeline_text(program),
         "passes": [r.spec for r in program.records],
     }
     if t is not None:

@@ -42,7 +42,7 @@ def cmd_compile(args) -> None:
     print(render_inspect(inspect_model(program.model, target, program)))
     print()
     print(render_hops(api.last_details(program, "hops")))
-    print(f"\npipeline: {api.last_details(program, 'pipeline')}")
+    print(f"\npipeline: {api.pipeline_text(program)}")
     for rec in program.records:
         print(f"  {rec.name:<16} {rec.seconds:8.2f} s")
     print(f"wrote {args.output}/ (placement.npz, placement.txt, summary.json, records.json)")
