@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import random
 import sys
+import threading
 import time
 from concurrent.futures import Executor
 from contextlib import contextmanager
@@ -144,14 +145,19 @@ def _evaluate(dec: _Decoder, perms: np.ndarray, policy: str, executor: Executor 
     return np.concatenate([r[0] for r in results]), np.concatenate([r[1] for r in results])
 
 
+_RANDOM_LOCK = threading.RLock()
+
+
 @contextmanager
 def _seeded_random(seed: int):
-    state = random.getstate()
-    random.seed(seed)
-    try:
-        yield
-    finally:
-        random.setstate(state)
+    """Seed the global ``random`` DEAP uses; the lock keeps concurrent threads' draws apart."""
+    with _RANDOM_LOCK:
+        state = random.getstate()
+        random.seed(seed)
+        try:
+            yield
+        finally:
+            random.setstate(state)
 
 
 def _seeds(dec: _Decoder, inst: Instance) -> list[list[int]]:
