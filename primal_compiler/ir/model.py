@@ -66,9 +66,10 @@ class Precision:
     lm_head_bits: int = 16
     activation_bits: int = 8
     psum_bits: int = 16  # partial sums leaving an ADC / adder tree
+    kv_bits: int = 16  # K/V cache entries in router scratchpads (FP16 for the DMACs)
 
     def __post_init__(self) -> None:
-        for name in ("base_weight_bits", "lora_weight_bits", "embed_bits", "lm_head_bits", "activation_bits", "psum_bits"):
+        for name in ("base_weight_bits", "lora_weight_bits", "embed_bits", "lm_head_bits", "activation_bits", "psum_bits", "kv_bits"):
             value = getattr(self, name)
             if not isinstance(value, int) or not 1 <= value <= 32:
                 raise ValueError(f"precision {name} must be an integer in 1..32, got {value!r}")

@@ -7,7 +7,10 @@ the same input and send rank-wide partial sums to ``lora:M:k``, which feeds
 the B tiles, whose outputs join ``root:M:j`` (LORA). Attention: the query
 block's root sends q to the root of its K block (Q.K^T), scores over the
 context go from the K root to the V root, and the V root sends the attention
-output to the O tiles (ATTN). Gate roots send to up roots; up (fc1) roots
+output to the O tiles (ATTN). The new token's k and v are appended to the
+cache in the router scratchpads of the PEs holding the projection column that
+produced them, spread evenly over its tiles (KV_APPEND, ``kv_bits`` per
+element); ``kv-ring`` later fixes the exact slots. Gate roots send to up roots; up (fc1) roots
 feed the down (fc2) tiles; O roots and the residual meet at ``mid``; down
 roots and the residual meet at ``out``, which hands off to the next layer
 (HANDOFF). Bytes use the model's activation and partial-sum widths.
@@ -36,6 +39,7 @@ class FlowClass(IntEnum):
     ATTN = 3
     RESIDUAL = 4
     HANDOFF = 5
+    KV_APPEND = 6
 
 
 @dataclass(frozen=True)
@@ -57,6 +61,7 @@ class _Builder:
         self.rows = rows
         self.act = model.precision.activation_bits / 8
         self.psum = model.precision.psum_bits / 8
+        self.kv = model.precision.kv_bits / 8
         self.flows: list[Flow] = []
 
     def tiles(self, role: Role, part: Part) -> np.ndarray:
@@ -96,18 +101,33 @@ class _Builder:
         return f"root:{role}:{_blk(element, self.geo.rram_cols)}"
 
     def attention(self) -> None:
-        attn, cols = self.layer.attention, self.geo.rram_cols
+        attn = self.layer.attention
         group = attn.num_heads // attn.num_kv_heads
-        pairs: dict[tuple[str, str, str], list[float]] = defaultdict(lambda: [0.0, 0.0, 0.0])
+        pairs: dict[tuple[str, str, str], list[float]] = defaultdict(lambda: [0.0, 0.0])
         for h in range(attn.num_heads):
             q_el, kv_el = h * attn.head_dim, (h // group) * attn.head_dim
             key = (self.part_root("q", q_el), self.part_root("k", kv_el), self.part_root("v", kv_el))
             acc = pairs[key]
             acc[0] += attn.head_dim * self.act  # q vector to the K holder
             acc[1] += self.context * self.act  # scores to the V holder
-        for (q, k, v), (qb, sb, _) in pairs.items():
+        for (q, k, v), (qb, sb) in pairs.items():
             self.add(q, k, qb, FlowClass.ATTN)
             self.add(k, v, sb, FlowClass.ATTN)
+        self.kv_append()
+
+    def kv_append(self) -> None:
+        """Each root spreads its new k or v elements over the scratchpads of its column's tiles."""
+        attn, t = self.layer.attention, self.t
+        appends: dict[str, float] = defaultdict(float)
+        for g in range(attn.num_kv_heads):
+            for kind in ("k", "v"):
+                appends[self.part_root(kind, g * attn.head_dim)] += attn.head_dim * self.kv
+        base = self.rows[t.part[self.rows] == Part.BASE]
+        for root, nbytes in appends.items():
+            _, role, j = root.split(":")
+            col = base[(t.role[base] == ROLE_INDEX[Role(role)]) & (t.bcol[base] == int(j))]
+            for r in col:
+                self.add(root, int(r), nbytes / len(col), FlowClass.KV_APPEND)
 
     def o_input(self, i: int) -> str:
         attn = self.layer.attention

@@ -34,6 +34,7 @@ class LowerTiles(Pass):
             base_weight_bits=self.base_bits, lora_weight_bits=self.lora_bits,
             embed_bits=self.embed_bits, lm_head_bits=self.lm_head_bits,
             activation_bits=program.model.precision.activation_bits, psum_bits=program.model.precision.psum_bits,
+            kv_bits=program.model.precision.kv_bits,
         )
         model = program.model.with_precision(precision)
         geo = Geometry(
