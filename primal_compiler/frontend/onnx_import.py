@@ -48,6 +48,7 @@ nor rotary (ALiBi).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import onnx
@@ -70,8 +71,27 @@ TIE_SAMPLES = 16
 _ROLE_ORDER = (Role.Q, Role.K, Role.V, Role.QKV, Role.O, Role.GATE, Role.UP, Role.FC1, Role.DOWN, Role.FC2)
 
 
+@dataclass(frozen=True, eq=False)
+class Recognised:
+    """What :func:`recognise_onnx` found: the model, the indexed graph and its projections.
+
+    ``projections`` maps ``(layer, role)`` to the projection the frontend
+    recognised there (the LM head under ``(num_layers, Role.LM_HEAD)``), so
+    weight readers need not match initializer names.
+    """
+
+    model: Model
+    graph: GraphIndex
+    projections: dict[tuple[int, Role], Projection]
+
+
 def load_onnx(path: str | Path) -> Model:
     """The decoder in the ONNX file ``path`` as a :class:`Model`; bad input is an :class:`InputError`."""
+    return recognise_onnx(path).model
+
+
+def recognise_onnx(path: str | Path) -> Recognised:
+    """:func:`load_onnx` plus the graph and the projection of every (layer, role)."""
     path = Path(path)
     where = str(path)
     if not path.exists():
@@ -99,7 +119,7 @@ def _first_line(exc: Exception) -> str:
     return text[0][:200] if text else "no detail"
 
 
-def _recognise(model: onnx.ModelProto, path: Path) -> Model:
+def _recognise(model: onnx.ModelProto, path: Path) -> Recognised:
     if model.functions:
         import onnx.inliner
 
@@ -132,7 +152,7 @@ def _recognise(model: onnx.ModelProto, path: Path) -> Model:
 
     positional, npos, max_pos = _positional(g, pos)
     ir_layers = tuple(_to_ir(i, layer) for i, layer in enumerate(layers))
-    return Model(
+    ir = Model(
         name=path.stem,
         hidden_size=hidden,
         vocab_size=vocab,
@@ -145,6 +165,11 @@ def _recognise(model: onnx.ModelProto, path: Path) -> Model:
         lm_head_bias=lm_head.bias,
         source=_source(model),
     )
+    found = {
+        (i, p.role): p for i, layer in enumerate(layers) for p in (*layer.attn, layer.o, *layer.mlp_in, layer.mlp_out)
+    }
+    found[(len(layers), Role.LM_HEAD)] = lm_head
+    return Recognised(ir, g, found)
 
 
 def _attention_layer(dec: Decoder, core) -> Layer:

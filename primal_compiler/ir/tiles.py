@@ -46,6 +46,7 @@ COLUMNS: dict[str, type] = {
     "ct": np.int32,  # compute tile, -1 until blocked
     "seq": np.int32,  # position in its CT's canonical sequence (RRAM tiles), -1 otherwise
     "pe": np.int32,  # PE index row*mesh_cols+col within the CT, -1 until placed
+    "zero": np.int8,  # 1: every weight of the tile is zero (LoRA block masked), 0: not, -1: unknown
 }
 
 
@@ -67,6 +68,7 @@ class TileTable:
     ct: np.ndarray
     seq: np.ndarray
     pe: np.ndarray
+    zero: np.ndarray
 
     @classmethod
     def from_columns(cls, **cols: np.ndarray) -> TileTable:

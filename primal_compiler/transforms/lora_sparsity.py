@@ -1,0 +1,119 @@
+"""Pass ``lora-sparsity``: mark the SRAM tiles whose LoRA block is all zero.
+
+A LoRA SRAM tile holds one block of A (``in x r``: rows of input block
+``brow``, columns of rank block ``bcol``) or of B stored transposed
+(``out x r``: rows of output block ``brow``). When every weight of the block
+is zero the tile's contribution is zero too, so ``zero`` is set to 1 and the
+accelerator may mask it (skip the MAC, skip writing the macro). Weights come
+from the model's ONNX file (``weights=``) or a PEFT adapter directory
+(``adapter=``). Every layer is checked against its own weights, although
+identical layers share one lowering template. RRAM tiles get ``zero = 0``:
+base weights are never masked.
+
+The test is exact: a block counts as zero only if every stored value is
+0.0 (NaN counts as nonzero); values that would round to zero at
+``lora_bits`` are not masked.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from primal_compiler.errors import InputError
+from primal_compiler.frontend.weights import ModelWeights, check_lora, load_onnx_weights, load_peft_adapter
+from primal_compiler.ir.tiles import ROLE_CODES, Macro, Part, TileTable
+from primal_compiler.mapping.lower import Geometry
+from primal_compiler.passmgr import Pass
+from primal_compiler.transforms.lower_tiles import geometry
+
+
+@dataclass(frozen=True)
+class LoraSparsity(Pass):
+    """Set the tile column ``zero`` from real LoRA weights: 1 where an SRAM tile's block of A or B is all zero."""
+
+    name = "lora-sparsity"
+    summary = "mask all-zero LoRA blocks, reading weights from an ONNX file or a PEFT adapter"
+    requires = frozenset({"tiles"})
+    provides = frozenset({"lora-sparsity"})
+
+    weights: str = ""  # ONNX file holding the model with unmerged LoRA
+    adapter: str = ""  # PEFT adapter directory (adapter_config.json + adapter_model.safetensors)
+
+    def run(self, program, target):
+        where = f"pass {self.name}"
+        if bool(self.weights) == bool(self.adapter):
+            given = "both options weights and adapter" if self.weights else "neither option weights nor adapter"
+            raise InputError(where, f"{given} given; set exactly one: weights=FILE.onnx or adapter=PEFT_DIR")
+        if self.weights:
+            loaded = load_onnx_weights(self.weights, base=False)
+        else:
+            loaded = load_peft_adapter(self.adapter)
+        check_lora(loaded, program.model)
+        tiles = program.tiles
+        zero = zero_tiles(tiles, loaded, geometry(program, target))
+        sram = tiles.macro == Macro.SRAM
+        masked = sram & (zero == 1)
+        by_role = {}
+        for code in np.unique(tiles.role[sram]):
+            role = tiles.role == code
+            by_role[ROLE_CODES[code].value] = round(float(masked[role].sum() / (sram & role).sum()), 6)
+        details = {
+            "source": loaded.source,
+            "lora_tiles": int(sram.sum()),
+            "masked_tiles": int(masked.sum()),
+            "masked_fraction": round(float(masked.sum() / max(1, sram.sum())), 6),
+            "masked_fraction_by_role": by_role,
+            "masked_a_tiles": int((masked & (tiles.part == Part.LORA_A)).sum()),
+            "masked_b_tiles": int((masked & (tiles.part == Part.LORA_B)).sum()),
+            "masked_bytes": int(tiles.bytes[masked].sum()),
+        }
+        return program.evolve(tiles=tiles.with_columns(zero=zero), pending_details=details)
+
+
+def block_nonzero(matrix: np.ndarray, block_rows: int, block_cols: int) -> np.ndarray:
+    """``(ceil(rows/block_rows), ceil(cols/block_cols))`` booleans: the block holds a nonzero value."""
+    rows, cols = matrix.shape
+    nb, kb = -(-rows // block_rows), -(-cols // block_cols)
+    padded = np.zeros((nb * block_rows, kb * block_cols), dtype=bool)
+    padded[:rows, :cols] = matrix != 0
+    return padded.reshape(nb, block_rows, kb, block_cols).any(axis=(1, 3))
+
+
+def zero_tiles(tiles: TileTable, weights: ModelWeights, geo: Geometry) -> np.ndarray:
+    """The ``zero`` column: 1 for SRAM tiles whose block is all zero, 0 for every other tile.
+
+    One block reduction per LoRA factor of each layer, then one gather for
+    all tiles; a tile's block is found from its own ``layer``, ``role``,
+    ``part``, ``brow`` and ``bcol``.
+    """
+    where = weights.source
+    zero = np.zeros(len(tiles), dtype=np.int8)
+    sram = np.flatnonzero(tiles.macro == Macro.SRAM)
+    if sram.size == 0:
+        return zero
+    nroles = len(ROLE_CODES)
+    key = (tiles.layer[sram].astype(np.int64) * nroles + tiles.role[sram]) * len(Part) + tiles.part[sram]
+    keys, inverse = np.unique(key, return_inverse=True)
+    flags, offsets, widths = [], np.empty(len(keys), np.int64), np.empty(len(keys), np.int64)
+    heights = np.empty(len(keys), np.int64)
+    start = 0
+    for n, k in enumerate(keys.tolist()):
+        layer, rest = divmod(k, nroles * len(Part))
+        role, part = ROLE_CODES[rest // len(Part)], Part(rest % len(Part))
+        p = weights.get(layer, role)
+        if p is None or p.a is None:
+            raise InputError(where, f"no LoRA weights for layer {layer} {role.value}, which has LoRA tiles")
+        matrix = p.a if part == Part.LORA_A else p.b.T  # B is stored transposed: out x r
+        nz = block_nonzero(matrix, geo.sram_rows, geo.lora_width)
+        heights[n], widths[n] = nz.shape
+        offsets[n] = start
+        start += nz.size
+        flags.append(nz.ravel())
+    brow, bcol = tiles.brow[sram].astype(np.int64), tiles.bcol[sram].astype(np.int64)
+    if (brow >= heights[inverse]).any() or (bcol >= widths[inverse]).any():
+        raise InputError(where, "the tile table was cut with another geometry than the target's SRAM macros")
+    nonzero = np.concatenate(flags)[offsets[inverse] + brow * widths[inverse] + bcol]
+    zero[sram] = ~nonzero
+    return zero
