@@ -1,0 +1,1 @@
+"""Code generation: KV-cache placement, the IPCN instruction stream and its power schedule."""

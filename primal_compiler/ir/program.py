@@ -2,7 +2,7 @@
 
 A Program is immutable; passes return evolved copies. ``facts`` are the
 names of the guarantees established so far (e.g. ``tiles``, ``blocked``,
-``placed``); ``records`` is the replayable history of passes.
+``placed``, ``kv``, ``stream``); ``records`` is the replayable history of passes.
 """
 
 from __future__ import annotations
@@ -21,6 +21,9 @@ class Program:
     records: tuple = ()
     tiles: TileTable | None = None
     layout: Any = None  # primal_compiler.mapping.layout.Layout once blocked
+    kv: Any = None  # primal_compiler.codegen.kvmap.KvMap once kv-ring ran
+    stream: Any = None  # primal_compiler.isa.stream.Stream once codegen ran
+    power: Any = None  # SRPG schedule arrays (pg_ct, pg_on, pg_off) once srpg ran
     pending_details: dict[str, Any] = field(default_factory=dict)
 
     def evolve(self, **changes: Any) -> Program:

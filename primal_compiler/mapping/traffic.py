@@ -49,6 +49,7 @@ class Flow:
     bytes: float
     cls: FlowClass
     payload: str  # flows with the same src and payload carry the same data
+    stage: str = ""  # dataflow step that emits it: a matrix role, "attn", "kv", "mid", "act" or "out"
 
 
 def _blk(x: int, size: int) -> int:
@@ -63,6 +64,7 @@ class _Builder:
         self.psum = model.precision.psum_bits / 8
         self.kv = model.precision.kv_bits / 8
         self.flows: list[Flow] = []
+        self.stage = ""
 
     def tiles(self, role: Role, part: Part) -> np.ndarray:
         t = self.t
@@ -70,11 +72,12 @@ class _Builder:
         return r[(t.role[r] == ROLE_INDEX[role]) & (t.part[r] == part)]
 
     def add(self, src, dst, nbytes, cls, payload="") -> None:
-        self.flows.append(Flow(src, dst, float(nbytes), cls, payload or f"{src}"))
+        self.flows.append(Flow(src, dst, float(nbytes), cls, payload or f"{src}", self.stage))
 
     def matrix(self, role: Role, in_hub) -> None:
         """BCAST from ``in_hub(i)`` to tiles, REDUCE to roots, and the LoRA path."""
         t = self.t
+        self.stage = str(role)
         base = self.tiles(role, Part.BASE)
         for r in base:
             i, j = int(t.brow[r]), int(t.bcol[r])
@@ -92,17 +95,12 @@ class _Builder:
             self.add(host, f"root:{role}:{j}", t.rows[r] * self.psum, FlowClass.LORA)
 
     def part_root(self, part: str, element: int) -> str:
-        """Root hub holding ``element`` of the q, k or v output (fused QKV aware)."""
-        attn = self.layer.attention
-        if self.layer.linear(Role.QKV) is not None:
-            offset = {"q": 0, "k": attn.q_size, "v": attn.q_size + attn.kv_size}[part]
-            return f"root:{Role.QKV}:{_blk(offset + element, self.geo.rram_cols)}"
-        role = {"q": Role.Q, "k": Role.K, "v": Role.V}[part]
-        return f"root:{role}:{_blk(element, self.geo.rram_cols)}"
+        return part_root(self.layer, part, element, self.geo.rram_cols)
 
     def attention(self) -> None:
         attn = self.layer.attention
         group = attn.num_heads // attn.num_kv_heads
+        self.stage = "attn"
         pairs: dict[tuple[str, str, str], list[float]] = defaultdict(lambda: [0.0, 0.0])
         for h in range(attn.num_heads):
             q_el, kv_el = h * attn.head_dim, (h // group) * attn.head_dim
@@ -118,6 +116,7 @@ class _Builder:
     def kv_append(self) -> None:
         """Each root spreads its new k or v elements over the scratchpads of its column's tiles."""
         attn, t = self.layer.attention, self.t
+        self.stage = "kv"
         appends: dict[str, float] = defaultdict(float)
         for g in range(attn.num_kv_heads):
             for kind in ("k", "v"):
@@ -142,17 +141,21 @@ class _Builder:
                 self.matrix(role, lambda i: "in")
         self.attention()
         self.matrix(Role.O, self.o_input)
+        self.stage = "mid"
         self.roots_to(Role.O, "mid")
         self.add("in", "mid", h * self.act, FlowClass.RESIDUAL)
         if layer.linear(Role.GATE) is not None:
             self.matrix(Role.GATE, lambda i: "mid")
             self.matrix(Role.UP, lambda i: "mid")
+            self.stage = "act"
             self.pair_roots(Role.GATE, Role.UP)
             self.matrix(Role.DOWN, lambda i: f"root:{Role.UP}:{i}")
+            self.stage = "out"
             self.roots_to(Role.DOWN, "out")
         else:
             self.matrix(Role.FC1, lambda i: "mid")
             self.matrix(Role.FC2, lambda i: f"root:{Role.FC1}:{i}")
+            self.stage = "out"
             self.roots_to(Role.FC2, "out")
         self.add("mid", "out", h * self.act, FlowClass.RESIDUAL)
         return self.flows
@@ -170,6 +173,25 @@ class _Builder:
             self.add(f"root:{a}:{j}", f"root:{b}:{j}", n * self.act, FlowClass.RESIDUAL)
 
 
+def part_root(layer: DecoderLayer, part: str, element: int, cols: int) -> str:
+    """Root hub holding ``element`` of the q, k or v output (fused QKV aware)."""
+    attn = layer.attention
+    if layer.linear(Role.QKV) is not None:
+        offset = {"q": 0, "k": attn.q_size, "v": attn.q_size + attn.kv_size}[part]
+        return f"root:{Role.QKV}:{_blk(offset + element, cols)}"
+    role = {"q": Role.Q, "k": Role.K, "v": Role.V}[part]
+    return f"root:{role}:{_blk(element, cols)}"
+
+
+def root_offset(layer: DecoderLayer, part: str, element: int, cols: int) -> int:
+    """Element offset of ``element`` of q, k or v inside its root's column block."""
+    attn = layer.attention
+    base = 0
+    if layer.linear(Role.QKV) is not None:
+        base = {"q": 0, "k": attn.q_size, "v": attn.q_size + attn.kv_size}[part]
+    return (base + element) % cols
+
+
 def layer_flows(model: Model, layer_index: int, table: TileTable, rows: np.ndarray, geo, context: int) -> list[Flow]:
     """Flows of one decode step of ``layer_index`` (the LM head when it equals num_layers)."""
     if layer_index == model.num_layers:
@@ -180,6 +202,7 @@ def layer_flows(model: Model, layer_index: int, table: TileTable, rows: np.ndarr
 def _head_flows(model: Model, table: TileTable, rows: np.ndarray, geo) -> list[Flow]:
     b = _Builder(model, model.layers[-1], table, rows, geo, 0)
     b.matrix(Role.LM_HEAD, lambda i: "in")
+    b.stage = "out"
     cols = -(-model.vocab_size // geo.rram_cols)
     for j in range(cols):
         n = min(geo.rram_cols, model.vocab_size - j * geo.rram_cols)

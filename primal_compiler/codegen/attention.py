@@ -1,0 +1,153 @@
+"""Attention over the KV ring buffer: appends, split-K scores and a flash-decoding merge.
+
+For each sequence and KV head: the K and V roots append the new tokens' k and
+v to the chunk routers the ring pointer gives (KV_APPEND, one record per
+chunk written); each Q root multicasts its queries of that group to every K
+chunk router holding context (BCAST into ``QVEC``); each K chunk router scores
+its tokens (DMAC QK, causal), sends the scores to its V chunk router
+(UNICAST), which forms its partial softmax-weighted sum (DMAC PV; a router
+holding several chunks of the same head accumulates); the V routers' partials
+are merged (REDUCE SOFTMAX_MERGE) into the O-projection input block.
+``count`` of a DMAC is its multiply-accumulates.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from primal_compiler.codegen.block import Block
+from primal_compiler.codegen.kvmap import KvMap
+from primal_compiler.codegen.layer import offsets
+from primal_compiler.codegen.routes import LayerRoutes
+from primal_compiler.ir.model import DecoderLayer, Role
+from primal_compiler.ir.tiles import ROLE_INDEX
+from primal_compiler.isa.opcodes import BufKind, DmacOp, Flag, Opcode, ReduceOp, buf
+from primal_compiler.mapping.traffic import part_root, root_offset
+
+
+def reduce_arg(op: ReduceOp, src: int, dst: int) -> int:
+    """REDUCE ``arg``: op in bits 0-3, source and destination offsets (8-element units) in 4-17 and 18-31."""
+    if src % 8 or dst % 8 or max(src, dst) >= 8 << 14:
+        raise ValueError(f"merge offsets {src}/{dst} are not encodable")
+    return int(op) | (src // 8) << 4 | (dst // 8) << 18
+
+
+def _root_tag(name: str) -> int:
+    _, role, j = name.split(":")
+    return buf(BufKind.ROOT, ROLE_INDEX[Role(role)] << 8 | int(j))
+
+
+def causal_pairs(chunks: np.ndarray, chunk_tokens: int, start: int, tokens: int) -> np.ndarray:
+    """(query, key) pairs with key in each chunk and key <= query, queries at start..start+tokens-1."""
+    k = chunks[:, None] * chunk_tokens + np.arange(chunk_tokens)[None, :]
+    end = start + tokens
+    n = np.where(k < end, end - np.maximum(k, start), 0)
+    return n.sum(axis=1)
+
+
+class AttentionEmitter:
+    def __init__(self, routes: LayerRoutes, layer: DecoderLayer, kv: KvMap, geo, act_bytes: float) -> None:
+        self.r, self.ir, self.kv, self.geo, self.act_bytes = routes, layer, kv, geo, act_bytes
+        attn = layer.attention
+        self.hd, self.grp = attn.head_dim, attn.num_heads // attn.num_kv_heads
+
+    def _col(self, part: str, element: int) -> tuple[str, int]:
+        return part_root(self.ir, part, element, self.geo.rram_cols), root_offset(self.ir, part, element,
+                                                                                  self.geo.rram_cols)
+
+    def _runs(self, g: int, key) -> list[tuple[object, int, int]]:
+        """Consecutive heads of group ``g`` sharing ``key(h)``: (key, first head, heads)."""
+        runs: list[list] = []
+        for h in range(g * self.grp, (g + 1) * self.grp):
+            k = key(h)
+            if runs and runs[-1][0] == k:
+                runs[-1][2] += 1
+            else:
+                runs.append([k, h, 1])
+        return [tuple(x) for x in runs]
+
+    def emit(self, start: int, tokens: int) -> Block:
+        """Records of all sequences for queries at positions ``start .. start+tokens-1``."""
+        kv, b = self.kv, Block()
+        end = start + tokens
+        c_last = (end - 1) // kv.chunk_tokens
+        chunks = np.arange(c_last + 1)
+        pairs = causal_pairs(chunks, kv.chunk_tokens, start, tokens)
+        written = np.arange(start // kv.chunk_tokens, c_last + 1)
+        for seq in range(kv.batch):
+            for g in range(kv.kv_heads):
+                self._append(b, seq, g, written, start, end)
+                self._queries(b, seq, g, chunks, tokens)
+                self._chunks(b, seq, g, chunks, pairs)
+                self._merge(b, seq, g, chunks, tokens)
+        return b
+
+    def _units(self, seq: int, g: int, chunks: np.ndarray, kind: int):
+        u = self.kv.unit(0, chunks, seq, g, kind) + self.r.layer * self.kv.units
+        return self.kv.ct[u].astype(np.int64), self.kv.pe[u].astype(np.int64), self.kv.slot[u].astype(np.int64)
+
+    def _append(self, b: Block, seq: int, g: int, written: np.ndarray, start: int, end: int) -> None:
+        kv = self.kv
+        first = np.maximum(written * kv.chunk_tokens, start)
+        count = np.minimum((written + 1) * kv.chunk_tokens, end) - first
+        for kind, part, tag in ((0, "k", BufKind.KV_K), (1, "v", BufKind.KV_V)):
+            root, off = self._col(part, g * self.hd)
+            ct, pe, slot = self._units(seq, g, written, kind)
+            src = self.r.hub_pos(root)
+            token_slot = slot * kv.chunk_tokens + first % kv.chunk_tokens
+            d2d = np.where(ct != src[0], Flag.D2D, 0)
+            b.add_columns(len(written), op=Opcode.KV_APPEND, ct=src[0], pe=src[1], dst_ct=ct, dst_pe=pe,
+                          src_buf=_root_tag(root), dst_buf=int(tag) << 12 | slot, count=count,
+                          nbytes=count * self.hd * kv.kv_bytes, arg=(off // 8) << 16 | token_slot, flags=d2d)
+
+    def _queries(self, b: Block, seq: int, g: int, chunks: np.ndarray, tokens: int) -> None:
+        ct, pe, _ = self._units(seq, g, chunks, 0)
+        members = np.unique(np.stack([ct, pe], 1), axis=0)
+        for (root, _), h0, n in self._runs(g, lambda h: self._col("q", h * self.hd)):
+            _, off = self._col("q", h0 * self.hd)
+            src = self.r.hub_pos(root)
+            grp = b.add_group(members[:, 0], members[:, 1])
+            d2d = Flag.D2D if (members[:, 0] != src[0]).any() else 0
+            b.add(op=Opcode.BCAST, ct=src[0], pe=src[1], group=grp, src_buf=_root_tag(root),
+                  dst_buf=buf(BufKind.QVEC, g), nbytes=int(tokens * n * self.hd * self.act_bytes),
+                  arg=offsets(off, (h0 - g * self.grp) * self.hd), flags=d2d)
+
+    def _chunks(self, b: Block, seq: int, g: int, chunks: np.ndarray, pairs: np.ndarray) -> None:
+        """Per chunk, in order: QK at the K router, scores to the V router, PV there."""
+        kct, kpe, kslot = self._units(seq, g, chunks, 0)
+        vct, vpe, vslot = self._units(seq, g, chunks, 1)
+        n = len(chunks)
+        macs = pairs * self.grp * self.hd
+        key = vct * 65536 + vpe
+        _, first = np.unique(key, return_index=True)
+        acc = np.full(n, int(Flag.ACCUMULATE))
+        acc[first] = 0
+        score, attn = buf(BufKind.SCORE, g), buf(BufKind.ATTN, g)
+        cols = {
+            "op": np.stack([np.full(n, Opcode.DMAC), np.full(n, Opcode.UNICAST), np.full(n, Opcode.DMAC)], 1),
+            "ct": np.stack([kct, kct, vct], 1), "pe": np.stack([kpe, kpe, vpe], 1),
+            "dst_ct": np.stack([np.full(n, 0xFFFF), vct, np.full(n, 0xFFFF)], 1),
+            "dst_pe": np.stack([np.full(n, 0xFFFF), vpe, np.full(n, 0xFFFF)], 1),
+            "src_buf": np.stack([np.full(n, buf(BufKind.QVEC, g)), np.full(n, score), np.full(n, score)], 1),
+            "dst_buf": np.stack([np.full(n, score), np.full(n, score), np.full(n, attn)], 1),
+            "count": np.stack([np.maximum(macs, 1), np.ones(n, np.int64), np.maximum(macs, 1)], 1),
+            "nbytes": np.stack([np.zeros(n, np.int64), pairs * self.grp * self.kv.kv_bytes, np.zeros(n, np.int64)], 1),
+            "arg": np.stack([DmacOp.QK | kslot << 8, np.zeros(n, np.int64), DmacOp.PV | vslot << 8], 1),
+            "flags": np.stack([np.zeros(n, np.int64), np.where(kct != vct, Flag.D2D, 0), acc], 1),
+        }
+        b.add_columns(3 * n, **{k: v.ravel() for k, v in cols.items()})
+
+    def _merge(self, b: Block, seq: int, g: int, chunks: np.ndarray, tokens: int) -> None:
+        vct, vpe, _ = self._units(seq, g, chunks, 1)
+        members = np.unique(np.stack([vct, vpe], 1), axis=0)
+        rows = self.geo.rram_rows
+        for i, h0, n in self._runs(g, lambda h: (h * self.hd) // rows):
+            dst_root, _ = self._col("v", ((i * rows // self.hd) // self.grp) * self.hd)
+            dst = self.r.hub_pos(dst_root)
+            grp = b.add_group(members[:, 0], members[:, 1])
+            d2d = Flag.D2D if (members[:, 0] != dst[0]).any() else 0
+            b.add(op=Opcode.REDUCE, ct=int(members[0, 0]), pe=int(members[0, 1]), dst_ct=dst[0], dst_pe=dst[1],
+                  group=grp, src_buf=buf(BufKind.ATTN, g), dst_buf=buf(BufKind.OBLK, i),
+                  nbytes=int(tokens * n * (self.hd + 2) * 2),
+                  arg=reduce_arg(ReduceOp.SOFTMAX_MERGE, (h0 - g * self.grp) * self.hd, h0 * self.hd - i * rows),
+                  flags=d2d)

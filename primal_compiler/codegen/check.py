@@ -1,0 +1,92 @@
+"""Invariants of an emitted program, checked vectorized; each raises AssertionError naming a record.
+
+- :func:`check_power`: no record touches a CT while it is gated.
+- :func:`check_configs`: every fired SMAC_SRAM follows a CONFIG of its PE in the same request.
+- :func:`check_kv_appends`: within a request, no two KV_APPENDs write the same token slot.
+- :func:`check_kv_map`: every unit has its own (CT, PE, slot) inside the layer's CTs and capacity.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from primal_compiler.codegen.kvmap import KvMap
+from primal_compiler.codegen.power import touches
+from primal_compiler.isa.opcodes import Flag, Opcode
+from primal_compiler.isa.stream import Stream
+
+
+def check_power(stream: Stream) -> None:
+    rec = stream.records
+    ev = np.flatnonzero(np.isin(rec["op"], (Opcode.PG_ON, Opcode.PG_OFF)))
+    ev_ct = rec["ct"][ev].astype(np.int64)
+    ev_on = rec["op"][ev] == Opcode.PG_ON
+    idx, ct = touches(stream)
+    keep = ~np.isin(rec["op"][idx], (Opcode.PG_ON, Opcode.PG_OFF))
+    idx, ct = idx[keep], ct[keep]
+    n = len(stream) + 1
+    ev_key = ev_ct * n + ev
+    order = np.argsort(ev_key)
+    ev_key, ev_on, ev_ct = ev_key[order], ev_on[order], ev_ct[order]
+    at = np.searchsorted(ev_key, ct * n + idx) - 1
+    has = at >= 0
+    has[has] = ev_ct[at[has]] == ct[has]
+    awake = np.ones(len(idx), dtype=bool)
+    awake[has] = ev_on[at[has]]
+    if not awake.all():
+        k = int(np.flatnonzero(~awake)[0])
+        raise AssertionError(f"record {int(idx[k])} ({Opcode(rec['op'][idx[k]]).name}) touches gated CT {int(ct[k])}")
+
+
+def check_configs(stream: Stream) -> None:
+    rec = stream.records
+    starts = [s.start for s in stream.sections if s.name.startswith("adapter:")]
+    request = np.searchsorted(np.array(starts, dtype=np.int64), np.arange(len(stream)), side="right")
+    pe_key = rec["ct"].astype(np.int64) << 16 | rec["pe"]
+    cfg = np.flatnonzero(rec["op"] == Opcode.CONFIG)
+    cfg_key = rec["dst_ct"][cfg].astype(np.int64) << 16 | rec["dst_pe"][cfg]
+    smac = np.flatnonzero((rec["op"] == Opcode.SMAC_SRAM) & ((rec["flags"] & Flag.SKIPPED) == 0))
+    n = len(stream) + 1
+    ck = (request[cfg] * (1 << 32) + cfg_key) * n + cfg
+    order = np.argsort(ck)
+    ck = ck[order]
+    sk = (request[smac] * (1 << 32) + pe_key[smac]) * n + smac
+    at = np.searchsorted(ck, sk) - 1
+    ok = at >= 0
+    ok[ok] = ck[at[ok]] // n == sk[ok] // n
+    if not ok.all():
+        k = int(smac[np.flatnonzero(~ok)[0]])
+        raise AssertionError(f"record {k} SMAC_SRAM at CT {rec['ct'][k]} PE {rec['pe'][k]} runs before its CONFIG")
+
+
+def check_kv_appends(stream: Stream) -> None:
+    for s in stream.sections:
+        if s.name.startswith("adapter:"):
+            continue
+        rec = stream.records[s.start : s.stop]
+        a = np.flatnonzero(rec["op"] == Opcode.KV_APPEND)
+        tok0 = (rec["arg"][a] & 0xFFFF).astype(np.int64)
+        cnt = rec["count"][a].astype(np.int64)
+        owner = np.repeat(np.arange(len(a)), cnt)
+        tok = np.repeat(tok0, cnt) + np.arange(cnt.sum()) - np.repeat(np.cumsum(cnt) - cnt, cnt)
+        where = (rec["layer"][a].astype(np.int64) << 48 | rec["dst_ct"][a].astype(np.int64) << 32
+                 | rec["dst_pe"][a].astype(np.int64) << 16 | rec["dst_buf"][a] >> 12)
+        key = np.repeat(where, cnt) * 65536 + tok
+        uniq, counts = np.unique(key, return_counts=True)
+        if (counts > 1).any():
+            k = int(a[owner[np.flatnonzero(np.isin(key, uniq[counts > 1]))[0]]])
+            raise AssertionError(f"{s.name}: record {s.start + k} KV_APPEND overwrites a live token slot")
+
+
+def check_kv_map(kv: KvMap, layer_cts: list[np.ndarray]) -> None:
+    n_layers = len(layer_cts)
+    u = np.arange(kv.units * n_layers)
+    key = kv.ct.astype(np.int64) << 32 | kv.pe.astype(np.int64) << 16 | kv.slot
+    if len(np.unique(key)) != len(key):
+        raise AssertionError("two KV units share a scratchpad slot")
+    if (kv.slot >= kv.chunk_slots).any():
+        raise AssertionError("a KV unit is beyond its router's chunk slots")
+    layer = u // kv.units
+    for n, cts in enumerate(layer_cts):
+        if not np.isin(kv.ct[layer == n], cts).all():
+            raise AssertionError(f"layer {n} has KV units outside its CTs")

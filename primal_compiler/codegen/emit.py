@@ -1,0 +1,172 @@
+"""The whole program: per request an adapter load, the prefill of the prompt and one decode step.
+
+Sections, in order, for request ``r``: ``adapter:r`` (only when its adapter
+differs from the previous request's: MASK records for all-zero LoRA blocks,
+a CONFIG per non-zero LoRA tile from the controller, then a SYNC, so no
+layer computes before every adapter write lands; ``srpg`` pipelines them),
+``prefill:r`` (the prompt of ``prompt`` tokens for every sequence, logits of
+the last token) and ``decode:r`` (one token per sequence at position
+``prompt``). Each layer is emb/hand-off, norm + Q/K/V, attention, O +
+residual + MLP; records of a layer template are built once and shifted to
+every layer using it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from primal_compiler.codegen.attention import AttentionEmitter
+from primal_compiler.codegen.block import Block, shifted
+from primal_compiler.codegen.layer import HIDDEN, LayerEmitter
+from primal_compiler.codegen.routes import LayerRoutes
+from primal_compiler.ir.tiles import Macro
+from primal_compiler.isa.opcodes import CONTROLLER, ActFn, BufKind, Flag, HiddenBuf, Opcode, buf
+from primal_compiler.isa.stream import Section, Stream
+from primal_compiler.mapping.lower import layer_templates
+from primal_compiler.transforms.lower_tiles import geometry
+
+
+@dataclass
+class _Template:
+    routes: LayerRoutes
+    pre: Block
+    post: Block
+    attention: AttentionEmitter | None
+    first_ct: int
+
+
+class _Out:
+    """Growing stream: record arrays and group columns."""
+
+    def __init__(self) -> None:
+        self.parts: list[np.ndarray] = []
+        self.sizes: list[np.ndarray] = []
+        self.gct: list[np.ndarray] = []
+        self.gpe: list[np.ndarray] = []
+        self.groups = 0
+        self.length = 0
+        self.sections: list[Section] = []
+
+    def put(self, block: Block, ct_shift: int = 0, layer: int | None = None, vectors: int = 1, flags: int = 0):
+        rec = shifted(block.records(), ct_shift, layer, self.groups)
+        if vectors != 1:
+            rec["count"] *= vectors
+            rec["nbytes"] *= vectors
+        rec["flags"] |= np.uint8(flags)
+        cts, pes = block.members()
+        self.parts.append(rec)
+        self.sizes.append(block.sizes())
+        self.gct.append(cts + ct_shift)
+        self.gpe.append(pes)
+        self.groups += block.num_groups
+        self.length += len(rec)
+
+    def section(self, name: str, start: int) -> None:
+        self.sections.append(Section(name, start, self.length))
+
+    def stream(self) -> Stream:
+        cat = lambda xs, dt: np.concatenate(xs).astype(dt) if xs else np.zeros(0, dt)  # noqa: E731
+        sizes = cat(self.sizes, np.int64)
+        return Stream(np.concatenate(self.parts), np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64),
+                      cat(self.gct, np.uint16), cat(self.gpe, np.uint16), tuple(self.sections))
+
+
+class ProgramEmitter:
+    def __init__(self, program, target, prompt: int) -> None:
+        self.p, self.target, self.prompt = program, target, prompt
+        self.model, self.kv = program.model, program.kv
+        self.geo = geometry(program, target)
+        self.act_bytes = self.model.precision.activation_bits / 8
+        zero = program.tiles.zero
+        ids, firsts = layer_templates(self.model)
+        self.template_of = list(ids) + [len(firsts)]
+        self.templates = [self._template(f, zero) for f in firsts] + [self._template(self.model.num_layers, zero)]
+
+    def _first_ct(self, layer: int) -> int:
+        return int(np.flatnonzero(self.p.layout.ct_layer == layer)[0])
+
+    def _template(self, layer: int, zero) -> _Template:
+        routes = LayerRoutes(self.p, self.target, layer, self.kv.context)
+        em = LayerEmitter(routes, self.model, self.geo, zero)
+        pre, post = em.pre(), em.post()
+        attn = None
+        if layer < self.model.num_layers:
+            attn = AttentionEmitter(routes, self.model.layers[layer], self.kv, self.geo, self.act_bytes)
+        return _Template(routes, pre, post, attn, self._first_ct(layer))
+
+    def hub(self, layer: int, name: str) -> tuple[int, int]:
+        tp = self.templates[self.template_of[layer]]
+        ct, pe = tp.routes.hub_pos(name)
+        return ct - tp.first_ct + self._first_ct(layer), pe
+
+    def handoff(self, layer: int, vectors: int) -> Block:
+        b, h = Block(), self.model.hidden_size
+        dst = self.hub(layer, "in")
+        if layer == 0:
+            b.add(op=Opcode.ACT, ct=CONTROLLER, pe=0, dst_buf=HIDDEN(HiddenBuf.X), count=h * vectors,
+                  arg=ActFn.EMBED, layer=0)
+            src, sb = (CONTROLLER, 0), HIDDEN(HiddenBuf.X)
+        else:
+            src, sb = self.hub(layer - 1, "out"), HIDDEN(HiddenBuf.OUT)
+        b.add(op=Opcode.UNICAST, ct=src[0], pe=src[1], dst_ct=dst[0], dst_pe=dst[1], src_buf=sb,
+              dst_buf=HIDDEN(HiddenBuf.X), nbytes=int(h * self.act_bytes * vectors), arg=0, layer=layer,
+              flags=Flag.D2D if src[0] != dst[0] else 0)
+        return b
+
+    def phase(self, out: _Out, start: int, tokens: int, flags: int) -> None:
+        """Every layer and the LM head for ``tokens`` new tokens per sequence from position ``start``."""
+        batch, L = self.kv.batch, self.model.num_layers
+        for n in range(L + 1):
+            tp = self.templates[self.template_of[n]]
+            shift = self._first_ct(n) - tp.first_ct
+            vectors = batch if n == L else batch * tokens
+            out.put(self.handoff(n, vectors), flags=flags)
+            out.put(tp.pre, shift, n, vectors, flags)
+            if tp.attention is not None:
+                out.put(tp.attention.emit(start, tokens), shift, n, 1, flags)
+            out.put(tp.post, shift, n, vectors, flags)
+        vocab, head = self.model.vocab_size, self.hub(L, "out")
+        tail = Block()
+        tail.add(op=Opcode.UNICAST, ct=head[0], pe=head[1], dst_ct=CONTROLLER, dst_pe=0,
+                 src_buf=HIDDEN(HiddenBuf.LOGITS), dst_buf=HIDDEN(HiddenBuf.LOGITS), nbytes=vocab * 2 * batch,
+                 arg=0, layer=L, flags=Flag.D2D)
+        tail.add(op=Opcode.ACT, ct=CONTROLLER, pe=0, src_buf=HIDDEN(HiddenBuf.LOGITS),
+                 dst_buf=HIDDEN(HiddenBuf.TOKEN), count=vocab * batch, arg=ActFn.ARGMAX, layer=L)
+        out.put(tail, flags=flags)
+
+    def adapter(self, out: _Out, barrier: int) -> None:
+        """MASK the all-zero LoRA blocks, CONFIG the others, then a barrier."""
+        t = self.p.tiles
+        sram = np.flatnonzero(t.macro == Macro.SRAM)
+        ct, pe = t.ct[t.host[sram]], t.pe[sram]
+        zero = t.zero[sram] == 1
+        b = Block()
+        if zero.any():
+            b.add_columns(int(zero.sum()), op=Opcode.MASK, ct=ct[zero], pe=pe[zero], arg=1, layer=t.layer[sram][zero])
+        keep = ~zero
+        b.add_columns(int(keep.sum()), op=Opcode.CONFIG, ct=CONTROLLER, pe=0, dst_ct=ct[keep], dst_pe=pe[keep],
+                      dst_buf=buf(BufKind.SRAM, 0), nbytes=t.bytes[sram][keep], arg=0,
+                      layer=t.layer[sram][keep], flags=Flag.D2D)
+        b.add(op=Opcode.SYNC, ct=CONTROLLER, pe=0, arg=barrier)
+        out.put(b)
+
+
+def emit_stream(program, target, prompt: int, requests: tuple[int, ...]) -> Stream:
+    """The instruction stream of ``requests`` (adapter id per request) on a placed program with a KV map."""
+    em = ProgramEmitter(program, target, prompt)
+    out = _Out()
+    has_lora = bool((program.tiles.macro == Macro.SRAM).any())
+    for r, adapter in enumerate(requests):
+        if has_lora and (r == 0 or adapter != requests[r - 1]):
+            start = out.length
+            em.adapter(out, barrier=r)
+            out.section(f"adapter:{r}", start)
+        start = out.length
+        em.phase(out, 0, prompt, Flag.PREFILL)
+        out.section(f"prefill:{r}", start)
+        start = out.length
+        em.phase(out, prompt, 1, 0)
+        out.section(f"decode:{r}", start)
+    return out.stream()

@@ -1,0 +1,232 @@
+"""Records of one layer's projections, norms, activations and residuals, per token vector.
+
+Every matrix stage is: input BCASTs (hub -> the tiles of each block row), one
+SMAC_RRAM per crossbar tile, the LoRA path (A tiles' SMAC_SRAM, REDUCE to the
+rank hub, BCAST to the B hosts, their SMAC_SRAM) and the column REDUCEs to the
+root hubs, B's output added in with an accumulating REDUCE. Every router
+record is one leg of a flow of :mod:`primal_compiler.mapping.traffic` (see
+:mod:`primal_compiler.codegen.routes`); attention and KV flows are emitted by
+:mod:`primal_compiler.codegen.attention` instead. Counts and byte sizes are per
+token vector; the caller scales them by a phase's vectors. Router ``arg`` is
+``src_offset << 16 | dst_offset`` in units of 8 elements; REDUCE ``arg`` is
+its ReduceOp; ACT ``arg`` its ActFn.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from primal_compiler.codegen.block import Block
+from primal_compiler.codegen.routes import Leg, LayerRoutes
+from primal_compiler.ir.model import Activation, NormKind, Positional, Role
+from primal_compiler.ir.tiles import ROLE_INDEX, Macro, Part
+from primal_compiler.isa.opcodes import ActFn, BufKind, Flag, HiddenBuf, Opcode, ReduceOp, buf
+from primal_compiler.mapping.traffic import FlowClass
+
+NORM_FN = {NormKind.RMS: ActFn.RMSNORM, NormKind.LAYER: ActFn.LAYERNORM}
+MLP_FN = {Activation.GELU: ActFn.GELU, Activation.GELU_NEW: ActFn.GELU, Activation.RELU: ActFn.RELU,
+          Activation.SILU: ActFn.SILU}
+HIDDEN = lambda h: buf(BufKind.HIDDEN, h)  # noqa: E731
+
+
+def offsets(src: int, dst: int) -> int:
+    """Router ``arg`` for element offsets ``src`` and ``dst`` (multiples of 8 below 2**19)."""
+    if src % 8 or dst % 8 or max(src, dst) >= 8 << 16:
+        raise ValueError(f"element offsets {src}/{dst} are not encodable (multiples of 8 below 524288)")
+    return (src // 8) << 16 | dst // 8
+
+
+def _hub_index(name: str) -> int:
+    _, role, j = name.split(":")[:3]
+    return ROLE_INDEX[Role(role)] << 8 | int(j)
+
+
+class LayerEmitter:
+    """Builds ``pre`` (norm, Q/K/V, RoPE) and ``post`` (O, residual, MLP) blocks of one layer."""
+
+    def __init__(self, routes: LayerRoutes, model, geo, zero) -> None:
+        self.r, self.model, self.t, self.zero = routes, model, routes.t, zero
+        self.geo_rows, self.geo_cols = geo.rram_rows, geo.rram_cols
+        self.head = routes.layer == model.num_layers
+        self.ir = model.layers[min(routes.layer, model.num_layers - 1)]
+        self.proxies: dict[tuple[int, str], int] = {}
+        self.written: set[tuple] = set()
+        self.lora_input: set[int] = set()
+        self.b = Block()
+
+    # --- buffers ---------------------------------------------------------------------------------
+    def _proxy_buf(self, pos, name: str) -> int:
+        return buf(BufKind.PROXY, self.proxies.setdefault((pos[0], name), len(self.proxies)))
+
+    def src_buf(self, leg: Leg) -> tuple[int, int]:
+        """(tag, element offset) the leg reads at its source."""
+        f, src = leg.flow, leg.src
+        if isinstance(src, str) and src.startswith("proxy:"):
+            return self._proxy_buf(leg.src_pos, src), 0
+        if not isinstance(src, str):
+            if f.cls == FlowClass.REDUCE:
+                return buf(BufKind.PSUM, 0), 0
+            if str(f.dst).startswith("lora:"):
+                return buf(BufKind.LORA_A, _hub_index(f.dst)), 0
+            return buf(BufKind.PSUM, 1), 0
+        if f.cls == FlowClass.RESIDUAL and src in ("in", "mid"):
+            return HIDDEN(HiddenBuf.X if src == "in" else HiddenBuf.MID), 0
+        if src in ("in", "mid"):
+            block = int(f.payload.rsplit("#", 1)[1])
+            return HIDDEN(HiddenBuf.X_NORM if src == "in" else HiddenBuf.MID_NORM), block * self.geo_rows
+        if src.startswith("root:v:") and f.stage == str(Role.O):
+            return buf(BufKind.OBLK, int(f.payload.rsplit("#", 1)[1])), 0
+        kind = BufKind.ROOT if src.startswith("root:") else BufKind.LORA_R
+        return buf(kind, _hub_index(src)), 0
+
+    def dst_buf(self, leg: Leg) -> tuple[int, int]:
+        """(tag, element offset) the leg writes at its destination."""
+        f, dst = leg.flow, leg.dst
+        if isinstance(dst, str) and dst.startswith("proxy:"):
+            return self._proxy_buf(leg.dst_pos, dst), 0
+        if not isinstance(dst, str):
+            if f.cls == FlowClass.LORA and str(f.src).startswith("lora:"):
+                return buf(BufKind.LORA_R, _hub_index(f.src)), 0
+            if f.cls == FlowClass.LORA:
+                self.lora_input.add(int(dst))
+                return buf(BufKind.IN, 1), 0
+            return buf(BufKind.IN, 0), 0
+        if f.cls == FlowClass.RESIDUAL:
+            if f.src in ("in", "mid"):
+                return HIDDEN(HiddenBuf.RESID), 0
+            j = int(f.src.split(":")[2])
+            if dst == "mid":
+                return HIDDEN(HiddenBuf.MID), j * self.geo_cols
+            if dst == "out":
+                return HIDDEN(HiddenBuf.LOGITS if self.head else HiddenBuf.OUT), j * self.geo_cols
+            return buf(BufKind.ROOT, _hub_index(f.src)), 0  # gate root -> up root
+        kind = BufKind.ROOT if dst.startswith("root:") else BufKind.LORA_R
+        return buf(kind, _hub_index(dst)), 0
+
+    # --- routing ---------------------------------------------------------------------------------
+    def route(self, flows) -> None:
+        """Die-to-die UNICASTs, then on-CT BCAST / REDUCE / UNICAST records grouped per source or sink."""
+        inter, local = self.r.legs(flows)
+        for leg in inter:
+            (sb, so), (db, do) = self.src_buf(leg), self.dst_buf(leg)
+            self.unicast(leg, sb, db, offsets(so, do), Flag.D2D)
+        bcasts: dict[tuple, list[Leg]] = defaultdict(list)
+        reduces: dict[tuple, list[Leg]] = defaultdict(list)
+        for leg in local:
+            (sb, so), (db, do) = self.src_buf(leg), self.dst_buf(leg)
+            if leg.flow.cls == FlowClass.RESIDUAL:
+                self.unicast(leg, sb, db, offsets(so, do), 0)
+            elif isinstance(leg.dst, str):
+                reduces[leg.dst_pos, db, sb].append(leg)
+            else:
+                bcasts[leg.src_pos, sb, so, db].append(leg)
+        for (pos, sb, so, db), legs in bcasts.items():
+            members = sorted({leg.dst_pos for leg in legs})
+            g = self.b.add_group([m[0] for m in members], [m[1] for m in members])
+            self.b.add(op=Opcode.BCAST, ct=pos[0], pe=pos[1], group=g, src_buf=sb, dst_buf=db,
+                       nbytes=int(max(x.nbytes for x in legs)), arg=offsets(so, 0))
+        for (pos, db, sb), legs in reduces.items():
+            members = sorted({leg.src_pos for leg in legs})
+            g = self.b.add_group([m[0] for m in members], [m[1] for m in members])
+            flags = Flag.ACCUMULATE if (pos, db) in self.written else 0
+            self.written.add((pos, db))
+            self.b.add(op=Opcode.REDUCE, ct=members[0][0], pe=members[0][1], dst_ct=pos[0], dst_pe=pos[1],
+                       group=g, src_buf=sb, dst_buf=db, nbytes=int(max(x.nbytes for x in legs)),
+                       arg=ReduceOp.SUM, flags=flags)
+
+    def unicast(self, leg: Leg, sb: int, db: int, arg: int, flags: int) -> None:
+        self.b.add(op=Opcode.UNICAST, ct=leg.src_pos[0], pe=leg.src_pos[1], dst_ct=leg.dst_pos[0],
+                   dst_pe=leg.dst_pos[1], src_buf=sb, dst_buf=db, nbytes=int(leg.nbytes), arg=arg, flags=flags)
+
+    def act(self, pos, fn: ActFn, src: int, dst: int, count: int) -> None:
+        self.b.add(op=Opcode.ACT, ct=pos[0], pe=pos[1], src_buf=src, dst_buf=dst, count=count, arg=fn)
+
+    # --- stages ----------------------------------------------------------------------------------
+    def matrix(self, role: Role, flows) -> None:
+        t, rows = self.t, self.r.rows
+        mine = rows[t.role[rows] == ROLE_INDEX[role]]
+        is_int = lambda e: not isinstance(e, str)  # noqa: E731
+        inputs = [f for f in flows if f.cls == FlowClass.BCAST or (f.cls == FlowClass.LORA and is_int(f.dst)
+                                                                    and not str(f.src).startswith("lora:"))]
+        a_out = [f for f in flows if f.cls == FlowClass.LORA and is_int(f.src) and str(f.dst).startswith("lora:")]
+        r_in = [f for f in flows if f.cls == FlowClass.LORA and str(f.src).startswith("lora:")]
+        b_out = [f for f in flows if f.cls == FlowClass.LORA and is_int(f.src) and str(f.dst).startswith("root:")]
+        self.route(inputs)
+        for r in mine[t.macro[mine] == Macro.RRAM]:
+            ct, pe = self.r.tile_pos(int(r))
+            self.b.add(op=Opcode.SMAC_RRAM, ct=ct, pe=pe, src_buf=buf(BufKind.IN, 0), dst_buf=buf(BufKind.PSUM, 0),
+                       arg=int(t.slice[r]))
+        self.lora_smac(mine, Part.LORA_A, role)
+        self.route(a_out)
+        self.route(r_in)
+        self.lora_smac(mine, Part.LORA_B, role)
+        self.route([f for f in flows if f.cls == FlowClass.REDUCE])
+        self.route(b_out)
+
+    def lora_smac(self, mine, part: Part, role: Role) -> None:
+        t = self.t
+        for r in mine[t.part[mine] == part]:
+            ct, pe = self.r.tile_pos(int(r))
+            k = ROLE_INDEX[role] << 8 | int(t.bcol[r])
+            if part == Part.LORA_A:
+                src, dst = buf(BufKind.IN, 1 if int(t.host[r]) in self.lora_input else 0), buf(BufKind.LORA_A, k)
+            else:
+                src, dst = buf(BufKind.LORA_R, k), buf(BufKind.PSUM, 1)
+            flags = Flag.SKIPPED if self.zero[r] == 1 else 0
+            self.b.add(op=Opcode.SMAC_SRAM, ct=ct, pe=pe, src_buf=src, dst_buf=dst, arg=0, flags=flags)
+
+    def roots(self, role: Role) -> list[tuple[str, tuple[int, int]]]:
+        lin = self.ir.linear(role) if not self.head else None
+        n = -(-(lin.out_features if lin else 0) // self.geo_cols)
+        return [(f"root:{role}:{j}", self.r.hub_pos(f"root:{role}:{j}")) for j in range(n)]
+
+    def stage(self, name: str) -> list:
+        return [f for f in self.r.flows if f.stage == name]
+
+    def pre(self) -> Block:
+        """Norm at ``in``, then Q, K, V (or fused QKV) and RoPE on the q and k roots."""
+        self.b = Block()
+        h = self.model.hidden_size
+        self.act(self.r.hub_pos("in"), NORM_FN[self.ir.norm], HIDDEN(HiddenBuf.X), HIDDEN(HiddenBuf.X_NORM), h)
+        if self.head:
+            self.matrix(Role.LM_HEAD, self.stage(str(Role.LM_HEAD)))
+            return self.b
+        qkv = [r for r in (Role.Q, Role.K, Role.V, Role.QKV) if self.ir.linear(r) is not None]
+        for role in qkv:
+            self.matrix(role, self.stage(str(role)))
+        if self.model.positional == Positional.ROPE:
+            for role in [r for r in qkv if r in (Role.Q, Role.K, Role.QKV)]:
+                for name, pos in self.roots(role):
+                    tag = buf(BufKind.ROOT, _hub_index(name))
+                    self.act(pos, ActFn.ROPE, tag, tag, self.geo_cols)
+        return self.b
+
+    def post(self) -> Block:
+        """O, the attention residual and norm at ``mid``, the MLP, the output residual at ``out``."""
+        self.b = Block()
+        h = self.model.hidden_size
+        if self.head:
+            self.route(self.stage("out"))
+            return self.b
+        self.matrix(Role.O, self.stage(str(Role.O)))
+        self.route(self.stage("mid"))
+        mid = self.r.hub_pos("mid")
+        self.act(mid, ActFn.RESIDUAL_ADD, HIDDEN(HiddenBuf.RESID), HIDDEN(HiddenBuf.MID), h)
+        self.act(mid, NORM_FN[self.ir.norm], HIDDEN(HiddenBuf.MID), HIDDEN(HiddenBuf.MID_NORM), h)
+        if self.ir.linear(Role.GATE) is not None:
+            self.matrix(Role.GATE, self.stage(str(Role.GATE)))
+            self.matrix(Role.UP, self.stage(str(Role.UP)))
+            self.route(self.stage("act"))
+            for (gname, _), (uname, upos) in zip(self.roots(Role.GATE), self.roots(Role.UP)):
+                self.act(upos, ActFn.SWIGLU, buf(BufKind.ROOT, _hub_index(gname)),
+                         buf(BufKind.ROOT, _hub_index(uname)), self.geo_cols)
+            self.matrix(Role.DOWN, self.stage(str(Role.DOWN)))
+        else:
+            self.matrix(Role.FC1, self.stage(str(Role.FC1)))
+            for name, pos in self.roots(Role.FC1):
+                tag = buf(BufKind.ROOT, _hub_index(name))
+                self.act(pos, MLP_FN[self.ir.activation], tag, tag, self.geo_cols)
+            self.matrix(Role.FC2, self.stage(str(Role.FC2)))
+        self.route(self.stage("out"))
+        self.act(self.r.hub_pos("out"), ActFn.RESIDUAL_ADD, HIDDEN(HiddenBuf.RESID), HIDDEN(HiddenBuf.OUT), h)
+        return self.b

@@ -1,0 +1,146 @@
+"""Selective power gating (SRPG) and pipelined LoRA reconfiguration on an instruction stream.
+
+A stream starts with every CT powered. :func:`touches` lists which CTs each
+record needs awake (issuer, destination, group members). :func:`gate`
+keeps each CT awake only over its *windows*: per section and per layer of the
+records that touch it, from the start of the previous layer's records (the
+wake-up lead, so a CT wakes while its predecessor computes) to its last
+touch; overlapping windows merge. It gates every CT at the start of the
+stream and inserts PG_ON before and PG_OFF after each window. Gated CTs keep
+SRAM weights and scratchpads (the KV cache). :func:`pipeline_configs` moves
+the CONFIG and MASK records of layer n >= 1 from a request's adapter section
+to just after the first record of layer n - 1 in its prefill, so only layer
+0's adapter load stays ahead of the barrier.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from primal_compiler.isa.opcodes import ALL_PES, CONTROLLER, NONE16, NONE32, Opcode, empty
+from primal_compiler.isa.stream import Section, Stream
+
+
+def touches(stream: Stream) -> tuple[np.ndarray, np.ndarray]:
+    """(record index, CT) pairs, unique, of every CT a record uses."""
+    rec = stream.records
+    idx = [np.flatnonzero(rec["ct"] != CONTROLLER)]
+    cts = [rec["ct"][idx[0]]]
+    d = np.flatnonzero((rec["dst_ct"] != NONE16) & (rec["dst_ct"] != CONTROLLER))
+    idx.append(d)
+    cts.append(rec["dst_ct"][d])
+    g_rec = np.flatnonzero(rec["group"] != NONE32)
+    g = rec["group"][g_rec].astype(np.int64)
+    sizes = stream.group_ptr[g + 1] - stream.group_ptr[g]
+    owner = np.repeat(g_rec, sizes)
+    first = np.repeat(stream.group_ptr[g] - np.cumsum(np.concatenate([[0], sizes[:-1]])), sizes)
+    members = first + np.arange(len(owner))
+    idx.append(owner)
+    cts.append(stream.group_ct[members])
+    pair = np.unique(np.concatenate(idx).astype(np.int64) << 16 | np.concatenate(cts).astype(np.int64))
+    return pair >> 16, pair & 0xFFFF
+
+
+def _section_of(stream: Stream) -> np.ndarray:
+    sec = np.empty(len(stream), dtype=np.int64)
+    for k, s in enumerate(stream.sections):
+        sec[s.start : s.stop] = k
+    return sec
+
+
+def _reorder(stream: Stream, key: np.ndarray, extra: np.ndarray | None = None, extra_key=None) -> Stream:
+    """Stream sorted by ``key`` (stable), with ``extra`` records merged in at ``extra_key``; sections follow keys."""
+    rec = stream.records
+    keys = key.astype(np.float64)
+    if extra is not None:
+        rec = np.concatenate([rec, extra])
+        keys = np.concatenate([keys, extra_key])
+    order = np.argsort(keys, kind="stable")
+    sorted_keys = keys[order]
+    sections = tuple(
+        Section(s.name, int(np.searchsorted(sorted_keys, s.start - 0.6)), int(np.searchsorted(sorted_keys, s.stop - 0.6)))
+        for s in stream.sections
+    )
+    return Stream(rec[order], stream.group_ptr, stream.group_ct, stream.group_pe, sections)
+
+
+def pipeline_configs(stream: Stream) -> Stream:
+    """CONFIG/MASK of layer n >= 1 of each adapter section moved into the prefill after layer n-1 starts."""
+    rec = stream.records
+    key = np.arange(len(stream), dtype=np.float64)
+    by_name = {s.name: s for s in stream.sections}
+    for s in stream.sections:
+        if not s.name.startswith("adapter:"):
+            continue
+        pre = by_name.get("prefill:" + s.name.split(":", 1)[1])
+        part = rec[s.start : s.stop]
+        layer = part["layer"].astype(np.int64)
+        move = np.isin(part["op"], (Opcode.CONFIG, Opcode.MASK)) & (layer >= 1) & (layer != NONE16)
+        if pre is None or not move.any():
+            continue
+        layers, first = np.unique(rec["layer"][pre.start : pre.stop].astype(np.int64), return_index=True)
+        want = layer[move] - 1
+        at = np.minimum(np.searchsorted(layers, want), len(layers) - 1)
+        anchor = np.where(layers[at] == want, pre.start + first[at], pre.start)
+        key[s.start + np.flatnonzero(move)] = anchor + 0.5
+    return _reorder(stream, key)
+
+
+def windows(stream: Stream, num_layers: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Awake windows (CT, first record, last record), merged, sorted by CT then start."""
+    idx, ct = touches(stream)
+    rec = stream.records
+    sec = _section_of(stream)
+    layer = rec["layer"].astype(np.int64)
+    layer = np.where(layer == NONE16, num_layers + 1, layer)
+    slot = sec * (num_layers + 2) + layer
+    # first record of each (section, layer): the wake-up lead of the next layer
+    slot_first = np.full(len(stream.sections) * (num_layers + 2), np.iinfo(np.int64).max, dtype=np.int64)
+    np.minimum.at(slot_first, slot, np.arange(len(stream)))
+    slot_first[slot_first == np.iinfo(np.int64).max] = -1
+    key = ct * (slot.max(initial=0) + 1) + slot[idx]
+    uniq, inv = np.unique(key, return_inverse=True)
+    lo = np.full(len(uniq), np.iinfo(np.int64).max)
+    hi = np.full(len(uniq), -1)
+    np.minimum.at(lo, inv, idx)
+    np.maximum.at(hi, inv, idx)
+    w_ct = uniq // (slot.max(initial=0) + 1)
+    w_slot = uniq % (slot.max(initial=0) + 1)
+    w_layer, w_sec = w_slot % (num_layers + 2), w_slot // (num_layers + 2)
+    starts = np.array([s.start for s in stream.sections], dtype=np.int64)
+    prev = np.where((w_layer >= 1) & (w_layer <= num_layers), slot_first[np.maximum(w_slot - 1, 0)], -1)
+    lead = np.where(prev >= 0, prev, np.where(w_layer <= num_layers, starts[w_sec], lo))
+    lo = np.minimum(lo, lead)
+    return _merge(w_ct, lo, hi)
+
+
+def _merge(ct: np.ndarray, lo: np.ndarray, hi: np.ndarray):
+    order = np.lexsort((lo, ct))
+    ct, lo, hi = ct[order], lo[order], hi[order]
+    out_ct, out_lo, out_hi = [], [], []
+    for c, a, b in zip(ct.tolist(), lo.tolist(), hi.tolist()):
+        if out_ct and out_ct[-1] == c and a <= out_hi[-1] + 1:
+            out_hi[-1] = max(out_hi[-1], b)
+        else:
+            out_ct.append(c), out_lo.append(a), out_hi.append(b)
+    return np.array(out_ct, np.int64), np.array(out_lo, np.int64), np.array(out_hi, np.int64)
+
+
+def gate(stream: Stream, num_cts: int, num_layers: int) -> tuple[Stream, dict[str, np.ndarray]]:
+    """Stream with PG_OFF/PG_ON around every CT's windows, and the schedule in final record indices."""
+    w_ct, lo, hi = windows(stream, num_layers)
+    n_on = len(w_ct)
+    extra = empty(num_cts + 2 * n_on)
+    extra["op"][:num_cts] = Opcode.PG_OFF
+    extra["ct"][:num_cts] = np.arange(num_cts)
+    extra["op"][num_cts : num_cts + n_on] = Opcode.PG_ON
+    extra["op"][num_cts + n_on :] = Opcode.PG_OFF
+    extra["ct"][num_cts:] = np.concatenate([w_ct, w_ct])
+    extra["pe"] = ALL_PES
+    extra_key = np.concatenate([np.full(num_cts, -0.5), lo - 0.25, hi + 0.25])
+    out = _reorder(stream, np.arange(len(stream), dtype=np.float64), extra, extra_key)
+    op, cts = out.records["op"], out.records["ct"].astype(np.int64)
+    on = np.flatnonzero(op == Opcode.PG_ON)
+    off = np.flatnonzero(op == Opcode.PG_OFF)[num_cts:]
+    on, off = on[np.lexsort((on, cts[on]))], off[np.lexsort((off, cts[off]))]
+    return out, {"pg_ct": cts[on], "pg_on": on, "pg_off": off}

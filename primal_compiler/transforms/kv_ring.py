@@ -1,0 +1,54 @@
+"""Pass ``kv-ring``: allocate the KV-cache ring buffer in the CTs' router scratchpads."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from primal_compiler.codegen.kvmap import build_kv_map, occupancy
+from primal_compiler.passmgr import Pass
+
+
+@dataclass(frozen=True)
+class KvRing(Pass):
+    """Spread K/V of ``context`` tokens x ``batch`` sequences over each layer's scratchpads.
+
+    Chunks of ``chunk_tokens`` tokens (the seed: 2048 tokens = 64 chunks of
+    32); ``reserve_bytes`` of every scratchpad stay free for intermediates.
+    Asking for more than fits is an error naming the largest context and
+    batch that do. See :mod:`primal_compiler.codegen.kvmap` for the layout.
+    """
+
+    name = "kv-ring"
+    summary = "KV-cache ring buffer over the router scratchpads (chunks, ring pointers, bank interleave)"
+    requires = frozenset({"placed"})
+    provides = frozenset({"kv"})
+
+    context: int = 2048
+    batch: int = 1
+    chunk_tokens: int = 32
+    reserve_bytes: int = 2048
+
+    def __post_init__(self) -> None:
+        for name in ("context", "batch", "chunk_tokens"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1")
+        if self.context % self.chunk_tokens:
+            raise ValueError(f"context {self.context} is not a multiple of chunk_tokens {self.chunk_tokens}")
+        if self.reserve_bytes < 0:
+            raise ValueError("reserve_bytes must be >= 0")
+
+    def run(self, program, target):
+        model, layout = program.model, program.layout
+        attn = model.layers[0].attention
+        layer_cts = [np.flatnonzero(layout.ct_layer == n) for n in range(model.num_layers)]
+        mesh = (target.ct.mesh_rows, target.ct.mesh_cols)
+        kv = build_kv_map(
+            layer_cts, mesh, chunk_tokens=self.chunk_tokens, context=self.context, batch=self.batch,
+            kv_heads=attn.num_kv_heads, head_dim=attn.head_dim, kv_bytes=model.precision.kv_bits // 8,
+            scratchpad_bytes=target.router.scratchpad_bytes, reserve_bytes=self.reserve_bytes,
+            banks=target.router.scratchpad_banks, where=self.name,
+        )
+        details = {"kv": occupancy(kv, layer_cts, mesh, target.router.scratchpad_bytes)}
+        return program.evolve(kv=kv, pending_details=details)

@@ -1,0 +1,46 @@
+"""Pass ``srpg``: selective power gating and pipelined LoRA reconfiguration."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from primal_compiler.codegen.power import gate, pipeline_configs
+from primal_compiler.isa.opcodes import Opcode
+from primal_compiler.passmgr import Pass
+
+
+@dataclass(frozen=True)
+class Srpg(Pass):
+    """Gate every CT outside its active windows and hide adapter loads behind compute.
+
+    ``gating`` inserts PG_OFF/PG_ON around each CT's windows (a CT wakes while
+    the layer before it computes; SRAM and scratchpads are retained).
+    ``pipeline_config`` moves the CONFIG writes of layer n+1 next to the start
+    of layer n, so only layer 0's load is exposed. Either can be turned off
+    for the ablations. See :mod:`primal_compiler.codegen.power`.
+    """
+
+    name = "srpg"
+    summary = "power-gate idle CTs and pipeline LoRA CONFIG writes behind compute"
+    requires = frozenset({"stream"})
+    provides = frozenset({"power-schedule"})
+
+    gating: bool = True
+    pipeline_config: bool = True
+
+    def run(self, program, target):
+        stream = program.stream
+        if self.pipeline_config:
+            stream = pipeline_configs(stream)
+        schedule = {"pg_ct": np.zeros(0, np.int64), "pg_on": np.zeros(0, np.int64), "pg_off": np.zeros(0, np.int64)}
+        if self.gating:
+            stream, schedule = gate(stream, program.layout.num_cts, program.model.num_layers)
+        ops = stream.records["op"]
+        details = {
+            "records": len(stream), "windows": len(schedule["pg_ct"]),
+            "pg_on": int((ops == Opcode.PG_ON).sum()), "pg_off": int((ops == Opcode.PG_OFF).sum()),
+            "sections": {s.name: s.stop - s.start for s in stream.sections},
+        }
+        return program.evolve(stream=stream, power=schedule, pending_details=details)

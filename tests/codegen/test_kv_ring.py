@@ -1,0 +1,56 @@
+"""kv-ring: chunked KV placement, ring pointers, bank interleave and its limits."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from primal_compiler.api import compile_model, last_details
+from primal_compiler.codegen.check import check_kv_map
+from primal_compiler.codegen.kvmap import snake_routers
+from primal_compiler.errors import InputError
+from primal_compiler.frontend import load_model
+
+PLACE = "lower-tiles,blocking,zcurve-order"
+
+
+def _layer_cts(program):
+    return [np.flatnonzero(program.layout.ct_layer == n) for n in range(program.model.num_layers)]
+
+
+@pytest.mark.parametrize("context,batch", [(64, 1), (256, 4), (2048, 1)])
+def test_units_get_distinct_slots_inside_their_layer(context, batch, small_target):
+    p = compile_model(load_model("tiny-mistral"), small_target, f"{PLACE},kv-ring{{context={context},batch={batch}}}")
+    check_kv_map(p.kv, _layer_cts(p))
+    assert p.kv.chunks == context // 32
+    assert len(p.kv.ct) == p.kv.units * p.model.num_layers
+
+
+def test_llama2_13b_holds_2048_tokens_at_batch_1_and_reports_the_limit(target):
+    model = load_model("llama2-13b", "q,v:8")
+    p = compile_model(model, target, f"{PLACE},kv-ring")
+    kv = last_details(p, "kv")
+    assert kv["units_per_layer"] == 64 * 40 * 2  # 64 chunks of 32 tokens, 40 heads, K and V
+    assert kv["max_tokens_at_batch"] == 2048 and kv["max_batch_at_context"] == 1
+    with pytest.raises(InputError, match="largest context at batch 8 is 256 tokens"):
+        compile_model(model, target, f"{PLACE},kv-ring{{batch=8}}")
+
+
+def test_ring_pointer_walks_routers_in_order_and_wraps(small_target):
+    p = compile_model(load_model("tiny-llama"), small_target, f"{PLACE},kv-ring{{context=128}}")
+    kv = p.kv
+    chunk, slot = kv.position(np.array([0, 31, 32, 127, 128, 160]))
+    assert chunk.tolist() == [0, 0, 1, 3, 0, 1] and slot.tolist() == [0, 31, 0, 31, 0, 0]
+    u = kv.unit(0, np.arange(kv.chunks), 0, 0, 0)
+    cts = _layer_cts(p)[0]
+    router = (np.searchsorted(cts, kv.ct[u]) * 64 + np.argsort(snake_routers(8, 8))[kv.pe[u]])
+    assert (np.diff(router.astype(np.int64)) > 0).all()  # later chunks sit further along the ring
+    k, v = kv.unit(0, 0, 0, 0, 0), kv.unit(0, 0, 0, 0, 1)  # K and V of one chunk are mesh neighbours
+    assert abs(int(kv.pe[k]) % 8 - int(kv.pe[v]) % 8) + abs(int(kv.pe[k]) // 8 - int(kv.pe[v]) // 8) == 1
+
+
+def test_options_are_checked():
+    from primal_compiler.passmgr import make_pass
+
+    with pytest.raises(InputError, match="chunk_tokens"):
+        make_pass("kv-ring", {"context": "100"})
