@@ -15,7 +15,7 @@ from primal_compiler import __version__
 from primal_compiler.ir.model import Model
 from primal_compiler.ir.program import Program
 from primal_compiler.ir.tiles import ROLE_CODES, Macro
-from primal_compiler.passmgr import PassManager, resolve_pipeline
+from primal_compiler.passmgr import PassManager, parse_pipeline, resolve_pipeline
 
 
 def compile_model(model: Model, target, pipeline: str = "default", verify: bool = False) -> Program:
@@ -70,8 +70,30 @@ def summary(program: Program, target) -> dict:
     return out
 
 
+def program_file(program: Program, target) -> tuple[dict, dict[str, np.ndarray]]:
+    """Metadata and named arrays (placement, KV map, power schedule) of the program container."""
+    t, kv = program.tiles, program.kv
+    passes = [p for r in program.records for p in parse_pipeline(r.spec)]
+    seeds = [p.seed for p in passes if hasattr(p, "seed")]
+    meta = {
+        "format": "primal-program", "package_version": __version__, "model": program.model.name,
+        "target": target.name, "target_hash": target.content_hash, "pipeline": pipeline_text(program),
+        "seed": seeds[-1] if seeds else None, "num_cts": program.layout.num_cts,
+        "mesh_rows": target.ct.mesh_rows, "mesh_cols": target.ct.mesh_cols,
+        "num_layers": program.model.num_layers,
+        "kv": {"context": kv.context, "batch": kv.batch, "chunk_tokens": kv.chunk_tokens, "kv_heads": kv.kv_heads,
+               "head_dim": kv.head_dim, "kv_bytes": kv.kv_bytes, "banks": kv.banks, "chunk_slots": kv.chunk_slots},
+    }
+    arrays = {f"tile_{k}": v for k, v in t.columns().items()}
+    arrays["ct_layer"] = program.layout.ct_layer.astype(np.int32)
+    arrays.update(kv.arrays())
+    for k, v in (program.power or {}).items():
+        arrays[k] = np.asarray(v, dtype=np.int64)
+    return meta, arrays
+
+
 def write_compiled(program: Program, target, out: Path) -> None:
-    """Write OUT/ atomically: placement.npz, placement.txt, summary.json, records.json."""
+    """Write OUT/ atomically: placement.npz, placement.txt, summary.json, records.json, program.primal."""
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
@@ -81,6 +103,11 @@ def write_compiled(program: Program, target, out: Path) -> None:
         (tmp / "summary.json").write_text(json.dumps(summary(program, target), indent=2, sort_keys=True) + "\n")
         records = [{"name": r.name, "spec": r.spec, "details": r.details} for r in program.records]
         (tmp / "records.json").write_text(json.dumps(records, indent=1, sort_keys=True, default=float) + "\n")
+        if program.stream is not None:
+            from primal_compiler.isa.container import PROGRAM_FILE, save_program
+
+            meta, arrays = program_file(program, target)
+            save_program(tmp / PROGRAM_FILE, meta, arrays, program.stream)
         if out.exists():
             shutil.rmtree(out)
         os.replace(tmp, out)

@@ -45,7 +45,11 @@ def cmd_compile(args) -> None:
     print(f"\npipeline: {api.pipeline_text(program)}")
     for rec in program.records:
         print(f"  {rec.name:<16} {rec.seconds:8.2f} s")
-    print(f"wrote {args.output}/ (placement.npz, placement.txt, summary.json, records.json)")
+    if program.stream is not None:
+        sections = ", ".join(f"{s.name} {s.stop - s.start:,}" for s in program.stream.sections)
+        print(f"stream: {len(program.stream):,} records ({sections})")
+    files = "placement.npz, placement.txt, summary.json, records.json"
+    print(f"wrote {args.output}/ ({files}{', program.primal' if program.stream is not None else ''})")
 
 
 def cmd_map(args) -> None:
@@ -73,6 +77,32 @@ def cmd_targets(args) -> None:
         print(f"{name:<14} {'ok' if ok else 'INVALID':<8} {paths.get(name, '')}" + ("" if ok else f"  {message}"))
     if bad:
         raise SystemExit(2)
+
+
+def cmd_disasm(args) -> None:
+    from primal_compiler.isa.container import PROGRAM_FILE, atomic_open, load_program
+    from primal_compiler.isa.text import disasm
+
+    path = Path(args.program)
+    text = disasm(*load_program(path / PROGRAM_FILE if path.is_dir() else path))
+    if args.output is None:
+        sys.stdout.write(text)
+    else:
+        with atomic_open(args.output) as f:
+            f.write(text.encode("utf-8"))
+
+
+def cmd_asm(args) -> None:
+    from primal_compiler.isa.container import save_program
+    from primal_compiler.isa.text import asm
+
+    try:
+        text = Path(args.text).read_text(encoding="utf-8-sig")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(args.text, f"cannot read: {getattr(exc, 'strerror', None) or exc}") from None
+    meta, arrays, stream = asm(text, where=args.text)
+    save_program(args.output, meta, arrays, stream)
+    print(f"wrote {args.output} ({len(stream)} records, {stream.num_groups} groups, {len(stream.sections)} sections)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -108,6 +138,16 @@ def build_parser() -> argparse.ArgumentParser:
     sp.set_defaults(func=cmd_passes)
     sp = sub.add_parser("targets", help="list and validate the bundled targets")
     sp.set_defaults(func=cmd_targets)
+
+    sp = sub.add_parser("disasm", help="print a compiled program as assembly text")
+    sp.add_argument("program", help="program file, or a compile output directory holding program.primal")
+    sp.add_argument("-o", "--output", default=None, help="write the text to this file instead of stdout")
+    sp.set_defaults(func=cmd_disasm)
+
+    sp = sub.add_parser("asm", help="assemble text (as printed by disasm) into a program file")
+    sp.add_argument("text", help="assembly text file")
+    sp.add_argument("-o", "--output", required=True, help="program file to write")
+    sp.set_defaults(func=cmd_asm)
     return p
 
 

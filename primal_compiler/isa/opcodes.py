@@ -18,7 +18,7 @@ import numpy as np
 
 NONE16 = 0xFFFF
 NONE32 = 0xFFFFFFFF
-CONTROLLER = 0xFFFF  # ``ct`` value of the near-memory controller (NMC)
+CONTROLLER = 0xFFFE  # ``ct`` / ``dst_ct`` value of the near-memory controller (NMC)
 ALL_PES = 0xFFFF  # ``pe`` value of a whole-CT instruction (power gating)
 
 
@@ -105,6 +105,11 @@ FIELDS: dict[str, str] = {
     "nbytes": "bytes moved per destination (router ops, CONFIG, KV_APPEND), else 0",
     "arg": "opcode-specific: ActFn, DmacOp, ReduceOp, SRAM slot, KV slot, mask bits, barrier id",
 }
+
+
+ARG_ENUM_MASK = {Opcode.ACT: 0xFFFFFFFF, Opcode.DMAC: 0xFF, Opcode.REDUCE: 0xF}
+"""Bits of ``arg`` holding the ActFn / DmacOp / ReduceOp; DMAC keeps the KV chunk slot above bit 8,
+REDUCE its source and destination offsets above bit 4 (see docs/isa.md)."""
 
 
 def empty(n: int = 0) -> np.ndarray:
