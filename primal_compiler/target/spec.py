@@ -320,12 +320,17 @@ class PrimalTarget(_Target):
 
 @dataclass(frozen=True)
 class GpuMemorySpec(_Table):
+    """HBM: capacity, peak bandwidth and the share a serving engine may fill."""
+
     hbm_capacity_bytes: int = _f("bytes", "HBM capacity", gt=0)
     hbm_bandwidth_bytes_per_s: int = _f("bytes/s", "peak HBM bandwidth", gt=0)
+    usable_fraction: float = _f("fraction", "share of HBM the serving engine may fill with weights, adapters and KV cache", gt=0, le=1)
 
 
 @dataclass(frozen=True)
 class GpuComputeSpec(_Table):
+    """Dense tensor-core peaks (no 2:4 structured sparsity)."""
+
     fp16_dense_flop_per_s: int = _f("FLOP/s", "dense FP16 tensor-core peak (no structured sparsity)", gt=0)
     bf16_dense_flop_per_s: int = _f("FLOP/s", "dense BF16 tensor-core peak", gt=0)
     fp8_dense_flop_per_s: int = _f("FLOP/s", "dense FP8 tensor-core peak", gt=0)
@@ -335,6 +340,8 @@ class GpuComputeSpec(_Table):
 
 @dataclass(frozen=True)
 class GpuPowerSpec(_Table):
+    """Board power by phase."""
+
     tdp_w: float = _f("W", "board power limit (TDP)", gt=0)
     idle_w: float = _f("W", "board power idle with a model resident (CUDA context held)", ge=0)
     decode_power_w: float = _f("W", "average board power during memory-bound decode", gt=0)
@@ -351,13 +358,34 @@ class GpuPowerSpec(_Table):
 
 @dataclass(frozen=True)
 class GpuEfficiencySpec(_Table):
+    """Achieved fractions of peak, calibrated on published end-to-end serving measurements."""
+
     decode_bandwidth_fraction: float = _f("fraction", "achieved / peak HBM bandwidth in decode (MBU)", gt=0, le=1)
-    prefill_compute_fraction: float = _f("fraction", "achieved / peak dense tensor throughput in prefill (MFU)", gt=0, le=1)
+    prefill_compute_fraction: float = _f("fraction", "achieved / peak dense tensor throughput in prefill (MFU); also used for any compute-bound decode", gt=0, le=1)
+
+
+@dataclass(frozen=True)
+class GpuServingSpec(_Table):
+    """Data types the GPU serves the model in (not PRIMAL's 4/8-bit precision)."""
+
+    weight_bits: int = _f("bits", "bits per base weight in HBM (16 = FP16; 8 = FP8)", choices=(8, 16))
+    lora_weight_bits: int = _f("bits", "bits per LoRA A/B weight in HBM", choices=(8, 16))
+    kv_bits: int = _f("bits", "bits per K/V cache entry in HBM", choices=(8, 16))
+    activation_bits: int = _f("bits", "bits per activation; GEMMs run on FP8 tensor cores only when weights and activations are both 8-bit", choices=(8, 16))
+
+
+@dataclass(frozen=True)
+class GpuKernelSpec(_Table):
+    """Fixed per-kernel cost: small dependent kernels take a fixed time however little they move."""
+
+    serial_rate_hz: int = _f("Hz", "small dependent kernels completed per second back to back (1 / fixed time of one kernel)", gt=0)
+    per_layer: int = _f("count", "kernels one decoder layer of the base model launches per forward pass (sets a step-time floor)", ge=1)
+    per_lora_projection: int = _f("count", "extra kernels per projection carrying an unmerged LoRA adapter (shrink x@A, expand (xA)@B)", ge=1)
 
 
 @dataclass(frozen=True)
 class GpuTarget(_Target):
-    """A GPU baseline for a roofline model: peaks, power, achieved-efficiency factors."""
+    """A GPU baseline for a roofline model: peaks, power, achieved-efficiency factors, serving data types, kernel costs."""
 
     schema_version: int = _f("count", "target file format version", choices=(SCHEMA_VERSION,))
     name: str = _f("text", "target name (bundled targets: the file stem)")
@@ -367,6 +395,8 @@ class GpuTarget(_Target):
     compute: GpuComputeSpec = _f("table", "compute peaks")
     power: GpuPowerSpec = _f("table", "board power")
     efficiency: GpuEfficiencySpec = _f("table", "achieved fractions of peak")
+    serving: GpuServingSpec = _f("table", "data types as served")
+    kernels: GpuKernelSpec = _f("table", "fixed per-kernel costs")
     source: str = _internal("file the target was loaded from (not part of the hash)")
 
 
