@@ -13,8 +13,10 @@ import numpy as np
 import primal_compiler.transforms  # noqa: F401  (registers every pass)
 from primal_compiler import __version__
 from primal_compiler.ir.model import Model
+from primal_compiler.ir.model_json import model_to_dict
 from primal_compiler.ir.program import Program
 from primal_compiler.ir.tiles import ROLE_CODES, Macro
+from primal_compiler.errors import InputError
 from primal_compiler.passmgr import PassManager, parse_pipeline, resolve_pipeline
 
 
@@ -80,16 +82,34 @@ def program_file(program: Program, target) -> tuple[dict, dict[str, np.ndarray]]
         "target": target.name, "target_hash": target.content_hash, "pipeline": pipeline_text(program),
         "seed": seeds[-1] if seeds else None, "num_cts": program.layout.num_cts,
         "mesh_rows": target.ct.mesh_rows, "mesh_cols": target.ct.mesh_cols,
-        "num_layers": program.model.num_layers,
+        "num_layers": program.model.num_layers, "package_cols": program.layout.package_cols,
+        "model_ir": model_to_dict(program.model),
         "kv": {"context": kv.context, "batch": kv.batch, "chunk_tokens": kv.chunk_tokens, "kv_heads": kv.kv_heads,
                "head_dim": kv.head_dim, "kv_bytes": kv.kv_bytes, "banks": kv.banks, "chunk_slots": kv.chunk_slots},
     }
     arrays = {f"tile_{k}": v for k, v in t.columns().items()}
     arrays["ct_layer"] = program.layout.ct_layer.astype(np.int32)
+    arrays.update(mapped_legs(program.layout))
     arrays.update(kv.arrays())
     for k, v in (program.power or {}).items():
         arrays[k] = np.asarray(v, dtype=np.int64)
     return meta, arrays
+
+
+def mapped_legs(layout) -> dict[str, np.ndarray]:
+    """The transfers the mapping costed: per CT template (CSR) its flows' PEs and hops; die-to-die CT pairs."""
+    from primal_compiler.mapping.hops import template_hops
+
+    src, dst, hops = [], [], []
+    for tp in layout.templates:
+        pe = np.concatenate([tp.slots, tp.hubs]).astype(np.int32)
+        src.append(pe[tp.instance.src])
+        dst.append(pe[tp.instance.dst])
+        hops.append(template_hops(tp).astype(np.int32))
+    ptr = np.concatenate([[0], np.cumsum([len(h) for h in hops])]).astype(np.int64)
+    return {"ct_template": layout.ct_template.astype(np.int32), "map_tpl_ptr": ptr,
+            "map_src_pe": np.concatenate(src), "map_dst_pe": np.concatenate(dst), "map_hops": np.concatenate(hops),
+            "map_d2d_src": layout.inter_src.astype(np.int32), "map_d2d_dst": layout.inter_dst.astype(np.int32)}
 
 
 def write_compiled(program: Program, target, out: Path) -> None:
@@ -114,3 +134,68 @@ def write_compiled(program: Program, target, out: Path) -> None:
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+def run_pipeline(pipeline: str, batch: int | None, context: int | None) -> str:
+    """``pipeline`` with the KV space set to ``batch`` x ``context`` (kv-ring, and blocking's traffic context)."""
+    from dataclasses import replace
+
+    from primal_compiler.passmgr import print_pipeline
+
+    passes = list(resolve_pipeline(pipeline))
+    for i, p in enumerate(passes):
+        changes = {}
+        if p.name == "kv-ring":
+            changes = {k: v for k, v in (("batch", batch), ("context", context)) if v is not None}
+        elif p.name == "blocking" and context is not None:
+            changes = {"context": context}
+        passes[i] = replace(p, **changes) if changes else p
+    return print_pipeline(tuple(passes))
+
+
+def load_compiled(path: Path, target_name: str | None):
+    """(meta, arrays, stream, target) of a program file or a compile output directory."""
+    from primal_compiler.isa.container import PROGRAM_FILE, load_program
+    from primal_compiler.target import load_target
+
+    path = Path(path)
+    file = path / PROGRAM_FILE if path.is_dir() else path
+    if not file.exists():
+        raise InputError(str(path), f"no program here (expected a {PROGRAM_FILE} file or a directory holding one)")
+    meta, _, _ = load_program(file)
+    target = load_target(target_name or meta.get("target", "primal-7nm"))
+    meta, arrays, stream = load_program(file, target)
+    return meta, arrays, stream, target, str(file)
+
+
+def replay_report(meta: dict, arrays: dict, stream, target, where: str, validate: bool = True) -> dict:
+    """Replay a program and collect its metrics, hop validation and the H100 baseline for the same work."""
+    from primal_compiler.executor.metrics import metrics
+    from primal_compiler.executor.replay import replay
+    from primal_compiler.executor.validate import validate_hops
+
+    rp = replay(meta, arrays, stream, target, where)
+    report = {"format": "primal-run", "package_version": __version__, "program": where, "model": meta.get("model"),
+              "target": target.name, "pipeline": meta.get("pipeline"), "metrics": metrics(rp)}
+    if validate:
+        report["validation"] = validate_hops(rp, where)
+    report["h100"] = h100_for(meta, report["metrics"])
+    return report
+
+
+def h100_for(meta: dict, m: dict) -> dict | None:
+    """The H100 baseline for the program's model, batch, context and prompt (None if the model does not fit)."""
+    from dataclasses import fields
+
+    from primal_compiler.baselines.h100 import gpu_costs
+    from primal_compiler.ir.model_json import model_from_dict
+    from primal_compiler.target import load_target
+
+    if "model_ir" not in meta:
+        return None
+    model = model_from_dict(meta["model_ir"])
+    try:
+        costs = gpu_costs(model, load_target("h100"), m["batch"], m["context"], prompt=m.get("prompt_tokens"))
+    except InputError as exc:
+        return {"error": str(exc)}
+    return {f.name: getattr(costs, f.name) for f in fields(costs) if f.name != "details"}

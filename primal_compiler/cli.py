@@ -52,6 +52,44 @@ def cmd_compile(args) -> None:
     print(f"wrote {args.output}/ ({files}{', program.primal' if program.stream is not None else ''})")
 
 
+def _is_program(spec: str) -> bool:
+    from primal_compiler.isa.container import PROGRAM_FILE
+
+    path = Path(spec)
+    return (path.is_dir() and (path / PROGRAM_FILE).exists()) or spec.endswith(".primal")
+
+
+def cmd_run(args) -> None:
+    from primal_compiler import api
+    from primal_compiler.report.run import render_run
+
+    if _is_program(args.model):
+        if args.lora or args.pipeline or args.output:
+            raise InputError(args.model, "--lora, -p and -o apply when compiling a model; this is a compiled program")
+        meta, arrays, stream, target, where = api.load_compiled(Path(args.model), args.target)
+        kv = meta.get("kv", {})
+        for name, want in (("batch", args.batch), ("context", args.context)):
+            if want is not None and want != kv.get(name):
+                raise InputError(where, f"compiled for {name} {kv.get(name)}, not {want}; recompile with "
+                                        f"`primal run MODEL --{name} {want}` (the KV space is laid out at compile time)")
+    else:
+        from primal_compiler.frontend import load_model
+        from primal_compiler.isa.container import PROGRAM_FILE, load_program
+
+        model = load_model(args.model, args.lora)
+        target = _target(args.target or "primal-7nm")
+        pipeline = api.run_pipeline(args.pipeline or "default", args.batch, args.context)
+        program = api.compile_model(model, target, pipeline)
+        meta, arrays = api.program_file(program, target)
+        stream, where = program.stream, args.model
+        if args.output:
+            api.write_compiled(program, target, Path(args.output))
+            where = str(Path(args.output) / PROGRAM_FILE)
+            meta, arrays, stream = load_program(where, target)
+    report = api.replay_report(meta, arrays, stream, target, where, validate=not args.no_validate)
+    print(json.dumps(report, indent=2, sort_keys=True) if args.json else render_run(report))
+
+
 def cmd_map(args) -> None:
     from primal_compiler.frontend import load_model
     from primal_compiler.report.hops import compare_strategies, render_comparison
@@ -125,6 +163,18 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("-o", "--output", required=True, help="output directory")
     sp.add_argument("--verify", action="store_true", help="verify the IR after every pass")
     sp.set_defaults(func=cmd_compile)
+
+    sp = sub.add_parser("run", help="replay a compiled program (or compile a model and replay it) and print its costs")
+    sp.add_argument("model", help="a compile output directory or program.primal, or a model to compile first")
+    sp.add_argument("--lora", default=None, help="adapters when compiling a model, e.g. q,v:8")
+    sp.add_argument("--target", default=None, help="target (default: the program's own, or primal-7nm)")
+    sp.add_argument("-p", "--pipeline", default=None, help="pipeline when compiling a model (default: default)")
+    sp.add_argument("-o", "--output", default=None, help="when compiling a model, also write the program here")
+    sp.add_argument("--batch", type=int, default=None, help="sequences sharing the KV space (compile time)")
+    sp.add_argument("--context", type=int, default=None, help="context tokens per sequence (compile time)")
+    sp.add_argument("--no-validate", action="store_true", help="skip checking stream hops against the mapping")
+    sp.add_argument("--json", action="store_true", help="print one JSON object")
+    sp.set_defaults(func=cmd_run)
 
     sp = sub.add_parser("map", help="compare placement strategies (hops) for a model")
     model_args(sp)

@@ -251,6 +251,24 @@ class RouterSpec(_Table):
 
 
 @dataclass(frozen=True)
+class ActSpec(_Table):
+    """Work of the router's activation path: DMAC operations per element of each ``ACT`` function."""
+
+    embed_ops_per_element: int = _f("count", "controller: embedding-table read and FP16 conversion per element", ge=1)
+    rmsnorm_ops_per_element: int = _f("count", "square-accumulate, scale, multiply by the norm weight", ge=1)
+    layernorm_ops_per_element: int = _f("count", "mean, variance, normalize, affine", ge=1)
+    silu_ops_per_element: int = _f("count", "x * sigmoid(x) by piecewise approximation", ge=1)
+    gelu_ops_per_element: int = _f("count", "tanh approximation of GELU", ge=1)
+    relu_ops_per_element: int = _f("count", "max(x, 0)", ge=1)
+    swiglu_ops_per_element: int = _f("count", "silu(gate) * up", ge=1)
+    rope_ops_per_element: int = _f("count", "rotation: two multiplies and an add against a sin/cos table", ge=1)
+    softmax_ops_per_element: int = _f("count", "max, exp, sum, divide", ge=1)
+    residual_add_ops_per_element: int = _f("count", "one add", ge=1)
+    argmax_ops_per_element: int = _f("count", "controller: one compare per logit", ge=1)
+    bias_ops_per_element: int = _f("count", "add the projection bias to a column block", ge=1)
+
+
+@dataclass(frozen=True)
 class D2dSpec(_Table):
     """Die-to-die link between neighbouring CTs of the package mesh (per direction)."""
 
@@ -301,6 +319,7 @@ class PrimalTarget(_Target):
     rram: RramSpec = _f("table", "RRAM-ACIM macro")
     sram: SramSpec = _f("table", "SRAM-DCIM macro")
     router: RouterSpec = _f("table", "compute router")
+    act: ActSpec = _f("table", "activation functions on the router's DMAC units")
     d2d: D2dSpec = _f("table", "die-to-die links")
     power_gating: PowerGatingSpec = _f("table", "power states")
     area: AreaSpec = _f("table", "PE area")

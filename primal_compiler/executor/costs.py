@@ -1,0 +1,247 @@
+"""Per-opcode cost rules: busy time, the unit a record holds, and its dynamic energy.
+
+``RULES`` maps every :class:`Opcode` to a rule; a stream holding an opcode
+without a rule is an error naming it. Each rule is vectorized over the
+records of its opcode and returns the cycles the record keeps its unit busy
+(network time of router records comes from :mod:`.transfers`), the unit it
+holds (``-1`` none) and picojoules per energy component (``COMPONENTS``).
+Every constant is a field of the target; the formulas are in
+``docs/executor.md``.
+
+Units: the RRAM macro, the SRAM macro and the router's DMAC/activation path
+of each PE, the controller, and each CT's power controller. A unit runs its
+records one at a time in stream order.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from primal_compiler.errors import InputError
+from primal_compiler.executor.topology import MESH, Topology
+from primal_compiler.executor.transfers import Transfers
+from primal_compiler.isa.opcodes import CONTROLLER, ActFn, DmacOp, Flag, Opcode
+
+COMPONENTS = ("rram_adc", "sram_dcim", "router_dmac", "links", "controller", "wakeup")
+
+
+@dataclass(frozen=True)
+class Ctx:
+    """What the rules read: the target, the records, the placed tiles and the transfers."""
+
+    target: object
+    topo: Topology
+    records: np.ndarray
+    stream: object
+    transfers: Transfers
+    rram_rows: np.ndarray  # per (ct * P + pe): used rows of the RRAM tile there (0 = none)
+    rram_cols: np.ndarray
+    sram_rows: np.ndarray
+    sram_cols: np.ndarray
+
+    def unit(self, kind: int, ct, pe) -> np.ndarray:
+        pes = self.topo.num_cts * self.topo.pes
+        return kind * pes + ct.astype(np.int64) * self.topo.pes + pe.astype(np.int64)
+
+    @property
+    def controller_unit(self) -> int:
+        return 3 * self.topo.num_cts * self.topo.pes
+
+    @property
+    def num_units(self) -> int:
+        return self.controller_unit + 1 + self.topo.num_cts
+
+
+RRAM_UNIT, SRAM_UNIT, DMAC_UNIT = 0, 1, 2
+
+
+def _none(n: int):
+    return np.zeros(n, dtype=np.int64), np.full(n, -1, dtype=np.int64), {}
+
+
+def _ceil(a, b):
+    return -(-np.asarray(a, dtype=np.int64) // int(b))
+
+
+def _pos(c: Ctx, rec):
+    r = c.records
+    return r["ct"][rec].astype(np.int64), r["pe"][rec].astype(np.int64)
+
+
+def _smac_rram(c: Ctx, rec):
+    t = c.target.rram
+    ct, pe = _pos(c, rec)
+    key = ct * c.topo.pes + pe
+    rows, cols = c.rram_rows[key], c.rram_cols[key]
+    count = c.records["count"][rec].astype(np.int64)
+    pulses = -(-t.input_bits // t.dac_bits)
+    groups = _ceil(rows, t.rows_active_per_read)
+    conv = pulses * groups * cols
+    per_vec = (conv * (t.adc_energy_pj_per_conversion + t.shift_add_energy_pj_per_conversion)
+               + pulses * rows * cols * t.array_read_energy_pj + pulses * rows * t.row_driver_energy_pj)
+    busy = count * t.mvm_latency_cycles
+    return busy, c.unit(RRAM_UNIT, ct, pe), {"rram_adc": per_vec * count}
+
+
+def _smac_sram(c: Ctx, rec):
+    s = c.target.sram
+    ct, pe = _pos(c, rec)
+    key = ct * c.topo.pes + pe
+    fired = (c.records["flags"][rec] & Flag.SKIPPED) == 0
+    count = c.records["count"][rec].astype(np.int64) * fired
+    macs = c.sram_rows[key] * c.sram_cols[key] * count
+    return count * s.mac_latency_cycles, c.unit(SRAM_UNIT, ct, pe), {"sram_dcim": macs * s.mac_energy_pj}
+
+
+def _kv_read_bytes(c: Ctx, rec):
+    return c.records["count"][rec].astype(np.int64) * c.target.router.dmac_bits // 8
+
+
+def dmac_cycles(c: Ctx, rec) -> tuple[np.ndarray, np.ndarray]:
+    """(compute cycles, scratchpad cycles) of DMAC records: one KV element read per MAC."""
+    r = c.target.router
+    count = c.records["count"][rec].astype(np.int64)
+    port = r.scratchpad_banks * r.scratchpad_bank_width_bits // 8
+    return _ceil(count, r.dmac_macs_per_cycle), _ceil(_kv_read_bytes(c, rec), port)
+
+
+def _dmac(c: Ctx, rec):
+    r = c.target.router
+    ct, pe = _pos(c, rec)
+    compute, storage = dmac_cycles(c, rec)
+    count = c.records["count"][rec].astype(np.int64)
+    energy = count * r.dmac_energy_pj_per_op + _kv_read_bytes(c, rec) * 8 * r.scratchpad_energy_pj_per_bit
+    return np.maximum(compute, storage), c.unit(DMAC_UNIT, ct, pe), {"router_dmac": energy}
+
+
+def act_ops(target) -> np.ndarray:
+    """DMAC operations per element of each ActFn, from the target's ``act`` table."""
+    missing = [fn.name for fn in ActFn if not hasattr(target.act, f"{fn.name.lower()}_ops_per_element")]
+    if missing:
+        raise InputError(target.name, f"act: no cost for ActFn {', '.join(missing)} (add act.<name>_ops_per_element)")
+    return np.array([getattr(target.act, f"{fn.name.lower()}_ops_per_element") for fn in ActFn], dtype=np.int64)
+
+
+def _act(c: Ctx, rec):
+    r = c.target.router
+    ct, pe = _pos(c, rec)
+    fn = c.records["arg"][rec].astype(np.int64)
+    ops = c.records["count"][rec].astype(np.int64) * act_ops(c.target)[fn]
+    on_ctl = ct == CONTROLLER
+    unit = np.where(on_ctl, c.controller_unit, c.unit(DMAC_UNIT, np.where(on_ctl, 0, ct), np.where(on_ctl, 0, pe)))
+    energy = ops * r.dmac_energy_pj_per_op
+    return _ceil(ops, r.dmac_macs_per_cycle), unit, {"router_dmac": np.where(on_ctl, 0.0, energy),
+                                                     "controller": np.where(on_ctl, energy, 0.0)}
+
+
+def _elements(c: Ctx, rec):
+    return c.records["nbytes"][rec].astype(np.int64) * 8 // c.target.router.dmac_bits
+
+
+def _reduce(c: Ctx, rec):
+    r = c.target.router
+    g = c.records["group"][rec].astype(np.int64)
+    members = c.stream.group_ptr[g + 1] - c.stream.group_ptr[g]
+    adds = _elements(c, rec) * np.maximum(members - 1, 0)
+    busy = c.transfers.net_cycles[rec] + _ceil(_elements(c, rec), r.dmac_macs_per_cycle)
+    return busy, np.full(len(rec), -1, dtype=np.int64), {"router_dmac": adds * r.dmac_energy_pj_per_op}
+
+
+def _move(c: Ctx, rec):
+    return c.transfers.net_cycles[rec], np.full(len(rec), -1, dtype=np.int64), {}
+
+
+def _kv_append(c: Ctx, rec):
+    bits = c.records["nbytes"][rec].astype(np.int64) * 8
+    busy, unit, _ = _move(c, rec)
+    return busy, unit, {"router_dmac": bits * c.target.router.scratchpad_energy_pj_per_bit}
+
+
+def _config(c: Ctx, rec):
+    s = c.target.sram
+    r = c.records
+    unit = c.unit(SRAM_UNIT, r["dst_ct"][rec], r["dst_pe"][rec])
+    busy = c.transfers.net_cycles[rec] + s.reconfig_cycles
+    return busy, unit, {"sram_dcim": r["nbytes"][rec].astype(np.int64) * 8 * s.write_energy_pj_per_bit}
+
+
+def _power(cycles_of):
+    def rule(c: Ctx, rec):
+        ct = c.records["ct"][rec].astype(np.int64)
+        busy = np.full(len(rec), cycles_of(c.target), dtype=np.int64)
+        return busy, c.controller_unit + 1 + ct, {}
+
+    return rule
+
+
+def _pg_on(c: Ctx, rec):
+    busy, unit, _ = _power(lambda t: t.power_gating.wakeup_cycles)(c, rec)
+    return busy, unit, {"wakeup": np.full(len(rec), c.target.power_gating.wakeup_energy_pj)}
+
+
+def _mask(c: Ctx, rec):
+    ct, pe = _pos(c, rec)
+    return np.ones(len(rec), dtype=np.int64), c.unit(SRAM_UNIT, ct, pe), {}
+
+
+RULES = {
+    Opcode.BCAST: _move,
+    Opcode.REDUCE: _reduce,
+    Opcode.UNICAST: _move,
+    Opcode.CONFIG: _config,
+    Opcode.SMAC_RRAM: _smac_rram,
+    Opcode.SMAC_SRAM: _smac_sram,
+    Opcode.DMAC: _dmac,
+    Opcode.ACT: _act,
+    Opcode.KV_APPEND: _kv_append,
+    Opcode.PG_ON: _pg_on,
+    Opcode.PG_OFF: _power(lambda t: 1),
+    Opcode.MASK: _mask,
+    Opcode.SYNC: lambda c, rec: _none(len(rec)),
+}
+
+
+def record_costs(c: Ctx, where: str = "program") -> tuple[np.ndarray, np.ndarray, dict[str, np.ndarray]]:
+    """(busy cycles, unit, {component: pJ}) of every record, through ``RULES``; InputError naming ``where``."""
+    r = c.records
+    n = len(r)
+    busy = np.zeros(n, dtype=np.int64)
+    unit = np.full(n, -1, dtype=np.int64)
+    energy = {k: np.zeros(n) for k in COMPONENTS}
+    for op in np.unique(r["op"]):
+        known = int(op) in Opcode._value2member_map_
+        rule = RULES.get(Opcode(op)) if known else None
+        if rule is None:
+            name = Opcode(op).name if known else "unknown"
+            raise InputError(where, f"no cost rule for opcode {op} ({name})")
+        rec = np.flatnonzero(r["op"] == op)
+        b, u, e = rule(c, rec)
+        busy[rec], unit[rec] = b, u
+        for k, v in e.items():
+            energy[k][rec] = v
+    energy["controller"] += c.target.system.nmc_issue_energy_pj
+    energy["links"] = link_energy(c)
+    return busy, unit, energy
+
+
+def link_energy(c: Ctx) -> np.ndarray:
+    """pJ per record for the bits it moves over mesh, die-to-die and controller links."""
+    tr = c.transfers
+    n = len(c.records)
+    rec = np.repeat(np.arange(n), np.diff(tr.link_ptr))
+    bits = c.records["nbytes"][rec].astype(np.float64) * 8
+    per_bit = np.where(c.topo.link_kind(tr.link) == MESH, c.target.router.energy_pj_per_bit_hop,
+                       c.target.d2d.energy_pj_per_bit)
+    return np.bincount(rec, weights=bits * per_bit, minlength=n)
+
+
+def kv_storage(c: Ctx, rec) -> tuple[float, float]:
+    """(KV bytes the DMAC records read, bytes their scratchpad banks could deliver while they ran)."""
+    r = c.target.router
+    rec = rec[c.records["op"][rec] == Opcode.DMAC]
+    rec = rec[np.isin(c.records["arg"][rec] & 0xFF, (DmacOp.QK, DmacOp.PV))]
+    compute, storage = dmac_cycles(c, rec)
+    port = r.scratchpad_banks * r.scratchpad_bank_width_bits // 8
+    return float(_kv_read_bytes(c, rec).sum()), float((np.maximum(compute, storage) * port).sum())

@@ -1,0 +1,95 @@
+"""The timing recurrence of a replay, compiled with numba.
+
+Records issue from the controller in stream order, one every
+``issue_cycles``; a ``SYNC`` waits until every earlier record finished and
+holds back the records after it. The controller is in order: a record it
+executes itself (``ACT`` at ``CONTROLLER``: embedding lookup, argmax) holds
+back the records after it until it finishes, so a decode step issues once
+the previous token is known. A record starts at the latest of: its issue,
+the finish of every record it depends on (read-after-write), its unit being
+free, its CTs being awake (``PG_ON`` finished), and each link it uses being
+free when its head reaches it (links serve transfers in stream order, so two
+transfers sharing a link in the same interval serialize). It finishes
+``busy`` cycles later. Power records keep their place in the stream: a
+``PG_ON`` or ``PG_OFF`` starts no earlier than the record before it started
+(``srpg`` places a wake-up just ahead of the work it prepares for), and a
+``PG_OFF`` also waits for everything earlier on its CT.
+
+The recurrence is sequential by nature; it runs over plain integer columns
+prepared by the vectorized stages, so its cost is one pass over records,
+predecessors and (record, link) rows.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from primal_compiler.isa.opcodes import Opcode
+
+_SYNC, _PG_ON, _PG_OFF = int(Opcode.SYNC), int(Opcode.PG_ON), int(Opcode.PG_OFF)
+
+
+@njit(cache=True, nogil=True)
+def schedule(op, busy, unit, pred_ptr, pred, link_ptr, link, link_off, link_hold, ct_a, ct_b, blocking,
+             issue_cycles, num_units, num_links, num_cts):  # pragma: no cover - compiled
+    """(start, finish, first record touching a gated CT or -1), cycles from time 0."""
+    n = len(op)
+    start = np.empty(n, dtype=np.int64)
+    finish = np.empty(n, dtype=np.int64)
+    unit_free = np.zeros(num_units, dtype=np.int64)
+    link_free = np.zeros(num_links, dtype=np.int64)
+    ct_wake = np.zeros(num_cts, dtype=np.int64)
+    ct_busy = np.zeros(num_cts, dtype=np.int64)
+    gated = np.zeros(num_cts, dtype=np.bool_)
+    issue = -issue_cycles
+    horizon = 0
+    bad = -1
+    for i in range(n):
+        issue += issue_cycles
+        t = issue
+        o = op[i]
+        if o == _SYNC:
+            t = max(t, horizon)
+            start[i] = t
+            finish[i] = t
+            issue = t
+            continue
+        for p in range(pred_ptr[i], pred_ptr[i + 1]):
+            t = max(t, finish[pred[p]])
+        u = unit[i]
+        if u >= 0:
+            t = max(t, unit_free[u])
+        a = ct_a[i]
+        b = ct_b[i]
+        if (o == _PG_OFF or o == _PG_ON) and i > 0:
+            t = max(t, start[i - 1])
+        if o == _PG_OFF:
+            t = max(t, ct_busy[a])
+            gated[a] = True
+        elif o == _PG_ON:
+            gated[a] = False
+        else:
+            for c in (a, b):
+                if c >= 0:
+                    if gated[c] and bad < 0:
+                        bad = i
+                    t = max(t, ct_wake[c])
+        for q in range(link_ptr[i], link_ptr[i + 1]):
+            t = max(t, link_free[link[q]] - link_off[q])
+        f = t + busy[i]
+        start[i] = t
+        finish[i] = f
+        if u >= 0:
+            unit_free[u] = f
+        for q in range(link_ptr[i], link_ptr[i + 1]):
+            link_free[link[q]] = t + link_off[q] + link_hold[q]
+        if o == _PG_ON:
+            ct_wake[a] = f
+        for c in (a, b):
+            if c >= 0:
+                ct_busy[c] = max(ct_busy[c], f)
+        horizon = max(horizon, f)
+        if blocking[i]:
+            issue = f
+    return start, finish, bad

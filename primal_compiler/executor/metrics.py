@@ -1,0 +1,147 @@
+"""The cost metrics of a replay, each defined once (docs/executor.md, DESIGN.md section 5).
+
+For request ``r`` (sections ``adapter:r`` if it loads an adapter, ``prefill:r``,
+``decode:r``; every generated token ends with a controller ``ARGMAX``):
+
+- **TTFT**: from the request's first record starting to the prefill's ARGMAX
+  finishing (prefill plus the exposed part of the LoRA reconfiguration).
+- **ITL**: from one generated token to the next of the same sequence: decode
+  ARGMAX finish minus the previous ARGMAX finish, averaged over the steps.
+- **throughput**: ``batch`` tokens per ITL (every sequence of the batch
+  generates one token per step), steady state at the compiled context.
+- **energy per token / tokens/J / power**: over the decode window (previous
+  ARGMAX finish to the last decode ARGMAX finish): dynamic energy of the
+  decode records plus static energy of every CT in its power state, divided
+  by the tokens generated in the window; power = that energy / window.
+- **hops**: per leg of every router record of the decode step, XY hops on
+  the PE mesh for legs within one CT (max, mean, bytes-weighted mean), and
+  package hops for legs between CTs (``inter_ct``); controller legs carry none.
+- **KV storage-bandwidth utilisation**: KV bytes the decode DMACs read over
+  the bytes their scratchpad banks could deliver while those DMACs ran.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from primal_compiler.executor import costs, power
+from primal_compiler.executor.replay import Replay
+from primal_compiler.isa.opcodes import CONTROLLER, ActFn, Opcode
+
+COMPONENT_KEYS = ("rram_adc", "sram_dcim", "router_dmac", "links", "controller", "wakeup", "static")
+
+
+def _argmax(rp: Replay, rec: np.ndarray) -> np.ndarray:
+    r = rp.stream.records[rec]
+    return rec[(r["op"] == Opcode.ACT) & (r["arg"] == ActFn.ARGMAX) & (r["ct"] == CONTROLLER)]
+
+
+def _sections(rp: Replay, request: int) -> dict[str, np.ndarray]:
+    out = {}
+    for kind in ("adapter", "prefill", "decode"):
+        try:
+            out[kind] = rp.section(f"{kind}:{request}")
+        except KeyError:
+            out[kind] = np.zeros(0, dtype=np.int64)
+    if not len(out["prefill"]) or not len(out["decode"]):
+        names = [s.name for s in rp.stream.sections]
+        raise KeyError(f"request {request} needs sections prefill:{request} and decode:{request} (stream has {names})")
+    return out
+
+
+def hop_stats(rp: Replay, rec: np.ndarray) -> dict:
+    """Hop statistics of the legs of records ``rec`` (see module docstring)."""
+    tr = rp.transfers
+    leg = np.flatnonzero(np.isin(tr.rec, rec))
+    nbytes = rp.stream.records["nbytes"][tr.rec[leg]].astype(np.float64)
+    ctl = (tr.src_ct[leg] == CONTROLLER) | (tr.dst_ct[leg] == CONTROLLER)
+    same = (tr.src_ct[leg] == tr.dst_ct[leg]) & ~ctl
+    out = _summary(tr.routes.mesh_hops[leg][same], nbytes[same])
+    inter = _summary(tr.routes.pkg_hops[leg][~same & ~ctl], nbytes[~same & ~ctl])
+    inter["controller_transfers"] = int(ctl.sum())
+    out["inter_ct"] = inter
+    return out
+
+
+def _summary(hops: np.ndarray, weight: np.ndarray) -> dict:
+    total = float(weight.sum())
+    return {"max_hops": int(hops.max()) if len(hops) else 0,
+            "mean_hops": float(hops.mean()) if len(hops) else 0.0,
+            "weighted_hops": float((hops * weight).sum() / total) if total else 0.0,
+            "transfers": int(len(hops)), "bytes": total}
+
+
+def _window_energy(rp: Replay, rec: np.ndarray, begin: int, end: int) -> tuple[dict, dict]:
+    """(joules per component, joules per power state) of ``rec`` plus all CTs' static energy in the window."""
+    dyn = {k: float(v[rec].sum()) * 1e-12 for k, v in rp.energy_pj.items()}
+    static = power.static_energy_j(rp.timeline, rp.target, rp.topo.pes, begin, end)
+    static_by_state = sum(static.values())
+    comp = {k: dyn.get(k, 0.0) for k in COMPONENT_KEYS if k != "static"}
+    comp["static"] = float(static_by_state.sum())
+    states = {s: float(static_by_state[i]) for i, s in enumerate(power.STATES)}
+    states["active"] += sum(dyn[k] for k in ("rram_adc", "sram_dcim", "router_dmac", "links"))
+    states["waking"] += dyn["wakeup"]
+    states["controller"] = dyn["controller"]
+    return comp, states
+
+
+def area_mm2(rp: Replay) -> dict:
+    """Silicon area of all CTs by PE component, in mm2."""
+    a = rp.target.area
+    pes = rp.topo.pes * rp.topo.num_cts
+    out = {k: getattr(a, f"{k}_um2") * pes * 1e-6 for k in ("rram", "sram", "router", "dmac", "scratchpad")}
+    out["total"] = sum(out.values())
+    return out
+
+
+def prompt_tokens(rp: Replay, prefill: np.ndarray, batch: int) -> int | None:
+    """Prompt length of a prefill: its controller EMBED covers prompt x batch x hidden elements."""
+    hidden = rp.meta.get("model_ir", {}).get("hidden_size")
+    r = rp.stream.records[prefill]
+    embed = r[(r["op"] == Opcode.ACT) & (r["arg"] == ActFn.EMBED) & (r["ct"] == CONTROLLER)]
+    if not hidden or not len(embed):
+        return None
+    return int(embed["count"].astype(np.int64).sum()) // (hidden * batch)
+
+
+def metrics(rp: Replay, request: int = 0) -> dict:
+    """Every metric of request ``request`` as one JSON-ready dict (seconds, joules, watts)."""
+    sec = _sections(rp, request)
+    kv = rp.meta.get("kv", {})
+    batch = int(kv.get("batch", 1))
+    first = np.concatenate([sec["adapter"], sec["prefill"]])
+    t0 = int(rp.start[first].min())
+    pre_tok = _argmax(rp, sec["prefill"])
+    dec_tok = _argmax(rp, sec["decode"])
+    if not len(pre_tok) or not len(dec_tok):
+        raise KeyError(f"request {request}: prefill and decode must each end with a controller ARGMAX")
+    first_token = int(rp.finish[pre_tok].max())
+    ends = np.sort(rp.finish[dec_tok])
+    steps = len(ends)
+    itl_cycles = (int(ends[-1]) - first_token) / steps
+    comp, states = _window_energy(rp, sec["decode"], first_token, int(ends[-1]))
+    energy = sum(comp.values())
+    window_s = rp.seconds(int(ends[-1]) - first_token)
+    tokens = batch * steps
+    pre_comp, _ = _window_energy(rp, first, t0, first_token)
+    stored, capacity = costs.kv_storage(rp.ctx, sec["decode"])
+    hops = hop_stats(rp, sec["decode"])
+    prefill_begin = int(rp.start[sec["prefill"]].min())
+    return {
+        "request": request, "batch": batch, "context": int(kv.get("context", 0)), "decode_steps": steps,
+        "prompt_tokens": prompt_tokens(rp, sec["prefill"], batch),
+        "ttft_s": rp.seconds(first_token - t0), "itl_s": rp.seconds(itl_cycles),
+        "tokens_per_s": tokens / window_s, "energy_per_token_j": energy / tokens, "tokens_per_j": tokens / energy,
+        "power_w": energy / window_s,
+        "power_breakdown_w": {k: v / window_s for k, v in comp.items()},
+        "power_by_state_w": {k: v / window_s for k, v in states.items()},
+        "prefill_energy_j": sum(pre_comp.values()),
+        "reconfig_exposed_s": rp.seconds(max(0, prefill_begin - t0)),
+        "max_hops": hops["max_hops"], "mean_hops": hops["mean_hops"], "weighted_hops": hops["weighted_hops"],
+        "hops": hops,
+        "kv_storage_utilisation": stored / capacity if capacity else 0.0,
+        "area_mm2": area_mm2(rp), "num_cts": rp.topo.num_cts,
+        "records": {"total": len(rp.stream.records), "decode": int(len(sec["decode"])),
+                    "prefill": int(len(sec["prefill"])), "adapter": int(len(sec["adapter"]))},
+        "replay_s": {name: round(sec_, 3) for name, sec_ in rp.stages},
+    }

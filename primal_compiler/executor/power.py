@@ -1,0 +1,81 @@
+"""Power states of every CT over a replay, and the static energy they cost.
+
+A CT is *active* from time 0. ``PG_OFF`` gates it when the record finishes;
+``PG_ON`` starts *waking* it at its start and makes it active at its finish.
+Static power per PE in each state comes from the target: active = every
+domain's leakage; waking = active leakage (the rails recharge; the wake-up
+energy itself is the ``PG_ON`` record's dynamic energy); gated = switched-off
+domains (RRAM periphery, router) at ``gated_leakage_fraction``, retained
+domains (SRAM-DCIM, scratchpad) at ``retained_leakage_fraction``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from primal_compiler.isa.opcodes import Opcode
+
+STATES = ("active", "waking", "gated")
+ACTIVE, WAKING, GATED = range(3)
+DOMAINS = ("rram_adc", "sram_dcim", "router_dmac", "scratchpad")
+
+
+@dataclass(frozen=True)
+class Timeline:
+    """State intervals of every CT: ``ct``, ``state``, ``[begin, end)`` cycles (end = replay end)."""
+
+    ct: np.ndarray
+    state: np.ndarray
+    begin: np.ndarray
+    end: np.ndarray
+
+
+def domain_leakage_w(target) -> dict[str, np.ndarray]:
+    """Per domain: static watts of one PE in each state (index by ACTIVE/WAKING/GATED)."""
+    pg = target.power_gating
+    off, keep = pg.gated_leakage_fraction, pg.retained_leakage_fraction
+    leak = {"rram_adc": (target.rram.leakage_uw, off if pg.gate_rram_periphery else 1.0),
+            "sram_dcim": (target.sram.leakage_uw, keep if pg.retain_sram else off),
+            "router_dmac": (target.router.leakage_uw, off if pg.gate_router else 1.0),
+            "scratchpad": (target.router.scratchpad_leakage_uw, keep if pg.retain_scratchpad else off)}
+    return {k: np.array([uw, uw, uw * frac]) * 1e-6 for k, (uw, frac) in leak.items()}
+
+
+def timeline(records, start, finish, num_cts: int, end: int) -> Timeline:
+    """Every CT's state intervals from the replayed ``PG_ON``/``PG_OFF`` records."""
+    op = records["op"]
+    off = np.flatnonzero(op == Opcode.PG_OFF)
+    on = np.flatnonzero(op == Opcode.PG_ON)
+    ct = np.concatenate([records["ct"][off], records["ct"][on], records["ct"][on]]).astype(np.int64)
+    at = np.concatenate([finish[off], start[on], finish[on]])
+    state = np.concatenate([np.full(len(off), GATED), np.full(len(on), WAKING), np.full(len(on), ACTIVE)])
+    sub = np.concatenate([np.zeros(len(off) + len(on), dtype=np.int64), np.ones(len(on), dtype=np.int64)])
+    seq = np.concatenate([off, on, on]) * 2 + sub  # a PG_ON's "active" follows its "waking"
+    # initial active state of every CT
+    ct = np.concatenate([np.arange(num_cts), ct])
+    at = np.concatenate([np.zeros(num_cts, dtype=np.int64), at])
+    state = np.concatenate([np.full(num_cts, ACTIVE), state])
+    seq = np.concatenate([np.full(num_cts, -1), seq])
+    order = np.lexsort((seq, at, ct))
+    ct, at, state = ct[order], at[order], state[order]
+    nxt = np.empty_like(at)
+    nxt[:-1] = at[1:]
+    last = np.ones(len(ct), dtype=bool)
+    last[:-1] = ct[1:] != ct[:-1]
+    nxt[last] = end
+    keep = nxt > at
+    return Timeline(ct[keep], state[keep].astype(np.int8), at[keep], nxt[keep])
+
+
+def state_cycles(tl: Timeline, begin: int, end: int) -> np.ndarray:
+    """CT-cycles spent in each state within ``[begin, end)`` (array over STATES)."""
+    span = np.clip(np.minimum(tl.end, end) - np.maximum(tl.begin, begin), 0, None)
+    return np.bincount(tl.state, weights=span, minlength=len(STATES))
+
+
+def static_energy_j(tl: Timeline, target, pes_per_ct: int, begin: int, end: int) -> dict[str, np.ndarray]:
+    """Static joules within ``[begin, end)``: per domain, an array over STATES."""
+    seconds = state_cycles(tl, begin, end) / target.system.clock_hz * pes_per_ct
+    return {k: w * seconds for k, w in domain_leakage_w(target).items()}

@@ -1,0 +1,138 @@
+"""Replay a compiled program's instruction stream on the mesh/PIM model of its target.
+
+Stages (each vectorized over records, named in :attr:`Replay.stages` with
+their wall time): ``transfers`` (legs and links of router records),
+``costs`` (per-opcode busy time, unit and dynamic energy), ``deps``
+(read-after-write predecessors), ``schedule`` (the timing recurrence of
+:mod:`.kernel`) and ``power`` (CT state intervals). Every number a report
+prints is computed from these arrays, so changing the stream changes them.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from primal_compiler.errors import InputError
+from primal_compiler.executor import costs, deps, power, transfers
+from primal_compiler.executor.kernel import schedule
+from primal_compiler.executor.topology import Topology
+from primal_compiler.ir.tiles import Macro
+from primal_compiler.isa.opcodes import CONTROLLER, NONE16, Opcode
+
+
+@dataclass(frozen=True, eq=False)
+class Replay:
+    """Per-record timing and energy of one replayed stream, and how it was obtained."""
+
+    meta: dict
+    arrays: dict
+    stream: object
+    target: object
+    topo: Topology
+    ctx: costs.Ctx
+    start: np.ndarray  # int64 cycles
+    finish: np.ndarray
+    energy_pj: dict[str, np.ndarray]  # component -> per record
+    timeline: power.Timeline
+    stages: tuple[tuple[str, float], ...]
+
+    @property
+    def transfers(self) -> transfers.Transfers:
+        return self.ctx.transfers
+
+    @property
+    def end(self) -> int:
+        return int(self.finish.max()) if len(self.finish) else 0
+
+    def seconds(self, cycles) -> float:
+        return float(cycles) / self.target.system.clock_hz
+
+    def section(self, name: str) -> np.ndarray:
+        """Record indices of section ``name``."""
+        for s in self.stream.sections:
+            if s.name == name:
+                return np.arange(s.start, s.stop)
+        raise KeyError(name)
+
+
+def topology(meta: dict, target) -> Topology:
+    r = target.router
+    num_cts = int(meta["num_cts"])
+    return Topology(
+        num_cts=num_cts, mesh_rows=int(meta["mesh_rows"]), mesh_cols=int(meta["mesh_cols"]),
+        package_cols=int(meta.get("package_cols") or max(1, math.ceil(math.sqrt(num_cts)))),
+        routing=target.ct.routing, hop_cycles=r.hop_latency_cycles, d2d_cycles=target.d2d.latency_cycles,
+        mesh_bytes_per_cycle=r.link_bits_per_cycle / 8,
+        d2d_bytes_per_cycle=target.d2d.bandwidth_bytes_per_s / target.system.clock_hz,
+    )
+
+
+def _tile_shapes(arrays: dict, topo: Topology):
+    """Used rows and columns of the RRAM and SRAM tile at every (CT, PE)."""
+    size = topo.num_cts * topo.pes
+    if "tile_macro" not in arrays:  # a hand-written stream without placement: no macro work to cost
+        return [np.zeros(size, np.int64) for _ in range(4)]
+    out = []
+    macro, ct, pe, host = arrays["tile_macro"], arrays["tile_ct"], arrays["tile_pe"], arrays["tile_host"]
+    for m in (Macro.RRAM, Macro.SRAM):
+        sel = np.flatnonzero((macro == m) & (pe >= 0))
+        where = ct[sel] if m == Macro.RRAM else ct[np.maximum(host[sel], 0)]
+        key = where.astype(np.int64) * topo.pes + pe[sel]
+        rows, cols = np.zeros(size, np.int64), np.zeros(size, np.int64)
+        rows[key], cols[key] = arrays["tile_rows"][sel], arrays["tile_cols"][sel]
+        out += [rows, cols]
+    return out
+
+
+def _touched(records) -> tuple[np.ndarray, np.ndarray]:
+    """The CT a record runs on and the other CT it writes to (-1 none)."""
+    ct = records["ct"].astype(np.int64)
+    dst = records["dst_ct"].astype(np.int64)
+    a = np.where(ct == CONTROLLER, -1, ct)
+    b = np.where((dst == NONE16) | (dst == CONTROLLER) | (dst == ct), -1, dst)
+    return a, b
+
+
+def blocking(records) -> np.ndarray:
+    """Records the in-order controller executes itself, holding back the issue of later records."""
+    return (records["op"] == Opcode.ACT) & (records["ct"] == CONTROLLER)
+
+
+def replay(meta: dict, arrays: dict, stream, target, where: str = "program") -> Replay:
+    """Replay ``stream`` on ``target``; InputError naming ``where`` if a record runs on a gated CT."""
+    stages = []
+    clock = time.perf_counter()
+
+    def mark(name: str) -> None:
+        nonlocal clock
+        now = time.perf_counter()
+        stages.append((name, now - clock))
+        clock = now
+
+    topo = topology(meta, target)
+    r = target.router
+    local_rate = r.scratchpad_banks * r.scratchpad_bank_width_bits / 8
+    tr = transfers.expand(stream, topo, local_rate)
+    mark("transfers")
+    ctx = costs.Ctx(target, topo, stream.records, stream, tr, *_tile_shapes(arrays, topo))
+    busy, unit, energy = costs.record_costs(ctx, where)
+    mark("costs")
+    ptr, pred = deps.predecessors(stream)
+    mark("deps")
+    a, b = _touched(stream.records)
+    start, finish, bad = schedule(
+        stream.records["op"].astype(np.int64), busy, unit, ptr, pred, tr.link_ptr, tr.link, tr.link_offset,
+        tr.link_hold, a, b, blocking(stream.records), target.system.nmc_issue_cycles, ctx.num_units, topo.num_links, topo.num_cts)
+    if bad >= 0:
+        rec = stream.records[bad]
+        raise InputError(where, f"record {bad} ({Opcode(rec['op']).name} ct={rec['ct']}) runs on a gated CT "
+                                f"(no PG_ON after its PG_OFF)")
+    mark("schedule")
+    end = int(finish.max()) if len(finish) else 0
+    tl = power.timeline(stream.records, start, finish, topo.num_cts, end)
+    mark("power")
+    return Replay(meta, arrays, stream, target, topo, ctx, start, finish, energy, tl, tuple(stages))

@@ -1,0 +1,128 @@
+"""The network legs of every router record and the links each record occupies.
+
+A leg is one source-destination pair of a record: ``UNICAST``, ``KV_APPEND``
+and ``CONFIG`` have one; ``BCAST`` one per member of its group (source to
+member); ``REDUCE`` one per member (member to destination). The legs of one
+record that cross the same link share it (a multicast tree replicates at
+branch points, a reduction tree combines), so a record occupies each link at
+most once, from the earliest offset at which one of its legs' heads enters
+it, for ``ceil(nbytes / link bytes per cycle)`` cycles.
+
+A record's network time is the largest over its legs of head latency plus
+serialization on the slowest link of the leg; a leg that stays on one PE
+copies through the scratchpad at its bank bandwidth.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from primal_compiler.executor.topology import MESH, Routes, Topology, route_legs
+from primal_compiler.isa.opcodes import CONTROLLER, Opcode
+
+
+@dataclass(frozen=True)
+class Transfers:
+    """Legs (one row per leg) and occupied links (CSR over records) of a stream."""
+
+    rec: np.ndarray  # int64 record of each leg
+    src_ct: np.ndarray
+    src_pe: np.ndarray
+    dst_ct: np.ndarray
+    dst_pe: np.ndarray
+    routes: Routes
+    link_ptr: np.ndarray  # int64 (N+1,): links of record i are rows link_ptr[i]:link_ptr[i+1]
+    link: np.ndarray  # int64 link id
+    link_offset: np.ndarray  # int64 cycles after the record starts
+    link_hold: np.ndarray  # int64 cycles the link is held
+    net_cycles: np.ndarray  # int64 per record: network time (0 for non-router records)
+
+
+def _one(rec, r):
+    return rec, r["ct"][rec], r["pe"][rec], r["dst_ct"][rec], r["dst_pe"][rec]
+
+
+def group_members(stream, rec):
+    """(record, member CT, member PE) of every group member of records ``rec``."""
+    g = stream.records["group"][rec].astype(np.int64)
+    size = stream.group_ptr[g + 1] - stream.group_ptr[g]
+    which = np.repeat(rec, size)
+    k = np.arange(int(size.sum())) - np.repeat(np.cumsum(size) - size, size) + np.repeat(stream.group_ptr[g], size)
+    return which, stream.group_ct[k].astype(np.int64), stream.group_pe[k].astype(np.int64)
+
+
+def _bcast(stream, rec):
+    which, mct, mpe = group_members(stream, rec)
+    r = stream.records
+    return which, r["ct"][which], r["pe"][which], mct, mpe
+
+
+def _reduce(stream, rec):
+    which, mct, mpe = group_members(stream, rec)
+    r = stream.records
+    return which, mct, mpe, r["dst_ct"][which], r["dst_pe"][which]
+
+
+#: How each router opcode expands into legs (source, destination per leg).
+LEG_RULES = {
+    Opcode.BCAST: _bcast,
+    Opcode.REDUCE: _reduce,
+    Opcode.UNICAST: lambda s, rec: _one(rec, s.records),
+    Opcode.KV_APPEND: lambda s, rec: _one(rec, s.records),
+    Opcode.CONFIG: lambda s, rec: _one(rec, s.records),
+}
+
+
+def _pe(ct, pe):
+    """Controller records carry no PE; route them from/to the controller itself."""
+    return np.where(ct == CONTROLLER, 0, pe)
+
+
+def expand(stream, topo: Topology, local_bytes_per_cycle: float) -> Transfers:
+    """Legs and link occupancy of every router record of ``stream``."""
+    r = stream.records
+    n = len(r)
+    parts = []
+    for op, rule in LEG_RULES.items():
+        rec = np.flatnonzero(r["op"] == op)
+        parts.append([np.asarray(a, dtype=np.int64) for a in rule(stream, rec)])
+    rec, sct, spe, dct, dpe = (np.concatenate(c) for c in zip(*parts))
+    order = np.argsort(rec, kind="stable")
+    rec, sct, spe, dct, dpe = rec[order], sct[order], _pe(sct[order], spe[order]), dct[order], dpe[order]
+    dpe = _pe(dct, dpe)
+    routes = route_legs(topo, sct, spe, dct, dpe)
+    nbytes = r["nbytes"].astype(np.int64)
+    leg_bytes = nbytes[rec]
+    row_rec = rec[routes.leg]
+    kind = topo.link_kind(routes.link)
+    rate = np.where(kind == MESH, topo.mesh_bytes_per_cycle, topo.d2d_bytes_per_cycle)
+    busy = np.maximum(1, np.ceil(leg_bytes[routes.leg] / rate)).astype(np.int64)
+    # serialization of a leg: its slowest link (or the scratchpad for a local copy)
+    slow = np.zeros(len(rec), dtype=np.int64)
+    np.maximum.at(slow, routes.leg, busy)
+    local = np.ceil(leg_bytes / local_bytes_per_cycle).astype(np.int64)
+    leg_time = np.where(routes.latency > 0, routes.latency + slow, np.maximum(local, 1))
+    net = np.zeros(n, dtype=np.int64)
+    np.maximum.at(net, rec, leg_time)
+    link, off, hold, ptr = _dedupe(n, topo.num_links, row_rec, routes.link, routes.offset, busy)
+    return Transfers(rec, sct, spe, dct, dpe, routes, ptr, link, off, hold, net)
+
+
+def _dedupe(n: int, num_links: int, row_rec, link, offset, busy):
+    """One row per (record, link): earliest offset, longest hold; CSR over records."""
+    ptr = np.zeros(n + 1, dtype=np.int64)
+    if not len(link):
+        return link, offset, busy, ptr
+    key = row_rec * num_links + link
+    order = np.argsort(key)
+    key = key[order]
+    first = np.ones(len(key), dtype=bool)
+    first[1:] = key[1:] != key[:-1]
+    start = np.flatnonzero(first)
+    off = np.minimum.reduceat(offset[order], start)
+    hold = np.maximum.reduceat(busy[order], start)
+    key = key[start]
+    np.add.at(ptr, key // num_links + 1, 1)
+    return key % num_links, off, hold, np.cumsum(ptr)

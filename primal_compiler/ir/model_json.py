@@ -1,0 +1,36 @@
+"""A Model as plain JSON data and back, so a program file carries the model it was compiled from.
+
+``model_from_dict(model_to_dict(m)) == m`` for every Model: enums are stored
+by value, tuples as lists, and the dataclass constructors re-check every value.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+
+from primal_compiler.ir.model import (
+    Activation, Attention, DecoderLayer, Linear, LoRA, Model, NormKind, Positional, Precision, Role,
+)
+
+
+def model_to_dict(model: Model) -> dict:
+    return asdict(model)
+
+
+def _linear(d: dict) -> Linear:
+    lora = LoRA(**d["lora"]) if d.get("lora") else None
+    return Linear(role=Role(d["role"]), in_features=d["in_features"], out_features=d["out_features"],
+                  bias=d["bias"], lora=lora)
+
+
+def _layer(d: dict) -> DecoderLayer:
+    return DecoderLayer(index=d["index"], attention=Attention(**d["attention"]),
+                        linears=tuple(_linear(x) for x in d["linears"]), norm=NormKind(d["norm"]),
+                        activation=Activation(d["activation"]), num_norms=d["num_norms"])
+
+
+def model_from_dict(d: dict) -> Model:
+    """The Model of :func:`model_to_dict`; KeyError/ValueError on malformed data."""
+    rest = {k: v for k, v in d.items() if k not in ("layers", "positional", "norm", "precision")}
+    return Model(layers=tuple(_layer(x) for x in d["layers"]), positional=Positional(d["positional"]),
+                 norm=NormKind(d["norm"]), precision=Precision(**d["precision"]), **rest)

@@ -1,0 +1,61 @@
+"""The cost report of a replayed program, as a table and as one JSON object."""
+
+from __future__ import annotations
+
+
+def _t(seconds: float) -> str:
+    if seconds >= 1:
+        return f"{seconds:.3f} s"
+    if seconds >= 1e-3:
+        return f"{seconds * 1e3:.3f} ms"
+    return f"{seconds * 1e6:.2f} us"
+
+
+def _ratio(a: float, b: float) -> str:
+    return f"{a / b:.2f}x" if b else "-"
+
+
+def render_run(report: dict) -> str:
+    """Human-readable table of :func:`primal_compiler.api.run_program`'s report."""
+    m, g = report["metrics"], report.get("h100")
+    lines = [f"PRIMAL run: {report['model']} on {report['target']} ({m['num_cts']} CTs), batch {m['batch']}, "
+             f"context {m['context']}, {m['records']['total']:,} records "
+             f"(adapter {m['records']['adapter']:,}, prefill {m['records']['prefill']:,}, decode {m['records']['decode']:,})"]
+    lines.append("")
+    head = f"{'metric':<34}{'PRIMAL':>14}" + (f"{'H100':>14}{'PRIMAL/H100':>14}" if g else "")
+    lines += [head, "-" * len(head)]
+    rows = [
+        ("TTFT", _t(m["ttft_s"]), g and _t(g["ttft_s"]), g and _ratio(g["ttft_s"], m["ttft_s"]) + " faster"),
+        ("ITL", _t(m["itl_s"]), g and _t(g["itl_s"]), g and _ratio(g["itl_s"], m["itl_s"]) + " faster"),
+        ("throughput (tokens/s)", f"{m['tokens_per_s']:.1f}", g and f"{g['tokens_per_s']:.1f}",
+         g and _ratio(m["tokens_per_s"], g["tokens_per_s"])),
+        ("energy per token", f"{m['energy_per_token_j'] * 1e3:.3f} mJ", g and f"{g['energy_per_token_j'] * 1e3:.1f} mJ",
+         g and _ratio(g["energy_per_token_j"], m["energy_per_token_j"]) + " less"),
+        ("tokens/J", f"{m['tokens_per_j']:.2f}", g and f"{g['tokens_per_j']:.3f}",
+         g and _ratio(m["tokens_per_j"], g["tokens_per_j"])),
+        ("power (decode)", f"{m['power_w']:.2f} W", g and f"{g['power_w']:.0f} W", g and ""),
+    ]
+    for name, a, b, c in rows:
+        lines.append(f"{name:<34}{a:>14}" + (f"{b:>14}{c:>14}" if g else ""))
+    h, x = m["hops"], m["hops"]["inter_ct"]
+    lines += ["", f"hops, decode step (on-CT legs): max {h['max_hops']}, mean {h['mean_hops']:.2f}, "
+                  f"traffic-weighted {h['weighted_hops']:.2f} over {h['transfers']:,} legs",
+              f"hops, die-to-die legs (package mesh): max {x['max_hops']}, mean {x['mean_hops']:.2f}, "
+              f"traffic-weighted {x['weighted_hops']:.2f} over {x['transfers']:,} legs"]
+    if "validation" in report:
+        v = report["validation"]
+        lines.append(f"hop validation: {v['mapped_legs']:,} mapped legs, {v['d2d_legs']:,} die-to-die legs and "
+                     f"{v['kv_legs']:,} KV/attention legs match the mapping and the kv-ring layout")
+    total = m["power_w"]
+    lines.append("")
+    lines.append("power by component: " + ", ".join(
+        f"{k} {v:.3f} W ({100 * v / total:.1f}%)" for k, v in m["power_breakdown_w"].items()))
+    lines.append("power by state:     " + ", ".join(f"{k} {v:.3f} W" for k, v in m["power_by_state_w"].items()))
+    lines.append(f"prefill energy {m['prefill_energy_j']:.3f} J; exposed LoRA reconfiguration {_t(m['reconfig_exposed_s'])}; "
+                 f"KV storage-bandwidth utilisation {100 * m['kv_storage_utilisation']:.1f}%")
+    a = m["area_mm2"]
+    lines.append("area: " + ", ".join(f"{k} {v:,.0f} mm2" for k, v in a.items() if k != "total")
+                 + f"; total {a['total']:,.0f} mm2")
+    stages = ", ".join(f"{k} {v:.2f} s" for k, v in m["replay_s"].items())
+    lines.append(f"replay: {sum(m['replay_s'].values()):.1f} s ({stages})")
+    return "\n".join(lines)

@@ -1,0 +1,119 @@
+"""The replay honours dependencies, units, links and power states, and follows the stream."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from primal_compiler.errors import InputError
+from primal_compiler.executor import deps
+from primal_compiler.executor.metrics import metrics
+from primal_compiler.executor.replay import replay
+from primal_compiler.isa.opcodes import Opcode
+from primal_compiler.isa.stream import Section, Stream
+
+
+def _without(stream: Stream, index: int) -> Stream:
+    """The stream with record ``index`` deleted (sections shrink around it)."""
+    keep = np.ones(len(stream.records), dtype=bool)
+    keep[index] = False
+    sections = tuple(Section(s.name, s.start - (s.start > index), s.stop - (s.stop > index)) for s in stream.sections)
+    return replace(stream, records=stream.records[keep], sections=sections)
+
+
+def _with_copy(stream: Stream, index: int) -> Stream:
+    """The stream with record ``index`` issued twice."""
+    records = np.insert(stream.records, index, stream.records[index])
+    sections = tuple(Section(s.name, s.start + (s.start > index), s.stop + (s.stop > index)) for s in stream.sections)
+    return replace(stream, records=records, sections=sections)
+
+
+def test_every_record_runs_after_what_it_reads(compiled, replayed):
+    program = compiled[0]
+    ptr, pred = deps.predecessors(program.stream)
+    rec = np.repeat(np.arange(len(program.stream)), np.diff(ptr))
+    assert len(pred) > len(program.stream) / 2
+    assert (pred < rec).all()
+    assert (replayed.start[rec] >= replayed.finish[pred]).all()
+    assert (replayed.finish >= replayed.start).all()
+
+
+def test_a_unit_runs_one_record_at_a_time(compiled, replayed):
+    r = compiled[0].stream.records
+    for op in (Opcode.SMAC_RRAM, Opcode.DMAC):
+        rec = np.flatnonzero(r["op"] == op)
+        key = r["ct"][rec].astype(np.int64) * 4096 + r["pe"][rec]
+        order = np.lexsort((rec, key))
+        same = key[order][1:] == key[order][:-1]
+        assert same.any()
+        assert (replayed.start[rec[order][1:]][same] >= replayed.finish[rec[order][:-1]][same]).all()
+
+
+def test_transfers_sharing_a_link_do_not_overlap(replayed):
+    tr = replayed.transfers
+    rec = np.repeat(np.arange(len(tr.link_ptr) - 1), np.diff(tr.link_ptr))
+    begin = replayed.start[rec] + tr.link_offset
+    order = np.lexsort((begin, tr.link))
+    link, begin, end = tr.link[order], begin[order], begin[order] + tr.link_hold[order]
+    same = link[1:] == link[:-1]
+    assert same.sum() > 10
+    assert (begin[1:][same] >= end[:-1][same]).all()
+
+
+def test_sync_waits_for_everything_before_it(compiled, replayed):
+    r = compiled[0].stream.records
+    for s in np.flatnonzero(r["op"] == Opcode.SYNC):
+        assert replayed.start[s] >= replayed.finish[:s].max()
+        assert (replayed.start[s + 1:] >= replayed.start[s]).all()
+
+
+def test_deleting_or_adding_an_instruction_changes_the_numbers(compiled, replayed, small_target):
+    program, meta, arrays = compiled
+    base = metrics(replayed)
+    decode = next(s for s in program.stream.sections if s.name == "decode:0")
+    r = program.stream.records
+    smac = decode.start + int(np.flatnonzero(r["op"][decode.start:decode.stop] == Opcode.SMAC_RRAM)[0])
+    fewer = metrics(replay(meta, arrays, _without(program.stream, smac), small_target))
+    assert fewer["energy_per_token_j"] < base["energy_per_token_j"]
+    bcast = decode.start + int(np.flatnonzero(r["op"][decode.start:decode.stop] == Opcode.BCAST)[3])
+    more = metrics(replay(meta, arrays, _with_copy(program.stream, bcast), small_target))
+    assert more["energy_per_token_j"] > base["energy_per_token_j"]
+    assert more["itl_s"] >= base["itl_s"]
+
+
+def test_a_record_on_a_gated_ct_is_an_error_naming_it(compiled, small_target):
+    program, meta, arrays = compiled
+    r = program.stream.records
+    decode = next(s for s in program.stream.sections if s.name == "decode:0")
+    on = decode.start + int(np.flatnonzero(r["op"][decode.start:decode.stop] == Opcode.PG_ON)[-1])
+    with pytest.raises(InputError, match=r"prog: record \d+ \(\w+ ct=\d+\) runs on a gated CT"):
+        replay(meta, arrays, _without(program.stream, on), small_target, where="prog")
+
+
+def test_a_missing_cost_rule_names_the_opcode(compiled, small_target, monkeypatch):
+    from primal_compiler.executor import costs
+
+    program, meta, arrays = compiled
+    monkeypatch.delitem(costs.RULES, Opcode.DMAC)
+    with pytest.raises(InputError, match="no cost rule for opcode 6 \\(DMAC\\)"):
+        replay(meta, arrays, program.stream, small_target)
+
+
+def test_replay_is_deterministic(compiled, replayed, small_target):
+    program, meta, arrays = compiled
+    again = replay(meta, arrays, program.stream, small_target)
+    assert np.array_equal(again.start, replayed.start) and np.array_equal(again.finish, replayed.finish)
+    for k, v in replayed.energy_pj.items():
+        assert np.array_equal(again.energy_pj[k], v)
+
+
+def test_link_energy_is_bits_times_links(compiled, replayed, small_target):
+    tr, r = replayed.transfers, compiled[0].stream.records
+    rec = np.repeat(np.arange(len(r)), np.diff(tr.link_ptr))
+    mesh = tr.link < replayed.topo.d2d_base
+    bits = r["nbytes"][rec].astype(np.float64) * 8
+    expect = (bits[mesh].sum() * small_target.router.energy_pj_per_bit_hop
+              + bits[~mesh].sum() * small_target.d2d.energy_pj_per_bit)
+    assert replayed.energy_pj["links"].sum() == pytest.approx(expect)

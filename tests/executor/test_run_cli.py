@@ -1,0 +1,73 @@
+"""``primal run``: compile-and-run, replay of a compiled directory, JSON, and one-line errors."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from primal_compiler.cli import main
+
+FAST = "lower-tiles,blocking,zcurve-order,kv-ring,codegen,srpg"
+
+
+@pytest.fixture(scope="module")
+def out_dir(tmp_path_factory):
+    out = tmp_path_factory.mktemp("run") / "tiny"
+    assert main(["run", "tiny-llama", "--lora", "q,v:8", "-p", FAST, "--context", "64", "-o", str(out)]) == 0
+    return out
+
+
+def test_run_prints_the_report(out_dir, capsys):
+    assert main(["run", str(out_dir)]) == 0
+    text = capsys.readouterr().out
+    for word in ("TTFT", "ITL", "tokens/J", "hop validation", "power by component", "H100"):
+        assert word in text
+
+
+def test_run_json_has_the_promised_keys(out_dir, capsys):
+    assert main(["run", str(out_dir), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    m = report["metrics"]
+    for key in ("ttft_s", "itl_s", "tokens_per_s", "tokens_per_j", "power_w", "energy_per_token_j", "max_hops",
+                "mean_hops", "weighted_hops", "power_breakdown_w"):
+        assert key in m
+    assert m["context"] == 64 and report["h100"]["itl_s"] > 0
+    assert report["validation"]["mapped_legs"] > 0
+
+
+def test_run_of_a_program_file_equals_run_of_its_directory(out_dir, capsys):
+    assert main(["run", str(out_dir), "--json"]) == 0
+    a = json.loads(capsys.readouterr().out)
+    assert main(["run", str(out_dir / "program.primal"), "--json"]) == 0
+    b = json.loads(capsys.readouterr().out)
+    for r in (a, b):
+        r.pop("program"), r["metrics"].pop("replay_s")
+    assert a == b
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--batch", "4"], "compiled for batch 1, not 4"),
+    (["--target", "primal-5nm"], "target: compiled for target primal-7nm"),
+    (["--lora", "q:8"], "apply when compiling a model"),
+])
+def test_run_rejects_mismatches(out_dir, capsys, extra, message):
+    assert main(["run", str(out_dir)] + extra) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1
+
+
+def test_run_rejects_a_kv_space_that_does_not_fit(tmp_path, capsys):
+    out = tmp_path / "x"
+    assert main(["run", "tiny-llama", "-p", FAST, "--batch", "64", "--context", "4096", "-o", str(out)]) == 2
+    assert "largest" in capsys.readouterr().err
+    assert not out.exists()
+
+
+def test_run_rejects_a_corrupted_program(out_dir, tmp_path, capsys):
+    bad = tmp_path / "bad.primal"
+    data = bytearray((out_dir / "program.primal").read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    bad.write_bytes(bytes(data))
+    assert main(["run", str(bad)]) == 2
+    assert "checksum" in capsys.readouterr().err
