@@ -6,7 +6,9 @@ A LoRA SRAM tile holds one block of A (``in x r``: rows of input block
 is zero the tile's contribution is zero too, so ``zero`` is set to 1 and the
 accelerator may mask it (skip the MAC, skip writing the macro). Weights come
 from the model's ONNX file (``weights=``) or a PEFT adapter directory
-(``adapter=``). Every layer is checked against its own weights, although
+(``adapter=``); for design-space studies without trained adapters,
+``zero_fraction=F`` instead masks a seeded uniform sample of ``round(F x n)``
+of the n LoRA tiles (a statistical stand-in, recorded as such). Every layer is checked against its own weights, although
 identical layers share one lowering template. RRAM tiles get ``zero = 0``:
 base weights are never masked.
 
@@ -40,19 +42,28 @@ class LoraSparsity(Pass):
 
     weights: str = ""  # ONNX file holding the model with unmerged LoRA
     adapter: str = ""  # PEFT adapter directory (adapter_config.json + adapter_model.safetensors)
+    zero_fraction: float = 0.0  # synthetic: mask this fraction of LoRA tiles, sampled with ``seed``
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.zero_fraction <= 1.0:
+            raise ValueError(f"zero_fraction must be in [0, 1], got {self.zero_fraction}")
 
     def run(self, program, target):
         where = f"pass {self.name}"
-        if bool(self.weights) == bool(self.adapter):
-            given = "both options weights and adapter" if self.weights else "neither option weights nor adapter"
-            raise InputError(where, f"{given} given; set exactly one: weights=FILE.onnx or adapter=PEFT_DIR")
-        if self.weights:
-            loaded = load_onnx_weights(self.weights, base=False)
-        else:
-            loaded = load_peft_adapter(self.adapter)
-        check_lora(loaded, program.model)
+        given = [name for name, on in (("weights", self.weights), ("adapter", self.adapter),
+                                       ("zero_fraction", self.zero_fraction > 0)) if on]
+        if len(given) != 1:
+            said = " and ".join(given) if given else "none of them"
+            raise InputError(where, f"{said} given; set exactly one of weights=FILE.onnx, adapter=PEFT_DIR "
+                                    f"or zero_fraction=F")
         tiles = program.tiles
-        zero = zero_tiles(tiles, loaded, geometry(program, target))
+        if self.zero_fraction > 0:
+            zero, source = self.sampled(tiles), f"synthetic: zero_fraction={self.zero_fraction}, seed={self.seed}"
+        else:
+            loaded = load_onnx_weights(self.weights, base=False) if self.weights else load_peft_adapter(self.adapter)
+            check_lora(loaded, program.model)
+            zero, source = zero_tiles(tiles, loaded, geometry(program, target)), loaded.source
         sram = tiles.macro == Macro.SRAM
         masked = sram & (zero == 1)
         by_role = {}
@@ -60,7 +71,7 @@ class LoraSparsity(Pass):
             role = tiles.role == code
             by_role[ROLE_CODES[code].value] = round(float(masked[role].sum() / (sram & role).sum()), 6)
         details = {
-            "source": loaded.source,
+            "source": source,
             "lora_tiles": int(sram.sum()),
             "masked_tiles": int(masked.sum()),
             "masked_fraction": round(float(masked.sum() / max(1, sram.sum())), 6),
@@ -70,6 +81,15 @@ class LoraSparsity(Pass):
             "masked_bytes": int(tiles.bytes[masked].sum()),
         }
         return program.evolve(tiles=tiles.with_columns(zero=zero), pending_details=details)
+
+
+    def sampled(self, tiles: TileTable) -> np.ndarray:
+        """``zero`` with a seeded uniform sample of ``round(zero_fraction x n)`` of the n SRAM tiles set."""
+        zero = np.zeros(len(tiles), dtype=np.int8)
+        sram = np.flatnonzero(tiles.macro == Macro.SRAM)
+        pick = np.random.default_rng(self.seed).permutation(len(sram))[: round(self.zero_fraction * len(sram))]
+        zero[sram[pick]] = 1
+        return zero
 
 
 def block_nonzero(matrix: np.ndarray, block_rows: int, block_cols: int) -> np.ndarray:

@@ -166,3 +166,17 @@ def test_runs_after_placement_and_keeps_it(tmp_path, tiny_blocked, tiny_model, s
     v_b = (t.role == ROLE_INDEX[Role.V]) & (t.part == Part.LORA_B)
     assert (t.zero[v_b] == 1).all() and (t.zero[~v_b] == 0).all()
     assert np.array_equal(t.ct, tiny_blocked.tiles.ct)
+
+
+def test_synthetic_zero_fraction_masks_a_seeded_sample(tiny_model, target):
+    from primal_compiler.ir.tiles import Macro
+
+    runs = [compile_model(tiny_model, target, f"lower-tiles,lora-sparsity{{zero_fraction=0.25,seed={s}}}") for s in (0, 0, 1)]
+    sram = runs[0].tiles.macro == Macro.SRAM
+    assert runs[0].tiles.zero[sram].sum() == round(0.25 * sram.sum())
+    assert (runs[0].tiles.zero[~sram] == 0).all()
+    assert np.array_equal(runs[0].tiles.zero, runs[1].tiles.zero)
+    assert not np.array_equal(runs[0].tiles.zero, runs[2].tiles.zero)
+    assert "synthetic" in runs[0].records[-1].details["source"]
+    with pytest.raises(InputError, match="zero_fraction must be in"):
+        compile_model(tiny_model, target, "lower-tiles,lora-sparsity{zero_fraction=1.5}")
