@@ -8,7 +8,8 @@ its tokens (DMAC QK, causal), sends the scores to its V chunk router
 (UNICAST), which forms its partial softmax-weighted sum (DMAC PV; a router
 holding several chunks of the same head accumulates); the V routers' partials
 are merged (REDUCE SOFTMAX_MERGE) into the O-projection input block.
-``count`` of a DMAC is its multiply-accumulates.
+``count`` of a DMAC is its multiply-accumulates, of a router record the
+token vectors it moves, of a KV_APPEND the tokens it writes.
 """
 
 from __future__ import annotations
@@ -67,18 +68,29 @@ class AttentionEmitter:
         return [tuple(x) for x in runs]
 
     def emit(self, start: int, tokens: int) -> Block:
-        """Records of all sequences for queries at positions ``start .. start+tokens-1``."""
+        """Records of all sequences for queries at positions ``start .. start+tokens-1``.
+
+        Past the context (one token per step) the ring has wrapped: the token
+        overwrites the slot of position ``start - context`` and the query
+        attends to every slot, the last ``context`` tokens.
+        """
         kv, b = self.kv, Block()
         end = start + tokens
-        c_last = (end - 1) // kv.chunk_tokens
-        chunks = np.arange(c_last + 1)
-        pairs = causal_pairs(chunks, kv.chunk_tokens, start, tokens)
-        written = np.arange(start // kv.chunk_tokens, c_last + 1)
+        if end > kv.context:
+            if tokens != 1:
+                raise ValueError(f"{tokens} tokens from position {start} cross the end of the KV ring")
+            start, end = start % kv.context, start % kv.context + 1
+            chunks = np.arange(kv.chunks)
+            pairs = np.full(kv.chunks, kv.chunk_tokens)
+        else:
+            chunks = np.arange((end - 1) // kv.chunk_tokens + 1)
+            pairs = causal_pairs(chunks, kv.chunk_tokens, start, tokens)
+        written = np.arange(start // kv.chunk_tokens, (end - 1) // kv.chunk_tokens + 1)
         for seq in range(kv.batch):
             for g in range(kv.kv_heads):
                 self._append(b, seq, g, written, start, end)
                 self._queries(b, seq, g, chunks, tokens)
-                self._chunks(b, seq, g, chunks, pairs)
+                self._chunks(b, seq, g, chunks, pairs, tokens)
                 self._merge(b, seq, g, chunks, tokens)
         return b
 
@@ -109,10 +121,10 @@ class AttentionEmitter:
             grp = b.add_group(members[:, 0], members[:, 1])
             d2d = Flag.D2D if (members[:, 0] != src[0]).any() else 0
             b.add(op=Opcode.BCAST, ct=src[0], pe=src[1], group=grp, src_buf=_root_tag(root),
-                  dst_buf=buf(BufKind.QVEC, g), nbytes=int(tokens * n * self.hd * self.act_bytes),
+                  dst_buf=buf(BufKind.QVEC, g), count=tokens, nbytes=int(tokens * n * self.hd * self.act_bytes),
                   arg=offsets(off, (h0 - g * self.grp) * self.hd), flags=d2d)
 
-    def _chunks(self, b: Block, seq: int, g: int, chunks: np.ndarray, pairs: np.ndarray) -> None:
+    def _chunks(self, b: Block, seq: int, g: int, chunks: np.ndarray, pairs: np.ndarray, tokens: int) -> None:
         """Per chunk, in order: QK at the K router, scores to the V router, PV there."""
         kct, kpe, kslot = self._units(seq, g, chunks, 0)
         vct, vpe, vslot = self._units(seq, g, chunks, 1)
@@ -130,7 +142,7 @@ class AttentionEmitter:
             "dst_pe": np.stack([np.full(n, 0xFFFF), vpe, np.full(n, 0xFFFF)], 1),
             "src_buf": np.stack([np.full(n, buf(BufKind.QVEC, g)), np.full(n, score), np.full(n, score)], 1),
             "dst_buf": np.stack([np.full(n, score), np.full(n, score), np.full(n, attn)], 1),
-            "count": np.stack([np.maximum(macs, 1), np.ones(n, np.int64), np.maximum(macs, 1)], 1),
+            "count": np.stack([np.maximum(macs, 1), np.full(n, tokens), np.maximum(macs, 1)], 1),
             "nbytes": np.stack([np.zeros(n, np.int64), pairs * self.grp * self.kv.kv_bytes, np.zeros(n, np.int64)], 1),
             "arg": np.stack([DmacOp.QK | kslot << 8, np.zeros(n, np.int64), DmacOp.PV | vslot << 8], 1),
             "flags": np.stack([np.zeros(n, np.int64), np.where(kct != vct, Flag.D2D, 0), acc], 1),
@@ -147,7 +159,7 @@ class AttentionEmitter:
             grp = b.add_group(members[:, 0], members[:, 1])
             d2d = Flag.D2D if (members[:, 0] != dst[0]).any() else 0
             b.add(op=Opcode.REDUCE, ct=int(members[0, 0]), pe=int(members[0, 1]), dst_ct=dst[0], dst_pe=dst[1],
-                  group=grp, src_buf=buf(BufKind.ATTN, g), dst_buf=buf(BufKind.OBLK, i),
+                  group=grp, src_buf=buf(BufKind.ATTN, g), dst_buf=buf(BufKind.OBLK, i), count=tokens,
                   nbytes=int(tokens * n * (self.hd + 2) * 2),
                   arg=reduce_arg(ReduceOp.SOFTMAX_MERGE, (h0 - g * self.grp) * self.hd, h0 * self.hd - i * rows),
                   flags=d2d)

@@ -2,7 +2,7 @@
 
 - :func:`check_power`: no record touches a CT while it is gated.
 - :func:`check_configs`: every fired SMAC_SRAM follows a CONFIG of its PE in the same request.
-- :func:`check_kv_appends`: within a request, no two KV_APPENDs write the same token slot.
+- :func:`check_kv_appends`: within a prefill or decode step, no two KV_APPENDs write the same token slot.
 - :func:`check_kv_map`: every unit has its own (CT, PE, slot) inside the layer's CTs and capacity.
 """
 
@@ -12,7 +12,7 @@ import numpy as np
 
 from primal_compiler.codegen.kvmap import KvMap
 from primal_compiler.codegen.power import touches
-from primal_compiler.isa.opcodes import Flag, Opcode
+from primal_compiler.isa.opcodes import ActFn, Flag, Opcode
 from primal_compiler.isa.stream import Stream
 
 
@@ -63,19 +63,26 @@ def check_kv_appends(stream: Stream) -> None:
     for s in stream.sections:
         if s.name.startswith("adapter:"):
             continue
-        rec = stream.records[s.start : s.stop]
-        a = np.flatnonzero(rec["op"] == Opcode.KV_APPEND)
-        tok0 = (rec["arg"][a] & 0xFFFF).astype(np.int64)
-        cnt = rec["count"][a].astype(np.int64)
-        owner = np.repeat(np.arange(len(a)), cnt)
-        tok = np.repeat(tok0, cnt) + np.arange(cnt.sum()) - np.repeat(np.cumsum(cnt) - cnt, cnt)
-        where = (rec["layer"][a].astype(np.int64) << 48 | rec["dst_ct"][a].astype(np.int64) << 32
-                 | rec["dst_pe"][a].astype(np.int64) << 16 | rec["dst_buf"][a] >> 12)
-        key = np.repeat(where, cnt) * 65536 + tok
-        uniq, counts = np.unique(key, return_counts=True)
-        if (counts > 1).any():
-            k = int(a[owner[np.flatnonzero(np.isin(key, uniq[counts > 1]))[0]]])
-            raise AssertionError(f"{s.name}: record {s.start + k} KV_APPEND overwrites a live token slot")
+        section = stream.records[s.start : s.stop]
+        ends = np.flatnonzero((section["op"] == Opcode.ACT) & (section["arg"] == ActFn.ARGMAX)) + 1
+        for lo, hi in zip(np.concatenate([[0], ends]), np.concatenate([ends, [len(section)]])):
+            _check_phase(section[lo:hi], s.name, s.start + int(lo))
+
+
+def _check_phase(rec: np.ndarray, name: str, start: int) -> None:
+    """One prefill or decode step: a later step may overwrite a slot once the ring wraps."""
+    a = np.flatnonzero(rec["op"] == Opcode.KV_APPEND)
+    tok0 = (rec["arg"][a] & 0xFFFF).astype(np.int64)
+    cnt = rec["count"][a].astype(np.int64)
+    owner = np.repeat(np.arange(len(a)), cnt)
+    tok = np.repeat(tok0, cnt) + np.arange(cnt.sum()) - np.repeat(np.cumsum(cnt) - cnt, cnt)
+    where = (rec["layer"][a].astype(np.int64) << 48 | rec["dst_ct"][a].astype(np.int64) << 32
+             | rec["dst_pe"][a].astype(np.int64) << 16 | rec["dst_buf"][a] >> 12)
+    key = np.repeat(where, cnt) * 65536 + tok
+    uniq, counts = np.unique(key, return_counts=True)
+    if (counts > 1).any():
+        k = int(a[owner[np.flatnonzero(np.isin(key, uniq[counts > 1]))[0]]])
+        raise AssertionError(f"{name}: record {start + k} KV_APPEND overwrites a live token slot")
 
 
 def check_kv_map(kv: KvMap, layer_cts: list[np.ndarray]) -> None:

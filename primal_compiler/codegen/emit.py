@@ -1,14 +1,15 @@
-"""The whole program: per request an adapter load, the prefill of the prompt and one decode step.
+"""The whole program: per request an adapter load, the prefill of the prompt and its decode steps.
 
 Sections, in order, for request ``r``: ``adapter:r`` (only when its adapter
 differs from the previous request's: MASK records for all-zero LoRA blocks,
 a CONFIG per non-zero LoRA tile from the controller, then a SYNC, so no
 layer computes before every adapter write lands; ``srpg`` pipelines them),
 ``prefill:r`` (the prompt of ``prompt`` tokens for every sequence, logits of
-the last token) and ``decode:r`` (one token per sequence at position
-``prompt``). Each layer is emb/hand-off, norm + Q/K/V, attention, O +
-residual + MLP; records of a layer template are built once and shifted to
-every layer using it.
+the last token) and ``decode:r`` (``steps`` steps of one token per sequence
+at positions ``prompt``, ``prompt + 1``, ...). Every phase (the prefill and
+each decode step) ends with the controller's ARGMAX. Each layer is
+emb/hand-off, norm + Q/K/V, attention, O + residual + MLP; records of a layer
+template are built once and shifted to every layer using it.
 """
 
 from __future__ import annotations
@@ -111,7 +112,7 @@ class ProgramEmitter:
         else:
             src, sb = self.hub(layer - 1, "out"), HIDDEN(HiddenBuf.OUT)
         b.add(op=Opcode.UNICAST, ct=src[0], pe=src[1], dst_ct=dst[0], dst_pe=dst[1], src_buf=sb,
-              dst_buf=HIDDEN(HiddenBuf.X), nbytes=int(h * self.act_bytes * vectors), arg=0, layer=layer,
+              dst_buf=HIDDEN(HiddenBuf.X), count=vectors, nbytes=int(h * self.act_bytes * vectors), arg=0, layer=layer,
               flags=Flag.D2D if src[0] != dst[0] else 0)
         return b
 
@@ -130,7 +131,7 @@ class ProgramEmitter:
         vocab, head = self.model.vocab_size, self.hub(L, "out")
         tail = Block()
         tail.add(op=Opcode.UNICAST, ct=head[0], pe=head[1], dst_ct=CONTROLLER, dst_pe=0,
-                 src_buf=HIDDEN(HiddenBuf.LOGITS), dst_buf=HIDDEN(HiddenBuf.LOGITS), nbytes=vocab * 2 * batch,
+                 src_buf=HIDDEN(HiddenBuf.LOGITS), dst_buf=HIDDEN(HiddenBuf.LOGITS), count=batch, nbytes=vocab * 2 * batch,
                  arg=0, layer=L, flags=Flag.D2D)
         tail.add(op=Opcode.ACT, ct=CONTROLLER, pe=0, src_buf=HIDDEN(HiddenBuf.LOGITS),
                  dst_buf=HIDDEN(HiddenBuf.TOKEN), count=vocab * batch, arg=ActFn.ARGMAX, layer=L)
@@ -153,7 +154,7 @@ class ProgramEmitter:
         out.put(b)
 
 
-def emit_stream(program, target, prompt: int, requests: tuple[int, ...]) -> Stream:
+def emit_stream(program, target, prompt: int, requests: tuple[int, ...], steps: int = 1) -> Stream:
     """The instruction stream of ``requests`` (adapter id per request) on a placed program with a KV map."""
     em = ProgramEmitter(program, target, prompt)
     out = _Out()
@@ -167,6 +168,7 @@ def emit_stream(program, target, prompt: int, requests: tuple[int, ...]) -> Stre
         em.phase(out, 0, prompt, Flag.PREFILL)
         out.section(f"prefill:{r}", start)
         start = out.length
-        em.phase(out, prompt, 1, 0)
+        for step in range(steps):
+            em.phase(out, prompt + step, 1, 0)
         out.section(f"decode:{r}", start)
     return out.stream()

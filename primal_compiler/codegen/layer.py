@@ -3,7 +3,8 @@
 Every matrix stage is: input BCASTs (hub -> the tiles of each block row), one
 SMAC_RRAM per crossbar tile, the LoRA path (A tiles' SMAC_SRAM, REDUCE to the
 rank hub, BCAST to the B hosts, their SMAC_SRAM) and the column REDUCEs to the
-root hubs, B's output added in with an accumulating REDUCE. Every router
+root hubs, B's output added in with an accumulating REDUCE, then the bias
+(ACT BIAS at each root) when the projection has one. Every router
 record is one leg of a flow of :mod:`primal_compiler.mapping.traffic` (see
 :mod:`primal_compiler.codegen.routes`); attention and KV flows are emitted by
 :mod:`primal_compiler.codegen.attention` instead. Counts and byte sizes are per
@@ -74,7 +75,7 @@ class LayerEmitter:
         if src in ("in", "mid"):
             block = int(f.payload.rsplit("#", 1)[1])
             return HIDDEN(HiddenBuf.X_NORM if src == "in" else HiddenBuf.MID_NORM), block * self.geo_rows
-        if src.startswith("root:v:") and f.stage == str(Role.O):
+        if src.startswith("root:") and f.stage == str(Role.O):  # the attention output, merged at a V root
             return buf(BufKind.OBLK, int(f.payload.rsplit("#", 1)[1])), 0
         kind = BufKind.ROOT if src.startswith("root:") else BufKind.LORA_R
         return buf(kind, _hub_index(src)), 0
@@ -162,6 +163,10 @@ class LayerEmitter:
         self.lora_smac(mine, Part.LORA_B, role)
         self.route([f for f in flows if f.cls == FlowClass.REDUCE])
         self.route(b_out)
+        if self.model.lm_head_bias if self.head else self.ir.linear(role).bias:
+            for name, pos in self.roots(role):
+                tag = buf(BufKind.ROOT, _hub_index(name))
+                self.act(pos, ActFn.BIAS, tag, tag, self.geo_cols)
 
     def lora_smac(self, mine, part: Part, role: Role) -> None:
         t = self.t
@@ -176,8 +181,8 @@ class LayerEmitter:
             self.b.add(op=Opcode.SMAC_SRAM, ct=ct, pe=pe, src_buf=src, dst_buf=dst, arg=0, flags=flags)
 
     def roots(self, role: Role) -> list[tuple[str, tuple[int, int]]]:
-        lin = self.ir.linear(role) if not self.head else None
-        n = -(-(lin.out_features if lin else 0) // self.geo_cols)
+        out = self.model.vocab_size if self.head else self.ir.linear(role).out_features
+        n = -(-out // self.geo_cols)
         return [(f"root:{role}:{j}", self.r.hub_pos(f"root:{role}:{j}")) for j in range(n)]
 
     def stage(self, name: str) -> list:
@@ -187,7 +192,8 @@ class LayerEmitter:
         """Norm at ``in``, then Q, K, V (or fused QKV) and RoPE on the q and k roots."""
         self.b = Block()
         h = self.model.hidden_size
-        self.act(self.r.hub_pos("in"), NORM_FN[self.ir.norm], HIDDEN(HiddenBuf.X), HIDDEN(HiddenBuf.X_NORM), h)
+        norm = self.model.norm if self.head else self.ir.norm  # the head's is the final norm
+        self.act(self.r.hub_pos("in"), NORM_FN[norm], HIDDEN(HiddenBuf.X), HIDDEN(HiddenBuf.X_NORM), h)
         if self.head:
             self.matrix(Role.LM_HEAD, self.stage(str(Role.LM_HEAD)))
             return self.b

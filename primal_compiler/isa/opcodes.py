@@ -52,6 +52,7 @@ class ActFn(IntEnum):
     SOFTMAX = 8
     RESIDUAL_ADD = 9
     ARGMAX = 10  # controller: next token from the logits
+    BIAS = 11  # add the projection's bias to the column block held at a root hub
 
 
 class DmacOp(IntEnum):
