@@ -256,9 +256,13 @@ class Decoder:
 
     # ---------------------------------------------------------------- norms and activations
 
-    def norm_before(self, tensor: str, stops: set[int]) -> NormKind | None:
+    def norm_region(self, tensor: str, stops: set[int]) -> set[int]:
+        """Nodes ``tensor`` depends on back to the residual stream (``stops``), projections excluded."""
         reached, _ = self.g.backward([tensor], self.barriers, stop=stops)
-        ops = {self.g.nodes[i].op_type for i in reached if i not in stops}
+        return reached - stops
+
+    def norm_before(self, tensor: str, stops: set[int]) -> NormKind | None:
+        ops = {self.g.nodes[i].op_type for i in self.norm_region(tensor, stops)}
         if ops & {"LayerNormalization", "SkipLayerNormalization"}:
             return NormKind.LAYER
         if ops & {"SimplifiedLayerNormalization", "SkipSimplifiedLayerNormalization", "RMSNormalization"}:

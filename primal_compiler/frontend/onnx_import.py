@@ -56,6 +56,7 @@ import onnx
 from primal_compiler.errors import InputError
 from primal_compiler.frontend.onnx_decoder import Decoder, Layer
 from primal_compiler.frontend.onnx_graph import GraphIndex, Weight, attr
+from primal_compiler.frontend.onnx_params import ONNX_DEFAULT_EPS, NormRef, norm_ref, rope_theta
 from primal_compiler.frontend.onnx_project import PatternError, Projection, find_weight_matmuls, pair_lora
 from primal_compiler.ir.model import (
     Attention,
@@ -68,6 +69,7 @@ from primal_compiler.ir.model import (
 )
 
 TIE_SAMPLES = 16
+DEFAULT_ROPE_THETA = 10000.0  # Llama's base, used when no inverse-frequency constant is found
 _ROLE_ORDER = (Role.Q, Role.K, Role.V, Role.QKV, Role.O, Role.GATE, Role.UP, Role.FC1, Role.DOWN, Role.FC2)
 
 
@@ -83,6 +85,9 @@ class Recognised:
     model: Model
     graph: GraphIndex
     projections: dict[tuple[int, Role], Projection]
+    embed_table: Weight  # the token embedding ``[vocab, hidden]`` as the Gather consumes it
+    pos_table: Weight | None  # the learned position table (or a static export's folded ``[1, S, hidden]``)
+    norms: dict[tuple[int, int], NormRef]  # (layer, 0 before attention / 1 before the MLP); (num_layers, 0) final
 
 
 def load_onnx(path: str | Path) -> Model:
@@ -91,7 +96,7 @@ def load_onnx(path: str | Path) -> Model:
 
 
 def recognise_onnx(path: str | Path) -> Recognised:
-    """:func:`load_onnx` plus the graph and the projection of every (layer, role)."""
+    """:func:`load_onnx` plus the graph, the projection of every (layer, role), the tables and norms."""
     path = Path(path)
     where = str(path)
     if not path.exists():
@@ -140,15 +145,25 @@ def _recognise(model: onnx.ModelProto, path: Path) -> Recognised:
     vocab = emb_table.rows
 
     stops = set(_embedding_gathers(g)) | set(_residual_adds(g))
-    for layer in layers:
+    norms: dict[tuple[int, int], NormRef] = {}
+    for n, layer in enumerate(layers):
         dec.geometry(layer)
-        attn_norm = dec.norm_before(g.canonical(layer.attn[0].x), stops)
-        mlp_norm = dec.norm_before(g.canonical(layer.mlp_in[0].x), stops)
+        attn_in, mlp_in = g.canonical(layer.attn[0].x), g.canonical(layer.mlp_in[0].x)
+        attn_norm, mlp_norm = dec.norm_before(attn_in, stops), dec.norm_before(mlp_in, stops)
         layer.norm = attn_norm or mlp_norm
         layer.num_norms = (attn_norm is not None) + (mlp_norm is not None)
         if layer.norm is None:
             raise PatternError("unsupported decoder layer: no LayerNorm or RMSNorm before attention or MLP")
-    final_norm = dec.norm_before(g.canonical(lm_head.x), stops) or layers[-1].norm
+        for which, tensor, kind in ((0, attn_in, attn_norm), (1, mlp_in, mlp_norm)):
+            if kind is not None:
+                norms[(n, which)] = norm_ref(g, dec.norm_region(tensor, stops), hidden)
+    head_in = g.canonical(lm_head.x)
+    final_norm = dec.norm_before(head_in, stops)
+    if final_norm is not None:
+        norms[(len(layers), 0)] = norm_ref(g, dec.norm_region(head_in, stops), hidden)
+    final_norm = final_norm or layers[-1].norm
+    eps = next((r.eps for r in norms.values() if r.eps is not None), None)
+    theta = rope_theta(g, layers[0].head_dim)
 
     positional, npos, max_pos = _positional(g, pos)
     ir_layers = tuple(_to_ir(i, layer) for i, layer in enumerate(layers))
@@ -164,12 +179,14 @@ def _recognise(model: onnx.ModelProto, path: Path) -> Recognised:
         num_pos_embeddings=npos,
         lm_head_bias=lm_head.bias,
         source=_source(model),
+        norm_eps=eps if eps is not None else ONNX_DEFAULT_EPS,
+        rope_theta=theta if theta is not None and positional == Positional.ROPE else DEFAULT_ROPE_THETA,
     )
     found = {
         (i, p.role): p for i, layer in enumerate(layers) for p in (*layer.attn, layer.o, *layer.mlp_in, layer.mlp_out)
     }
     found[(len(layers), Role.LM_HEAD)] = lm_head
-    return Recognised(ir, g, found)
+    return Recognised(ir, g, found, embed[1], pos[1] if pos is not None else None, norms)
 
 
 def _attention_layer(dec: Decoder, core) -> Layer:

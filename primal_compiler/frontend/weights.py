@@ -59,6 +59,15 @@ class ProjectionWeights:
 
 
 @dataclass(frozen=True, eq=False)
+class ModelTables:
+    """The parameters outside projections: embeddings and norms (float32)."""
+
+    embed: np.ndarray  # vocab x hidden
+    pos_embed: np.ndarray | None  # rows x hidden (learned positions), else None
+    norms: dict[tuple[int, int], tuple[np.ndarray | None, np.ndarray | None]]  # (layer, 0|1) / (L, 0): scale, bias
+
+
+@dataclass(frozen=True, eq=False)
 class ModelWeights:
     """Weights per ``(layer, role)``; ``kind`` is ``onnx`` or ``adapter``."""
 
@@ -66,6 +75,7 @@ class ModelWeights:
     kind: str
     projections: dict[tuple[int, Role], ProjectionWeights] = field(default_factory=dict)
     model: Model | None = None  # the model recognised in an ONNX file
+    tables: ModelTables | None = None  # embeddings and norms of an ONNX file read with ``base=True``
 
     def get(self, layer: int, role: Role) -> ProjectionWeights | None:
         return self.projections.get((layer, role))
@@ -87,10 +97,12 @@ class ModelWeights:
 def load_onnx_weights(path: str | Path, *, base: bool = True) -> ModelWeights:
     """W (and bias) of every recognised projection, and A, B of its unmerged LoRA.
 
-    ``base=False`` skips base weights and biases (only LoRA factors are read),
-    which avoids decoding gigabytes when only the adapters matter.
+    ``base=False`` skips base weights, biases and :class:`ModelTables` (only
+    LoRA factors are read), which avoids decoding gigabytes when only the
+    adapters matter.
     """
     from primal_compiler.frontend.onnx_import import recognise_onnx
+    from primal_compiler.frontend.onnx_params import read_tables
 
     where = str(path)
     found = recognise_onnx(path)
@@ -111,7 +123,7 @@ def load_onnx_weights(path: str | Path, *, base: bool = True) -> ModelWeights:
             b = _matmul_weight(g, p.lora_nodes[1], (rank, p.out_features), f"{label} lora_B", where)
             scale = alpha / rank
         out[(layer, role)] = ProjectionWeights(w, bias, a, b, scale, node.name or f"node {p.node}")
-    return ModelWeights(where, "onnx", out, found.model)
+    return ModelWeights(where, "onnx", out, found.model, read_tables(found, where) if base else None)
 
 
 def _tensor_behind(g, name: str) -> tuple[Any, bool]:

@@ -190,12 +190,16 @@ class Model:
     lm_head_bias: bool = False
     precision: Precision = field(default_factory=Precision)
     source: str = "builtin"
+    norm_eps: float = 1e-5  # epsilon of every norm (Hugging Face configs use one value per model)
+    rope_theta: float = 10000.0  # RoPE base: frequency i of a head is rope_theta ** (-2i / head_dim)
 
     def __post_init__(self) -> None:
         if not self.layers:
             raise ValueError(f"model {self.name!r} has no decoder layers")
         if self.hidden_size < 1 or self.vocab_size < 1:
             raise ValueError(f"model {self.name!r}: hidden_size and vocab_size must be positive")
+        if not (self.norm_eps > 0 and self.rope_theta > 1):
+            raise ValueError(f"model {self.name!r}: norm_eps must be > 0 and rope_theta > 1")
 
     @property
     def num_layers(self) -> int:
