@@ -4,7 +4,8 @@ Shapes only. The file is read with ``load_external_data=False``, so a model
 whose external-data files are absent imports all the same; weight bytes are
 never decoded. The only values read are small inline constants: shape
 vectors (to find the head size), scalars (the LoRA scale, the position
-offset), and the tied-head sample described below.
+offset, the norm epsilon), RoPE's inverse frequencies (``rope_theta``, see
+``onnx_params``), and the tied-head sample described below.
 
 Recognition works on graph structure, never on initializer or node names
 (exporters emit ``onnx::MatMul_886`` or ``val_57``); see ``onnx_decoder``
