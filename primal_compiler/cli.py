@@ -90,6 +90,22 @@ def cmd_run(args) -> None:
     print(json.dumps(report, indent=2, sort_keys=True) if args.json else render_run(report))
 
 
+def cmd_reproduce(args) -> None:
+    from primal_compiler.report.reproduce import Study, calibrate, render_reproduce, reproduce
+
+    study = Study(model=args.model, lora=args.lora, target=args.target, pipeline=args.pipeline, context=args.context,
+                  batch8_context=args.batch8_context)
+
+    def say(line: str) -> None:
+        print(line, file=sys.stderr, flush=True)
+
+    if args.calibrate:
+        print(json.dumps(calibrate(study, say), indent=2))
+        return
+    rows = reproduce(study, say)
+    print(json.dumps(rows, indent=2) if args.json else render_reproduce(rows))
+
+
 def cmd_map(args) -> None:
     from primal_compiler.frontend import load_model
     from primal_compiler.report.hops import compare_strategies, render_comparison
@@ -175,6 +191,17 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--no-validate", action="store_true", help="skip checking stream hops against the mapping")
     sp.add_argument("--json", action="store_true", help="print one JSON object")
     sp.set_defaults(func=cmd_run)
+
+    sp = sub.add_parser("reproduce", help="the seed's result table: ours (replayed), the seed's, the ratio")
+    sp.add_argument("--model", default="llama2-13b")
+    sp.add_argument("--lora", default="q,v:8")
+    sp.add_argument("--target", default="primal-7nm")
+    sp.add_argument("-p", "--pipeline", default="default", help="pipeline of the main placement")
+    sp.add_argument("--context", type=int, default=2048)
+    sp.add_argument("--batch8-context", type=int, default=256, help="context of the batch-8 row (must fit 8 sequences)")
+    sp.add_argument("--calibrate", action="store_true", help="print the fitted values of the calibrated constants")
+    sp.add_argument("--json", action="store_true", help="rows as JSON objects")
+    sp.set_defaults(func=cmd_reproduce)
 
     sp = sub.add_parser("map", help="compare placement strategies (hops) for a model")
     model_args(sp)

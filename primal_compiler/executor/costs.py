@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from primal_compiler.errors import InputError
-from primal_compiler.executor.topology import MESH, Topology
+from primal_compiler.executor.topology import Topology
 from primal_compiler.executor.transfers import Transfers
 from primal_compiler.isa.opcodes import CONTROLLER, ActFn, DmacOp, Flag, Opcode
 
@@ -222,19 +222,13 @@ def record_costs(c: Ctx, where: str = "program") -> tuple[np.ndarray, np.ndarray
         for k, v in e.items():
             energy[k][rec] = v
     energy["controller"] += c.target.system.nmc_issue_energy_pj
-    energy["links"] = link_energy(c)
     return busy, unit, energy
 
 
-def link_energy(c: Ctx) -> np.ndarray:
-    """pJ per record for the bits it moves over mesh, die-to-die and controller links."""
-    tr = c.transfers
-    n = len(c.records)
-    rec = np.repeat(np.arange(n), np.diff(tr.link_ptr))
-    bits = c.records["nbytes"][rec].astype(np.float64) * 8
-    per_bit = np.where(c.topo.link_kind(tr.link) == MESH, c.target.router.energy_pj_per_bit_hop,
-                       c.target.d2d.energy_pj_per_bit)
-    return np.bincount(rec, weights=bits * per_bit, minlength=n)
+def link_energy(c: Ctx, mesh_links: np.ndarray, other_links: np.ndarray) -> np.ndarray:
+    """pJ per record for its bits crossing its distinct mesh links and die-to-die/controller links."""
+    bits = c.records["nbytes"].astype(np.float64) * 8
+    return bits * (mesh_links * c.target.router.energy_pj_per_bit_hop + other_links * c.target.d2d.energy_pj_per_bit)
 
 
 def kv_storage(c: Ctx, rec) -> tuple[float, float]:

@@ -32,8 +32,11 @@ _SYNC, _PG_ON, _PG_OFF = int(Opcode.SYNC), int(Opcode.PG_ON), int(Opcode.PG_OFF)
 
 @njit(cache=True, nogil=True)
 def schedule(op, busy, unit, pred_ptr, pred, link_ptr, link, link_off, link_hold, ct_a, ct_b, blocking,
-             issue_cycles, num_units, num_links, num_cts):  # pragma: no cover - compiled
-    """(start, finish, first record touching a gated CT or -1), cycles from time 0."""
+             issue_cycles, num_units, num_links, num_cts, mesh_links):  # pragma: no cover - compiled
+    """(start, finish, first record touching a gated CT or -1, distinct mesh links and other links per record).
+
+    Links ``< mesh_links`` are PE-mesh links; a link listed twice by one record counts once.
+    """
     n = len(op)
     start = np.empty(n, dtype=np.int64)
     finish = np.empty(n, dtype=np.int64)
@@ -42,6 +45,9 @@ def schedule(op, busy, unit, pred_ptr, pred, link_ptr, link, link_off, link_hold
     ct_wake = np.zeros(num_cts, dtype=np.int64)
     ct_busy = np.zeros(num_cts, dtype=np.int64)
     gated = np.zeros(num_cts, dtype=np.bool_)
+    seen = np.full(num_links, -1, dtype=np.int64)
+    n_mesh = np.zeros(n, dtype=np.int64)
+    n_other = np.zeros(n, dtype=np.int64)
     issue = -issue_cycles
     horizon = 0
     bad = -1
@@ -83,7 +89,14 @@ def schedule(op, busy, unit, pred_ptr, pred, link_ptr, link, link_off, link_hold
         if u >= 0:
             unit_free[u] = f
         for q in range(link_ptr[i], link_ptr[i + 1]):
-            link_free[link[q]] = t + link_off[q] + link_hold[q]
+            lk = link[q]
+            link_free[lk] = max(link_free[lk], t + link_off[q] + link_hold[q])
+            if seen[lk] != i:
+                seen[lk] = i
+                if lk < mesh_links:
+                    n_mesh[i] += 1
+                else:
+                    n_other[i] += 1
         if o == _PG_ON:
             ct_wake[a] = f
         for c in (a, b):
@@ -92,4 +105,4 @@ def schedule(op, busy, unit, pred_ptr, pred, link_ptr, link, link_off, link_hold
         horizon = max(horizon, f)
         if blocking[i]:
             issue = f
-    return start, finish, bad
+    return start, finish, bad, n_mesh, n_other

@@ -14,8 +14,10 @@ For request ``r`` (sections ``adapter:r`` if it loads an adapter, ``prefill:r``,
   decode records plus static energy of every CT in its power state, divided
   by the tokens generated in the window; power = that energy / window.
 - **hops**: per leg of every router record of the decode step, XY hops on
-  the PE mesh for legs within one CT (max, mean, bytes-weighted mean), and
-  package hops for legs between CTs (``inter_ct``); controller legs carry none.
+  the PE mesh for legs within one CT (max, mean, bytes-weighted mean), the
+  same over the legs the mapping placed (``mapped``: all but attention and
+  KV legs, which follow the kv-ring layout), and package hops for legs
+  between CTs (``inter_ct``); controller legs carry none.
 - **KV storage-bandwidth utilisation**: KV bytes the decode DMACs read over
   the bytes their scratchpad banks could deliver while those DMACs ran.
 """
@@ -26,6 +28,7 @@ import numpy as np
 
 from primal_compiler.executor import costs, power
 from primal_compiler.executor.replay import Replay
+from primal_compiler.executor.transfers import attention_legs
 from primal_compiler.isa.opcodes import CONTROLLER, ActFn, Opcode
 
 COMPONENT_KEYS = ("rram_adc", "sram_dcim", "router_dmac", "links", "controller", "wakeup", "static")
@@ -57,6 +60,8 @@ def hop_stats(rp: Replay, rec: np.ndarray) -> dict:
     ctl = (tr.src_ct[leg] == CONTROLLER) | (tr.dst_ct[leg] == CONTROLLER)
     same = (tr.src_ct[leg] == tr.dst_ct[leg]) & ~ctl
     out = _summary(tr.routes.mesh_hops[leg][same], nbytes[same])
+    mapped = same & ~attention_legs(rp.stream.records, tr.rec[leg])
+    out["mapped"] = _summary(tr.routes.mesh_hops[leg][mapped], nbytes[mapped])
     inter = _summary(tr.routes.pkg_hops[leg][~same & ~ctl], nbytes[~same & ~ctl])
     inter["controller_transfers"] = int(ctl.sum())
     out["inter_ct"] = inter
@@ -71,8 +76,8 @@ def _summary(hops: np.ndarray, weight: np.ndarray) -> dict:
             "transfers": int(len(hops)), "bytes": total}
 
 
-def _window_energy(rp: Replay, rec: np.ndarray, begin: int, end: int) -> tuple[dict, dict]:
-    """(joules per component, joules per power state) of ``rec`` plus all CTs' static energy in the window."""
+def _window_energy(rp: Replay, rec: np.ndarray, begin: int, end: int) -> tuple[dict, dict, dict]:
+    """Joules per component, per power state and (static only) per domain: ``rec`` plus all CTs' leakage in the window."""
     dyn = {k: float(v[rec].sum()) * 1e-12 for k, v in rp.energy_pj.items()}
     static = power.static_energy_j(rp.timeline, rp.target, rp.topo.pes, begin, end)
     static_by_state = sum(static.values())
@@ -82,7 +87,7 @@ def _window_energy(rp: Replay, rec: np.ndarray, begin: int, end: int) -> tuple[d
     states["active"] += sum(dyn[k] for k in ("rram_adc", "sram_dcim", "router_dmac", "links"))
     states["waking"] += dyn["wakeup"]
     states["controller"] = dyn["controller"]
-    return comp, states
+    return comp, states, {k: float(v.sum()) for k, v in static.items()}
 
 
 def area_mm2(rp: Replay) -> dict:
@@ -119,11 +124,11 @@ def metrics(rp: Replay, request: int = 0) -> dict:
     ends = np.sort(rp.finish[dec_tok])
     steps = len(ends)
     itl_cycles = (int(ends[-1]) - first_token) / steps
-    comp, states = _window_energy(rp, sec["decode"], first_token, int(ends[-1]))
+    comp, states, domains = _window_energy(rp, sec["decode"], first_token, int(ends[-1]))
     energy = sum(comp.values())
     window_s = rp.seconds(int(ends[-1]) - first_token)
     tokens = batch * steps
-    pre_comp, _ = _window_energy(rp, first, t0, first_token)
+    pre_comp, _, _ = _window_energy(rp, first, t0, first_token)
     stored, capacity = costs.kv_storage(rp.ctx, sec["decode"])
     hops = hop_stats(rp, sec["decode"])
     prefill_begin = int(rp.start[sec["prefill"]].min())
@@ -135,6 +140,7 @@ def metrics(rp: Replay, request: int = 0) -> dict:
         "power_w": energy / window_s,
         "power_breakdown_w": {k: v / window_s for k, v in comp.items()},
         "power_by_state_w": {k: v / window_s for k, v in states.items()},
+        "static_by_domain_w": {k: v / window_s for k, v in domains.items()},
         "prefill_energy_j": sum(pre_comp.values()),
         "reconfig_exposed_s": rp.seconds(max(0, prefill_begin - t0)),
         "max_hops": hops["max_hops"], "mean_hops": hops["mean_hops"], "weighted_hops": hops["weighted_hops"],

@@ -124,13 +124,15 @@ def replay(meta: dict, arrays: dict, stream, target, where: str = "program") -> 
     ptr, pred = deps.predecessors(stream)
     mark("deps")
     a, b = _touched(stream.records)
-    start, finish, bad = schedule(
+    start, finish, bad, n_mesh, n_other = schedule(
         stream.records["op"].astype(np.int64), busy, unit, ptr, pred, tr.link_ptr, tr.link, tr.link_offset,
-        tr.link_hold, a, b, blocking(stream.records), target.system.nmc_issue_cycles, ctx.num_units, topo.num_links, topo.num_cts)
+        tr.link_hold, a, b, blocking(stream.records), target.system.nmc_issue_cycles, ctx.num_units, topo.num_links,
+        topo.num_cts, topo.d2d_base)
     if bad >= 0:
         rec = stream.records[bad]
         raise InputError(where, f"record {bad} ({Opcode(rec['op']).name} ct={rec['ct']}) runs on a gated CT "
                                 f"(no PG_ON after its PG_OFF)")
+    energy["links"] = costs.link_energy(ctx, n_mesh, n_other)
     mark("schedule")
     end = int(finish.max()) if len(finish) else 0
     tl = power.timeline(stream.records, start, finish, topo.num_cts, end)

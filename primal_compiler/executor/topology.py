@@ -81,7 +81,7 @@ class Topology:
 class Routes:
     """(leg, link) rows of a leg set plus per-leg hop counts and zero-load latency."""
 
-    leg: np.ndarray  # int64 leg index of each row
+    leg: np.ndarray  # int64 leg index of each row (rows grouped by leg, in path order)
     link: np.ndarray  # int64 link id
     offset: np.ndarray  # int64 cycles from injection until the head enters the link
     mesh_hops: np.ndarray  # per leg: PE-mesh hops (both CTs' meshes for a die-to-die leg)
@@ -90,11 +90,11 @@ class Routes:
 
 
 def _dim_order(t: Topology, x0, y0, x1, y1, step_cycles, start, node_of, link_of):
-    """Rows of dimension-order walks (x0,y0)->(x1,y1); returns (leg, link, offset, hops)."""
+    """Rows of dimension-order walks (x0,y0)->(x1,y1): (leg, link, offset, position on the walk, hops per leg)."""
     hx, hy = np.abs(x1 - x0), np.abs(y1 - y0)
     first_x = t.routing == "xy"
     n = len(x0)
-    legs, links, offs = [], [], []
+    legs, links, offs, pos = [], [], [], []
     for dim in ((0, 1) if first_x else (1, 0)):
         h = hx if dim == 0 else hy
         prior = np.zeros(n, dtype=np.int64) if dim == (0 if first_x else 1) else (hx if first_x else hy)
@@ -112,44 +112,50 @@ def _dim_order(t: Topology, x0, y0, x1, y1, step_cycles, start, node_of, link_of
             d = np.where(s > 0, 2, 3)
         legs.append(leg)
         links.append(link_of(leg, node_of(x, y), d))
-        offs.append(start[leg] + (prior[leg] + k) * step_cycles)
-    return np.concatenate(legs), np.concatenate(links), np.concatenate(offs), hx + hy
+        pos.append(prior[leg] + k)
+        offs.append(start[leg] + pos[-1] * step_cycles)
+    return np.concatenate(legs), np.concatenate(links), np.concatenate(offs), np.concatenate(pos), hx + hy
 
 
 def route_legs(t: Topology, src_ct, src_pe, dst_ct, dst_pe) -> Routes:
-    """Routes of legs (src_ct, src_pe) -> (dst_ct, dst_pe); ``CONTROLLER`` CTs allowed."""
+    """Routes of legs (src_ct, src_pe) -> (dst_ct, dst_pe); ``CONTROLLER`` CTs allowed.
+
+    Rows come leg by leg, each leg's links in the order its head crosses them.
+    """
     src_ct, dst_ct = np.asarray(src_ct, np.int64), np.asarray(dst_ct, np.int64)
     src_pe, dst_pe = np.asarray(src_pe, np.int64), np.asarray(dst_pe, np.int64)
     n = len(src_ct)
     s_ctl, d_ctl = src_ct == CONTROLLER, dst_ct == CONTROLLER
     cross = (src_ct != dst_ct) | s_ctl | d_ctl
     zero = np.zeros(n, dtype=np.int64)
-    # on-CT part at the source: src -> port (0) when crossing, src -> dst otherwise
-    a_to = np.where(cross, 0, dst_pe)
+    # on-CT part at the source: src -> port (0) when crossing, src -> dst otherwise (none from the controller)
     a_ok = ~s_ctl
-    a = _mesh_part(t, np.where(a_ok, src_ct, 0), np.where(a_ok, src_pe, 0), np.where(a_ok, a_to, np.where(a_ok, src_pe, 0)), zero)
-    a_h = np.where(a_ok, a[3], 0)
-    t_a = a_h * t.hop_cycles
-    # controller link in, package path, controller link out
-    ctl_in = cross & s_ctl
-    pkg_src = np.where(s_ctl, 0, src_ct)
-    pkg_dst = np.where(d_ctl, 0, dst_ct)
+    a = _mesh_part(t, np.where(a_ok, src_ct, 0), np.where(a_ok, src_pe, 0),
+                   np.where(a_ok, np.where(cross, 0, dst_pe), 0), zero)
+    t_a = a[4] * t.hop_cycles
+    # controller link in, package path, controller link out, on-CT part at the destination
+    ctl_in, ctl_out = (cross & s_ctl).astype(np.int64), (cross & d_ctl).astype(np.int64)
     t_in = t_a + ctl_in * t.d2d_cycles
-    p = _package_part(t, pkg_src, pkg_dst, t_in, cross)
-    t_p = t_in + p[3] * t.d2d_cycles
-    ctl_out = cross & d_ctl
+    p = _package_part(t, np.where(s_ctl, 0, src_ct), np.where(d_ctl, 0, dst_ct), t_in, cross)
+    t_p = t_in + p[4] * t.d2d_cycles
     t_out = t_p + ctl_out * t.d2d_cycles
     b_ok = cross & ~d_ctl
-    b = _mesh_part(t, np.where(b_ok, dst_ct, 0), np.zeros(n, np.int64), np.where(b_ok, dst_pe, 0), t_out)
-    b_h = np.where(b_ok, b[3], 0)
-    keep_a = a_ok[a[0]]
-    keep_b = b_ok[b[0]]
+    b = _mesh_part(t, np.where(b_ok, dst_ct, 0), zero, np.where(b_ok, dst_pe, 0), t_out)
+    counts = np.stack([a[4], ctl_in, p[4], ctl_out, b[4]])
+    part_base = np.cumsum(counts, axis=0) - counts
+    total = counts.sum(axis=0)
+    leg_base = np.cumsum(total) - total
     ci, co = np.flatnonzero(ctl_in), np.flatnonzero(ctl_out)
-    leg = np.concatenate([a[0][keep_a], ci, p[0], co, b[0][keep_b]])
-    link = np.concatenate([a[1][keep_a], np.full(len(ci), t.ctl_link), p[1], np.full(len(co), t.ctl_link + 1), b[1][keep_b]])
-    off = np.concatenate([a[2][keep_a], t_a[ci], p[2], t_p[co], b[2][keep_b]])
-    latency = t_out + b_h * t.hop_cycles
-    return Routes(leg, link, off, a_h + b_h, p[3] + ctl_in + ctl_out, latency)
+    parts = [(a[0], a[1], a[2], a[3]), (ci, np.full(len(ci), t.ctl_link), t_a[ci], np.zeros(len(ci), np.int64)),
+             (p[0], p[1], p[2], p[3]), (co, np.full(len(co), t.ctl_link + 1), t_p[co], np.zeros(len(co), np.int64)),
+             (b[0], b[1], b[2], b[3])]
+    rows = int(total.sum())
+    leg, link, off = np.empty(rows, np.int64), np.empty(rows, np.int64), np.empty(rows, np.int64)
+    for i, (pl, pk, po, pp) in enumerate(parts):
+        at = leg_base[pl] + part_base[i][pl] + pp
+        leg[at], link[at], off[at] = pl, pk, po
+    latency = t_out + b[4] * t.hop_cycles
+    return Routes(leg, link, off, a[4] + b[4], p[4] + ctl_in + ctl_out, latency)
 
 
 def _mesh_part(t: Topology, ct, pe0, pe1, start):

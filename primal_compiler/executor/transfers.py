@@ -2,11 +2,13 @@
 
 A leg is one source-destination pair of a record: ``UNICAST``, ``KV_APPEND``
 and ``CONFIG`` have one; ``BCAST`` one per member of its group (source to
-member); ``REDUCE`` one per member (member to destination). The legs of one
-record that cross the same link share it (a multicast tree replicates at
-branch points, a reduction tree combines), so a record occupies each link at
-most once, from the earliest offset at which one of its legs' heads enters
-it, for ``ceil(nbytes / link bytes per cycle)`` cycles.
+member); ``REDUCE`` one per member (member to destination). Link rows come
+record by record, leg by leg, in path order; legs of one record may list the
+same link (a multicast tree replicates at branch points, a reduction tree
+combines), and the schedule counts such a link once: the record needs it from
+the earliest offset at which one of its legs reaches it, holds it for
+``ceil(nbytes / link bytes per cycle)`` cycles after the latest, and pays its
+energy once.
 
 A record's network time is the largest over its legs of head latency plus
 serialization on the slowest link of the leg; a leg that stays on one PE
@@ -20,7 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from primal_compiler.executor.topology import MESH, Routes, Topology, route_legs
-from primal_compiler.isa.opcodes import CONTROLLER, Opcode
+from primal_compiler.isa.opcodes import CONTROLLER, BufKind, Opcode
 
 
 @dataclass(frozen=True)
@@ -33,10 +35,10 @@ class Transfers:
     dst_ct: np.ndarray
     dst_pe: np.ndarray
     routes: Routes
-    link_ptr: np.ndarray  # int64 (N+1,): links of record i are rows link_ptr[i]:link_ptr[i+1]
-    link: np.ndarray  # int64 link id
-    link_offset: np.ndarray  # int64 cycles after the record starts
-    link_hold: np.ndarray  # int64 cycles the link is held
+    link_ptr: np.ndarray  # int64 (N+1,): link rows of record i are link_ptr[i]:link_ptr[i+1]
+    link: np.ndarray  # int32 link id (may repeat within a record, see above)
+    link_offset: np.ndarray  # int32 cycles after the record starts
+    link_hold: np.ndarray  # int32 cycles the link is held
     net_cycles: np.ndarray  # int64 per record: network time (0 for non-router records)
 
 
@@ -75,6 +77,16 @@ LEG_RULES = {
 }
 
 
+#: Buffer kinds written by attention and KV-cache transfers (placed by kv-ring, not by the mapping passes).
+ATTENTION_KINDS = (BufKind.QVEC, BufKind.SCORE, BufKind.KV_K, BufKind.KV_V, BufKind.OBLK)
+
+
+def attention_legs(records, leg_rec: np.ndarray) -> np.ndarray:
+    """Which legs (given their records) move queries, scores, attention outputs or KV entries."""
+    kind = records["dst_buf"][leg_rec].astype(np.int64) >> 12
+    return np.isin(kind, ATTENTION_KINDS) | (records["op"][leg_rec] == Opcode.KV_APPEND)
+
+
 def _pe(ct, pe):
     """Controller records carry no PE; route them from/to the controller itself."""
     return np.where(ct == CONTROLLER, 0, pe)
@@ -106,23 +118,7 @@ def expand(stream, topo: Topology, local_bytes_per_cycle: float) -> Transfers:
     leg_time = np.where(routes.latency > 0, routes.latency + slow, np.maximum(local, 1))
     net = np.zeros(n, dtype=np.int64)
     np.maximum.at(net, rec, leg_time)
-    link, off, hold, ptr = _dedupe(n, topo.num_links, row_rec, routes.link, routes.offset, busy)
-    return Transfers(rec, sct, spe, dct, dpe, routes, ptr, link, off, hold, net)
-
-
-def _dedupe(n: int, num_links: int, row_rec, link, offset, busy):
-    """One row per (record, link): earliest offset, longest hold; CSR over records."""
     ptr = np.zeros(n + 1, dtype=np.int64)
-    if not len(link):
-        return link, offset, busy, ptr
-    key = row_rec * num_links + link
-    order = np.argsort(key)
-    key = key[order]
-    first = np.ones(len(key), dtype=bool)
-    first[1:] = key[1:] != key[:-1]
-    start = np.flatnonzero(first)
-    off = np.minimum.reduceat(offset[order], start)
-    hold = np.maximum.reduceat(busy[order], start)
-    key = key[start]
-    np.add.at(ptr, key // num_links + 1, 1)
-    return key % num_links, off, hold, np.cumsum(ptr)
+    np.add.at(ptr, rec + 1, np.bincount(routes.leg, minlength=len(rec)))
+    return Transfers(rec, sct, spe, dct, dpe, routes, np.cumsum(ptr), routes.link.astype(np.int32),
+                     routes.offset.astype(np.int32), busy.astype(np.int32), net)

@@ -20,9 +20,8 @@ import numpy as np
 
 from primal_compiler.errors import InputError
 from primal_compiler.executor.replay import Replay
+from primal_compiler.executor.transfers import attention_legs
 from primal_compiler.isa.opcodes import CONTROLLER, BufKind, Opcode
-
-_ATTN_DST = (BufKind.QVEC, BufKind.SCORE, BufKind.KV_K, BufKind.KV_V, BufKind.OBLK)
 
 
 def _fail(rp: Replay, where: str, legs: np.ndarray, why: str) -> None:
@@ -50,10 +49,8 @@ def _has(sorted_keys: np.ndarray, keys: np.ndarray) -> np.ndarray:
 def validate_hops(rp: Replay, where: str = "program") -> dict[str, int]:
     """Check every leg (see module docstring); returns how many legs each check covered."""
     tr, r, a, P = rp.transfers, rp.stream.records, rp.arrays, rp.topo.pes
-    rec = tr.rec
-    kind = (r["dst_buf"][rec].astype(np.int64) >> 12)
     ctl = (tr.src_ct == CONTROLLER) | (tr.dst_ct == CONTROLLER)
-    attn = np.isin(kind, _ATTN_DST) | (r["op"][rec] == Opcode.KV_APPEND)
+    attn = attention_legs(r, tr.rec)
     same = tr.src_ct == tr.dst_ct
     mapped = np.flatnonzero(~ctl & ~attn & same)
     d2d = np.flatnonzero(~ctl & ~same)

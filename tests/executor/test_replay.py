@@ -51,12 +51,23 @@ def test_a_unit_runs_one_record_at_a_time(compiled, replayed):
         assert (replayed.start[rec[order][1:]][same] >= replayed.finish[rec[order][:-1]][same]).all()
 
 
-def test_transfers_sharing_a_link_do_not_overlap(replayed):
+def _link_use(replayed):
+    """One row per (record, link): the record, the link, when it takes it and when it lets it go."""
     tr = replayed.transfers
     rec = np.repeat(np.arange(len(tr.link_ptr) - 1), np.diff(tr.link_ptr))
-    begin = replayed.start[rec] + tr.link_offset
-    order = np.lexsort((begin, tr.link))
-    link, begin, end = tr.link[order], begin[order], begin[order] + tr.link_hold[order]
+    key = rec * replayed.topo.num_links + tr.link
+    order = np.argsort(key, kind="stable")
+    key = key[order]
+    first = np.flatnonzero(np.r_[True, key[1:] != key[:-1]])
+    begin = np.minimum.reduceat((replayed.start[rec] + tr.link_offset)[order], first)
+    end = np.maximum.reduceat((replayed.start[rec] + tr.link_offset + tr.link_hold)[order], first)
+    return rec[order][first], tr.link[order][first], begin, end
+
+
+def test_transfers_sharing_a_link_do_not_overlap(replayed):
+    rec, link, begin, end = _link_use(replayed)
+    order = np.lexsort((begin, link))
+    link, begin, end = link[order], begin[order], end[order]
     same = link[1:] == link[:-1]
     assert same.sum() > 10
     assert (begin[1:][same] >= end[:-1][same]).all()
@@ -109,10 +120,10 @@ def test_replay_is_deterministic(compiled, replayed, small_target):
         assert np.array_equal(again.energy_pj[k], v)
 
 
-def test_link_energy_is_bits_times_links(compiled, replayed, small_target):
-    tr, r = replayed.transfers, compiled[0].stream.records
-    rec = np.repeat(np.arange(len(r)), np.diff(tr.link_ptr))
-    mesh = tr.link < replayed.topo.d2d_base
+def test_link_energy_is_bits_times_distinct_links(compiled, replayed, small_target):
+    r = compiled[0].stream.records
+    rec, link, _, _ = _link_use(replayed)
+    mesh = link < replayed.topo.d2d_base
     bits = r["nbytes"][rec].astype(np.float64) * 8
     expect = (bits[mesh].sum() * small_target.router.energy_pj_per_bit_hop
               + bits[~mesh].sum() * small_target.d2d.energy_pj_per_bit)
