@@ -1,0 +1,216 @@
+"""Functional semantics of the compute records: SMAC on the macros, DMAC attention, ACT functions.
+
+* ``SMAC_RRAM`` multiplies the first ``rows`` elements of each of its
+  ``count`` input vectors by the tile placed on its PE (``arg`` must name
+  that tile's bit slice); ``SMAC_SRAM`` by SRAM slot ``arg``, which a CONFIG
+  must have written, unless the PE's mask register masks the slot: then the
+  macro is not fired and the output is zero.
+* ``DMAC QK`` scores the queries of its KV group (``QVEC``, the step's
+  positions from the controller) against the K chunk in slot ``arg >> 8``,
+  causally and within the last ``context`` positions; ``DMAC PV`` turns the
+  scores into an (o, m, l) partial over the V chunk in slot ``arg >> 8``,
+  merged into the one already there with ``ACCUMULATE``.
+* ``ACT`` applies ``arg`` (ActFn) to ``src_buf`` into ``dst_buf``. The
+  parameters an activation unit holds come with the record's ``layer`` and
+  buffers: the norm of ``X`` is the layer's first norm, of ``MID`` its
+  second, in the LM head the final norm; ``BIAS`` adds the slice of the
+  projection's bias that the ROOT buffer's column block holds; ``GELU``
+  is the layer's GELU variant; ``ROPE`` rotates the q and k elements of a
+  ROOT buffer at the step's positions. ``EMBED`` (controller) embeds the
+  prompt (PREFILL: positions from 0) or the last token (at the position
+  counter), adding learned position embeddings; ``ARGMAX`` records the
+  logits, picks the next token (the host's when it forces tokens), advances
+  the position counter by the step's tokens and ends the step.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from primal_compiler.functional import ops
+from primal_compiler.functional.machine import (
+    ARG, COUNT, CT, CTL, DST_BUF, FLAGS, LAYER, PE, SRC_BUF, Machine, root_range,
+)
+from primal_compiler.ir.model import Activation, Positional, Role
+from primal_compiler.ir.tiles import Part
+from primal_compiler.isa.opcodes import ActFn, BufKind, DmacOp, Flag, HiddenBuf, Opcode, buf, buf_name
+
+
+def _input(m: Machine, r: tuple, width: int) -> np.ndarray:
+    x = m.read((r[CT], r[PE]), r[SRC_BUF])
+    if x.shape[0] != r[COUNT]:
+        raise m.fail(f"count {r[COUNT]} but {buf_name(r[SRC_BUF])} holds {x.shape[0]} vectors")
+    if x.shape[1] < width:
+        raise m.fail(f"needs {width} input elements, {buf_name(r[SRC_BUF])} holds {x.shape[1]}")
+    return x[:, :width]
+
+
+def smac_rram(m: Machine, r: tuple) -> None:
+    pos = (r[CT], r[PE])
+    row, xbar = m.crossbar(pos)
+    t = m.program.tiles
+    if r[ARG] != t.slice[row]:
+        raise m.fail(f"names bit slice {r[ARG]} but the crossbar holds slice {t.slice[row]}")
+    m.write(pos, r[DST_BUF], m.num.rram(xbar, _input(m, r, int(t.rows[row]))))
+
+
+def smac_sram(m: Machine, r: tuple) -> None:
+    pos, slot = (r[CT], r[PE]), r[ARG]
+    row = m.sram_at.get(pos)
+    if row is None:
+        raise m.fail("no LoRA tile is hosted on this PE")
+    t = m.program.tiles
+    n_in, n_out = (t.rows[row], t.cols[row]) if t.part[row] == Part.LORA_A else (t.cols[row], t.rows[row])
+    x = _input(m, r, int(n_in))
+    if m.mask.get(pos, 0) >> slot & 1:
+        y = np.zeros((x.shape[0], int(n_out)), np.float32)
+    else:
+        tile = m.sram.get((pos[0], pos[1], slot))
+        if tile is None:
+            raise m.fail(f"SRAM slot {slot} was never configured")
+        y = m.num.sram(tile, x)
+    m.write(pos, r[DST_BUF], y)
+
+
+def dmac(m: Machine, r: tuple) -> None:
+    pos, op, slot, layer = (r[CT], r[PE]), r[ARG] & 0xFF, r[ARG] >> 8, r[LAYER]
+    attn = m.model.layers[layer].attention
+    hd, grp = attn.head_dim, attn.num_heads // attn.num_kv_heads
+    src = m.read(pos, r[SRC_BUF])
+    t = src.shape[0]
+    if t != m.tokens:
+        raise m.fail(f"{buf_name(r[SRC_BUF])} holds {t} vectors, the step has {m.tokens} tokens")
+    if op == DmacOp.QK:
+        if src.shape[1] < grp * hd:
+            raise m.fail(f"queries of {src.shape[1]} elements, the KV group needs {grp * hd}")
+        keys, key_pos, _ = m.kv_slot(pos, slot, 0, layer)
+        s = ops.scores(src[:, : grp * hd].reshape(t, grp, hd), keys, m.step_positions(), key_pos, m.kv.context)
+        m.write(pos, r[DST_BUF], s.reshape(t, -1))
+        return
+    if op != DmacOp.PV:
+        raise m.fail(f"unknown DmacOp {op}")
+    if src.shape[1] != grp * m.kv.chunk_tokens:
+        raise m.fail(f"scores of {src.shape[1]} elements, expected {grp} heads x {m.kv.chunk_tokens} tokens")
+    values, _, _ = m.kv_slot(pos, slot, 1, layer)
+    p = ops.partial(src.reshape(t, grp, -1), values)
+    if r[FLAGS] & Flag.ACCUMULATE:
+        p = ops.merge(m.read(pos, r[DST_BUF]).reshape(t, grp, hd + 2), p)
+    m.write(pos, r[DST_BUF], p.reshape(t, -1))
+
+
+# --- ACT ---------------------------------------------------------------------------------------
+
+
+def _embed(m: Machine, r: tuple) -> None:
+    h = m.model.hidden_size
+    if r[COUNT] % h:
+        raise m.fail(f"count {r[COUNT]} is not a whole number of {h}-element embeddings")
+    n = r[COUNT] // h
+    if r[FLAGS] & Flag.PREFILL:
+        if n != len(m.prompt):
+            raise m.fail(f"prefills {n} tokens but the prompt has {len(m.prompt)}")
+        ids, m.position, m.request_step = m.prompt, 0, 0
+    else:
+        if n != 1:
+            raise m.fail(f"a decode step embeds one token, not {n}")
+        ids = [m.token]
+    m.tokens = n
+    x = m.embed[ids]
+    if m.model.positional == Positional.LEARNED:
+        offset = m.model.num_pos_embeddings - m.model.max_position_embeddings
+        x = x + m.pos_embed[offset + m.step_positions()]
+    m.write(CTL, r[DST_BUF], x.astype(np.float32))
+
+
+def _norm(m: Machine, r: tuple, fn: ActFn) -> None:
+    layer, src = r[LAYER], r[SRC_BUF]
+    which = {buf(BufKind.HIDDEN, HiddenBuf.X): 0, buf(BufKind.HIDDEN, HiddenBuf.MID): 1}.get(src)
+    if which is None or (layer == m.model.num_layers and which):
+        raise m.fail(f"a norm of {buf_name(src)} has no parameters in layer {layer}")
+    scale, bias = m.params.norms[(layer, which)]
+    x = m.read((r[CT], r[PE]), src)
+    if fn == ActFn.RMSNORM:
+        y = ops.rms_norm(x, scale, m.model.norm_eps)
+    elif bias is None:
+        raise m.fail(f"LAYERNORM in layer {layer}, whose norm has no bias (an RMSNorm model)")
+    else:
+        y = ops.layer_norm(x, scale, bias, m.model.norm_eps)
+    m.write((r[CT], r[PE]), r[DST_BUF], y)
+
+
+def _rope(m: Machine, x: np.ndarray, r: tuple) -> np.ndarray:
+    role, first, width = root_range(m, r[SRC_BUF], x.shape[1])
+    layer = m.model.layers[r[LAYER]]
+    attn, hd = layer.attention, layer.attention.head_dim
+    e = first + np.arange(width)
+    if role == Role.QKV:
+        e = np.where(e < attn.q_size, e, np.where(e < attn.q_size + attn.kv_size, e - attn.q_size, -1))
+    elif role not in (Role.Q, Role.K):
+        raise m.fail(f"ROPE on a {role.value} root")
+    dim = np.where(e >= 0, e % hd, -1)
+    half = hd // 2
+    partner = np.arange(width) + np.where(dim < half, half, -half)
+    rotated = dim >= 0
+    if ((partner < 0) | (partner >= width))[rotated].any():
+        raise m.fail(f"a head of {hd} elements straddles the {buf_name(r[SRC_BUF])} column block")
+    partner = np.where(rotated, partner, np.arange(width))
+    return ops.rope(x, m.step_positions(), dim, partner, m.inv_freq)
+
+
+def _bias(m: Machine, r: tuple, x: np.ndarray) -> np.ndarray:
+    role, first, width = root_range(m, r[SRC_BUF], x.shape[1])
+    bias = m.params.bias.get((r[LAYER], role))
+    if bias is None or first + width > len(bias):
+        raise m.fail(f"layer {r[LAYER]} {role.value} has no bias for elements {first}..{first + width - 1}")
+    return x + bias[first : first + width]
+
+
+def _argmax(m: Machine, r: tuple) -> None:
+    logits = m.read(CTL, r[SRC_BUF])
+    if logits.shape != (1, m.model.vocab_size):
+        raise m.fail(f"logits of shape {logits.shape}, expected (1, {m.model.vocab_size})")
+    m.logits.append(logits[0].copy())
+    forced = m.forced[m.request_step] if m.request_step < len(m.forced) else None
+    m.token = int(np.argmax(logits[0])) if forced is None else forced
+    m.position += m.tokens
+    m.steps += 1
+    m.request_step += 1
+    m.end_step()
+
+
+def act(m: Machine, r: tuple) -> None:
+    fn = r[ARG]
+    if fn == ActFn.EMBED:
+        return _embed(m, r)
+    if fn == ActFn.ARGMAX:
+        return _argmax(m, r)
+    if fn in (ActFn.RMSNORM, ActFn.LAYERNORM):
+        return _norm(m, r, ActFn(fn))
+    pos = (r[CT], r[PE])
+    x = m.read(pos, r[SRC_BUF])
+    if fn == ActFn.SWIGLU:
+        up = m.read(pos, r[DST_BUF])
+        y = ops.silu(x[:, : up.shape[1]]) * up
+    elif fn == ActFn.RESIDUAL_ADD:
+        other = m.read(pos, r[DST_BUF])
+        if other.shape != x.shape:
+            raise m.fail(f"adds {buf_name(r[SRC_BUF])} {x.shape} to {buf_name(r[DST_BUF])} {other.shape}")
+        y = x + other
+    elif fn in (ActFn.SILU, ActFn.GELU, ActFn.RELU):
+        kind = {ActFn.SILU: Activation.SILU, ActFn.RELU: Activation.RELU, ActFn.GELU: Activation.GELU}[ActFn(fn)]
+        if fn == ActFn.GELU and m.model.layers[r[LAYER]].activation == Activation.GELU_NEW:
+            kind = Activation.GELU_NEW
+        y = ops.activation(kind, x)
+    elif fn == ActFn.ROPE:
+        y = _rope(m, x, r)
+    elif fn == ActFn.BIAS:
+        y = _bias(m, r, x)
+    elif fn == ActFn.SOFTMAX:
+        e = np.exp(x - x.max(axis=-1, keepdims=True))
+        y = e / e.sum(axis=-1, keepdims=True)
+    else:
+        raise m.fail(f"no functional semantics for ActFn {fn}")
+    m.write(pos, r[DST_BUF], y.astype(np.float32))
+
+
+HANDLERS = {Opcode.SMAC_RRAM: smac_rram, Opcode.SMAC_SRAM: smac_sram, Opcode.DMAC: dmac, Opcode.ACT: act}

@@ -1,0 +1,102 @@
+"""Float32 math of the activation path and the attention DMACs, vectorized over token vectors.
+
+Conventions follow Hugging Face: RMSNorm ``x / sqrt(mean(x^2) + eps) * w``;
+LayerNorm with the biased variance; ``gelu_new`` is the tanh approximation;
+RoPE rotates dimension ``d`` of a head with ``d +- head_dim/2``
+(``rotate_half``) by ``position * theta ** (-2 (d mod head_dim/2) / head_dim)``.
+Attention partials are flash-decoding triples ``(o, m, l)``: the
+unnormalised softmax-weighted sum of values, the running maximum score and
+the running sum of ``exp(score - m)``; a partial over no key has ``m = -inf``
+and ``l = 0``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from primal_compiler.ir.model import Activation
+
+_erf = np.vectorize(math.erf, otypes=[np.float64])
+
+
+def rms_norm(x: np.ndarray, w: np.ndarray, eps: float) -> np.ndarray:
+    var = np.mean(x * x, axis=-1, keepdims=True)
+    return (x / np.sqrt(var + np.float32(eps)) * w).astype(np.float32)
+
+
+def layer_norm(x: np.ndarray, w: np.ndarray, b: np.ndarray, eps: float) -> np.ndarray:
+    mean = np.mean(x, axis=-1, keepdims=True)
+    var = np.mean((x - mean) ** 2, axis=-1, keepdims=True)
+    return ((x - mean) / np.sqrt(var + np.float32(eps)) * w + b).astype(np.float32)
+
+
+def silu(x: np.ndarray) -> np.ndarray:
+    return (x / (1.0 + np.exp(-x))).astype(np.float32)
+
+
+def activation(kind: Activation, x: np.ndarray) -> np.ndarray:
+    """The MLP activation ``kind`` of an ungated MLP (GELU / gelu_new / ReLU / SiLU)."""
+    if kind == Activation.RELU:
+        return np.maximum(x, 0).astype(np.float32)
+    if kind == Activation.GELU_NEW:
+        inner = math.sqrt(2.0 / math.pi) * (x + 0.044715 * x**3)
+        return (0.5 * x * (1.0 + np.tanh(inner))).astype(np.float32)
+    if kind == Activation.GELU:
+        return (0.5 * x * (1.0 + _erf(x / math.sqrt(2.0)))).astype(np.float32)
+    return silu(x)
+
+
+def inverse_frequencies(theta: float, head_dim: int) -> np.ndarray:
+    """``theta ** (-2i / head_dim)`` for i < head_dim/2, in float32 as Hugging Face computes them."""
+    exponent = np.arange(0, head_dim, 2, dtype=np.float32) / np.float32(head_dim)
+    return (np.float32(1.0) / np.float32(theta) ** exponent).astype(np.float32)
+
+
+def rope(x: np.ndarray, positions: np.ndarray, dim: np.ndarray, partner: np.ndarray,
+         inv_freq: np.ndarray) -> np.ndarray:
+    """Rotate columns of ``x`` (T x E): ``dim`` is each column's dimension in its head (-1: not rotated),
+    ``partner`` the column it pairs with; ``positions`` has T entries."""
+    half = len(inv_freq)
+    rotated = dim >= 0
+    angle = positions.astype(np.float32)[:, None] * inv_freq[np.where(rotated, dim % half, 0)][None, :]
+    cos = np.where(rotated, np.cos(angle), 1.0).astype(np.float32)
+    sin = np.where(rotated, np.sin(angle), 0.0).astype(np.float32)
+    sign = np.where(dim < half, -1.0, 1.0).astype(np.float32)
+    return (x * cos + sign * x[:, partner] * sin).astype(np.float32)
+
+
+def scores(q: np.ndarray, k: np.ndarray, q_pos: np.ndarray, k_pos: np.ndarray, window: int) -> np.ndarray:
+    """Scaled scores (T x heads x C) of queries q (T x heads x hd) against keys k (C x hd).
+
+    A key counts when it was written (position >= 0), is not after the query
+    and is among the last ``window`` positions; others score ``-inf``.
+    """
+    s = np.einsum("thd,cd->thc", q, k) / np.float32(math.sqrt(q.shape[-1]))
+    live = (k_pos[None, :] >= 0) & (k_pos[None, :] <= q_pos[:, None]) & (k_pos[None, :] > q_pos[:, None] - window)
+    return np.where(live[:, None, :], s, -np.inf).astype(np.float32)
+
+
+def partial(s: np.ndarray, v: np.ndarray) -> np.ndarray:
+    """The (o, m, l) partial (T x heads x hd+2) of scores s (T x heads x C) over values v (C x hd)."""
+    m = s.max(axis=-1)
+    p = np.exp(s - np.where(np.isfinite(m), m, 0.0)[..., None])
+    o = p @ v
+    return np.concatenate([o, m[..., None], p.sum(axis=-1)[..., None]], axis=-1).astype(np.float32)
+
+
+def merge(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Two (o, m, l) partials of the same queries combined."""
+    m = np.maximum(a[..., -2], b[..., -2])
+    safe = np.where(np.isfinite(m), m, 0.0)
+    wa = np.where(np.isfinite(a[..., -2]), np.exp(a[..., -2] - safe), 0.0)
+    wb = np.where(np.isfinite(b[..., -2]), np.exp(b[..., -2] - safe), 0.0)
+    o = a[..., :-2] * wa[..., None] + b[..., :-2] * wb[..., None]
+    l = a[..., -1] * wa + b[..., -1] * wb  # noqa: E741
+    return np.concatenate([o, m[..., None], l[..., None]], axis=-1).astype(np.float32)
+
+
+def normalized(p: np.ndarray) -> np.ndarray:
+    """Attention output o / l of a merged partial."""
+    return (p[..., :-2] / p[..., -1:]).astype(np.float32)

@@ -1,0 +1,113 @@
+"""The numbers a compiled program computes with, checked against the program's model.
+
+:func:`load_params` reads base weights, biases, embeddings and norms from
+the model's ONNX file and the LoRA factors from that file or from a PEFT
+adapter directory (which then replaces the file's own factors), through
+:mod:`primal_compiler.frontend.weights` (the only place that decodes ONNX).
+Everything is float32 in the ``y = x @ W`` convention. Every projection,
+bias, LoRA factor, embedding table and norm the program's model has must be
+present with the shape it expects, and nothing else may carry LoRA; any
+mismatch is a one-line :class:`InputError` naming the file. The LoRA scale
+(alpha / rank) is folded into B, as the adapter's CONFIG writes it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from primal_compiler.errors import InputError
+from primal_compiler.frontend.weights import check_lora, load_onnx_weights, load_peft_adapter
+from primal_compiler.ir.model import Model, NormKind, Positional, Role
+
+
+@dataclass(frozen=True, eq=False)
+class Params:
+    """Float32 parameters of one model, keyed like the model IR.
+
+    ``w``/``bias``/``a``/``b`` are keyed ``(layer, role)``, the LM head under
+    ``(num_layers, LM_HEAD)``; ``b`` already carries the LoRA scale.
+    ``norms`` is keyed ``(layer, 0)`` (before attention), ``(layer, 1)``
+    (before the MLP) and ``(num_layers, 0)`` (final norm): (scale, bias).
+    """
+
+    w: dict[tuple[int, Role], np.ndarray]
+    bias: dict[tuple[int, Role], np.ndarray]
+    a: dict[tuple[int, Role], np.ndarray]
+    b: dict[tuple[int, Role], np.ndarray]
+    embed: np.ndarray
+    pos_embed: np.ndarray | None
+    norms: dict[tuple[int, int], tuple[np.ndarray, np.ndarray | None]]
+    source: str
+
+
+def _dims(shape) -> str:
+    return "x".join(str(int(d)) for d in shape)
+
+
+def _expect(where: str, what: str, value: np.ndarray | None, shape: tuple[int, ...]) -> np.ndarray:
+    if value is None:
+        raise InputError(where, f"has no {what}, which the program needs ({_dims(shape)})")
+    if value.shape != shape:
+        raise InputError(where, f"{what} is {_dims(value.shape)}, the program expects {_dims(shape)}")
+    return np.ascontiguousarray(value, dtype=np.float32)
+
+
+def load_params(model: Model, weights_path: str | Path, adapter_dir: str | Path | None = None) -> Params:
+    """Parameters of ``model`` from ``weights_path`` (ONNX) and optionally a PEFT adapter directory."""
+    path = Path(weights_path)
+    if path.suffix.lower() != ".onnx" or not path.is_file():
+        problem = "no such file" if not path.exists() else "not an ONNX file (expected MODEL.onnx)"
+        raise InputError(str(path), problem)
+    onnx = load_onnx_weights(path)
+    where = onnx.source
+    if onnx.model.num_layers != model.num_layers:
+        have = onnx.model.num_layers
+        raise InputError(where, f"has {have} decoder layers, the program's model has {model.num_layers}")
+    lora_src = onnx
+    if adapter_dir is not None:
+        lora_src = load_peft_adapter(adapter_dir)
+    if model.lora_targets or lora_src.lora:
+        check_lora(lora_src, model)
+    w, bias, a, b = {}, {}, {}, {}
+    L, h = model.num_layers, model.hidden_size
+    for n, layer in enumerate(model.layers):
+        for lin in layer.linears:
+            key, label = (n, lin.role), f"layer {n} {lin.role.value}"
+            got = onnx.get(n, lin.role)
+            if got is None:
+                raise InputError(where, f"has no {label} projection, which the program's model has")
+            w[key] = _expect(where, f"{label} weight", got.w, (lin.in_features, lin.out_features))
+            if lin.bias:
+                bias[key] = _expect(where, f"{label} bias", got.bias, (lin.out_features,))
+            elif got.bias is not None:
+                raise InputError(where, f"{label} has a bias, the program's model has none")
+            if lin.lora is not None:
+                p = lora_src.get(n, lin.role)
+                a[key] = np.ascontiguousarray(p.a, dtype=np.float32)
+                b[key] = np.ascontiguousarray(p.b * np.float32(p.scale), dtype=np.float32)
+    head = onnx.get(L, Role.LM_HEAD)
+    w[(L, Role.LM_HEAD)] = _expect(where, "LM head weight", head.w if head else None, (h, model.vocab_size))
+    if model.lm_head_bias:
+        bias[(L, Role.LM_HEAD)] = _expect(where, "LM head bias", head.bias, (model.vocab_size,))
+    tables = onnx.tables
+    embed = _expect(where, "token embedding", tables.embed, (model.vocab_size, h))
+    pos = None
+    if model.positional == Positional.LEARNED:
+        pos = _expect(where, "position embedding", tables.pos_embed, (model.num_pos_embeddings, h))
+    return Params(w, bias, a, b, embed, pos, _norms(model, tables.norms, where), where)
+
+
+def _norms(model: Model, found: dict, where: str) -> dict[tuple[int, int], tuple[np.ndarray, np.ndarray | None]]:
+    keys = [(n, k) for n in range(model.num_layers) for k in (0, 1)] + [(model.num_layers, 0)]
+    out = {}
+    for key in keys:
+        label = "final norm" if key[0] == model.num_layers else f"layer {key[0]} norm {key[1]}"
+        scale, bias = found.get(key, (None, None))
+        h = model.hidden_size
+        layer_norm = (model.norm if key[0] == model.num_layers else model.layers[key[0]].norm) == NormKind.LAYER
+        out[key] = (_expect(where, f"{label} scale", scale, (h,)),
+                    _expect(where, f"{label} bias", bias, (h,)) if layer_norm else None)
+    return out

@@ -1,0 +1,155 @@
+"""Execute a compiled program's instruction stream numerically: prefill a prompt, decode greedily.
+
+:func:`replay_functional` runs the records in stream order through a
+dispatch table keyed by opcode (:mod:`.routers`, :mod:`.compute`), section
+by section: for each request its ``adapter:r`` (if any), its ``prefill:r``
+(the prompt, whose length the program fixed at compile time) and the first
+``generate - 1`` steps of its ``decode:r`` (each step ends with ARGMAX; the
+rest of the section is not issued). Every request gets the same prompt and,
+when the program has LoRA, the same adapter. The result holds the first
+request's generated tokens and the logits of each of its steps.
+
+Supported programs: batch 1 (kv-ring ``batch=1``), pre-norm decoder
+layers, square crossbars (``rram.rows == rram.cols``) and LoRA tiles as tall
+as a crossbar (``sram.rows == rram.rows``), which codegen assumes when it
+wires LoRA B outputs into root columns and MLP outputs into the next
+matrix's input blocks.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from primal_compiler.errors import InputError
+from primal_compiler.functional import compute, routers
+from primal_compiler.functional.machine import Machine
+from primal_compiler.functional.params import load_params
+from primal_compiler.functional.precision import PRECISIONS, HardwareSpec, Numerics
+from primal_compiler.ir.model import Positional
+from primal_compiler.isa.opcodes import ActFn, Flag, Opcode
+
+HANDLERS = {**routers.HANDLERS, **compute.HANDLERS}
+
+
+@dataclass(frozen=True, eq=False)
+class FunctionalResult:
+    """Outcome of one replay: what the program computed for the first request."""
+
+    tokens: list[int]  # generated token ids, ``generate`` of them
+    logits: np.ndarray  # float32 [generate, vocab]: the prefill's last position, then each decode step
+    prompt: list[int]
+    precision: str
+    records: int  # records executed over all requests
+    seconds: float
+    request_tokens: list[list[int]] = field(default_factory=list)  # generated ids of every request
+
+    def summary(self) -> dict:
+        """JSON-ready facts (no logits)."""
+        return {"tokens": self.tokens, "prompt": self.prompt, "precision": self.precision,
+                "steps": len(self.tokens), "records": self.records, "seconds": round(self.seconds, 6),
+                "request_tokens": self.request_tokens}
+
+
+def _plan(program, where: str, prompt: list[int], generate: int) -> list[tuple[str, int, int, int | None]]:
+    """(name, start, stop, steps to run or None for all) of every section, once the program fits the run."""
+    model, stream, kv = program.model, program.stream, program.kv
+    if stream is None or kv is None:
+        raise InputError(where, "has no instruction stream; compile it through kv-ring and codegen")
+    if kv.batch != 1:
+        raise InputError(where, f"was compiled for batch {kv.batch}; the functional replay runs batch 1")
+    rec = stream.records
+    plan = []
+    for s in stream.sections:
+        part = rec[s.start : s.stop]
+        steps = int(((part["op"] == Opcode.ACT) & (part["arg"] == ActFn.ARGMAX)).sum())
+        if s.name.startswith("prefill:"):
+            embed = part[(part["op"] == Opcode.ACT) & (part["arg"] == ActFn.EMBED)]
+            tokens = int(embed["count"][0]) // model.hidden_size if len(embed) else 0
+            if tokens != len(prompt) or not embed["flags"][0] & Flag.PREFILL:
+                raise InputError(where, f"{s.name} prefills {tokens} tokens but the prompt has {len(prompt)}; "
+                                        f"compile for the prompt (codegen{{prompt={len(prompt)}}})")
+        if s.name.startswith("decode:"):
+            if steps < generate - 1:
+                raise InputError(where, f"{s.name} has {steps} decode steps; generating {generate} tokens needs "
+                                        f"{generate - 1} (codegen{{steps={generate - 1}}})")
+            plan.append((s.name, s.start, s.stop, generate - 1))
+        else:
+            plan.append((s.name, s.start, s.stop, None))
+    if not any(s.name.startswith("prefill:") for s in stream.sections):
+        raise InputError(where, "has no prefill section")
+    return plan
+
+
+def _check_program(program, target, where: str, prompt: list[int], generate: int) -> None:
+    model = program.model
+    if target.rram.rows != target.rram.cols or target.sram.rows != target.rram.rows:
+        raise InputError(where, f"the functional replay needs rram.rows == rram.cols == sram.rows, target "
+                                f"{target.name} has {target.rram.rows}, {target.rram.cols}, {target.sram.rows}")
+    for layer in model.layers:
+        if layer.num_norms != 2:
+            raise InputError(where, f"layer {layer.index} has {layer.num_norms} norms; the replay runs pre-norm layers")
+    if not prompt or any(not 0 <= t < model.vocab_size for t in prompt):
+        raise InputError("prompt", f"needs one or more token ids in 0..{model.vocab_size - 1}, got {prompt}")
+    if generate < 1:
+        raise InputError("generate", f"must be >= 1, got {generate}")
+    last = len(prompt) + generate - 2
+    if model.positional == Positional.LEARNED and last >= model.max_position_embeddings:
+        raise InputError("generate", f"the last step sits at position {last}; model {model.name} has "
+                                     f"{model.max_position_embeddings} learned positions")
+
+
+def replay_functional(program, target, weights_path: str | Path, adapter_dir: str | Path | None = None, *,
+                      prompt, generate: int = 1, precision: str = "exact", where: str | None = None,
+                      force=None) -> FunctionalResult:
+    """Run ``program``'s stream on ``prompt`` for ``generate`` greedy tokens with the weights of the files.
+
+    ``weights_path`` is the model's ONNX file (base weights, biases,
+    embeddings, norms, and its unmerged LoRA if any); ``adapter_dir`` a PEFT
+    adapter directory whose LoRA replaces the file's. ``force`` (teacher
+    forcing): ``force[k]`` replaces the token step k generated (the prefill
+    is step 0) as the input of step k + 1, e.g. a reference continuation,
+    so every step's logits are comparable with the reference's; ``tokens``
+    still reports each step's argmax. ``where`` names the program in error
+    messages. Any mismatch between files and program, and any record the
+    state cannot execute, is an :class:`InputError`.
+    """
+    where = where or f"program {program.model.name}"
+    if precision not in PRECISIONS:
+        raise InputError("precision", f"must be one of {', '.join(PRECISIONS)}, got {precision!r}")
+    prompt = [int(t) for t in prompt]
+    _check_program(program, target, where, prompt, generate)
+    forced = [int(t) for t in force or ()]
+    if any(not 0 <= t < program.model.vocab_size for t in forced):
+        raise InputError("force", f"token ids must be in 0..{program.model.vocab_size - 1}, got {forced}")
+    plan = _plan(program, where, prompt, generate)
+    params = load_params(program.model, weights_path, adapter_dir)
+    start_time = time.perf_counter()
+    m = Machine(program, target, params, Numerics(precision, HardwareSpec.of(target, program.model.precision)), where)
+    m.prompt = prompt
+    m.forced = forced
+    records = program.stream.records.tolist()
+    executed = 0
+    firsts = []
+    for name, start, stop, limit in plan:
+        if name.startswith("prefill:"):
+            firsts.append(len(m.logits))
+        goal = m.steps + limit if limit is not None else None
+        for i in range(start, stop):
+            if goal is not None and m.steps >= goal:
+                break
+            r = records[i]
+            m.index, m.record = i, r
+            m.check_awake()
+            handler = HANDLERS.get(r[0])
+            if handler is None:
+                raise m.fail(f"no functional semantics for opcode {Opcode(r[0]).name}")
+            handler(m, r)
+            executed += 1
+    runs = [m.logits[a : a + generate] for a in firsts]
+    tokens = [[int(np.argmax(x)) for x in run] for run in runs]
+    return FunctionalResult(tokens[0], np.stack(runs[0]).astype(np.float32), prompt, precision, executed,
+                            time.perf_counter() - start_time, tokens)
