@@ -29,7 +29,7 @@ import numpy as np
 
 from primal_compiler.functional import ops
 from primal_compiler.functional.machine import (
-    ARG, COUNT, CT, CTL, DST_BUF, FLAGS, LAYER, PE, SRC_BUF, Machine, root_range,
+    ARG, COUNT, CT, CTL, DST_BUF, FLAGS, LAYER, PE, SRC_BUF, Machine, root_block,
 )
 from primal_compiler.ir.model import Activation, Positional, Role
 from primal_compiler.ir.tiles import Part
@@ -139,7 +139,7 @@ def _norm(m: Machine, r: tuple, fn: ActFn) -> None:
 
 
 def _rope(m: Machine, x: np.ndarray, r: tuple) -> np.ndarray:
-    role, first, width = root_range(m, r[SRC_BUF], x.shape[1])
+    (role, first), width = root_block(m, r[SRC_BUF]), x.shape[1]
     layer = m.model.layers[r[LAYER]]
     attn, hd = layer.attention, layer.attention.head_dim
     e = first + np.arange(width)
@@ -158,7 +158,7 @@ def _rope(m: Machine, x: np.ndarray, r: tuple) -> np.ndarray:
 
 
 def _bias(m: Machine, r: tuple, x: np.ndarray) -> np.ndarray:
-    role, first, width = root_range(m, r[SRC_BUF], x.shape[1])
+    (role, first), width = root_block(m, r[SRC_BUF]), x.shape[1]
     bias = m.params.bias.get((r[LAYER], role))
     if bias is None or first + width > len(bias):
         raise m.fail(f"layer {r[LAYER]} {role.value} has no bias for elements {first}..{first + width - 1}")

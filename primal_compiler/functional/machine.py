@@ -181,9 +181,8 @@ class Machine:
         return self.position + np.arange(self.tokens)
 
 
-def root_range(machine: Machine, tag: int, width: int) -> tuple[Role, int, int]:
-    """(role, first element, element count) of the output column block a ROOT buffer holds."""
+def root_block(machine: Machine, tag: int) -> tuple[Role, int]:
+    """(role, first output element) of the column block a ROOT buffer holds."""
     if tag >> 12 != BufKind.ROOT:
         raise machine.fail(f"{buf_name(tag)} is not a root buffer")
-    role = ROLE_CODES[(tag & 0xFFF) >> 8]
-    return role, (tag & 0xFF) * machine.geo.rram_cols, width
+    return ROLE_CODES[(tag & 0xFFF) >> 8], (tag & 0xFF) * machine.geo.rram_cols

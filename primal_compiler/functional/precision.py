@@ -11,9 +11,9 @@ column REDUCE give back W and dropping any slice changes the result.
   width (``base_bits``; ``lm_head_bits`` for the LM head) with one scale per
   tile, cut into ``bits_per_cell`` two's-complement digits (the top digit
   signed), one digit per crossbar slice;
-* inputs are quantized per token vector to ``rram.input_bits`` (symmetric)
-  and applied ``rram.dac_bits`` at a time (1 = bit-serial), in groups of
-  ``rram.rows_active_per_read`` word lines; every pulse of every group is
+* a tile's input block is quantized per token vector to ``rram.input_bits``
+  (symmetric) and applied ``rram.dac_bits`` at a time (1 = bit-serial), in
+  groups of ``rram.rows_active_per_read`` word lines; every pulse of every group is
   converted by a signed ``rram.adc_bits`` ADC whose full scale is
   calibrated per tile to the largest sum the tile can produce (so it never
   clips; when that sum fits the ADC's levels the conversion is exact);

@@ -26,7 +26,7 @@ import numpy as np
 
 from primal_compiler.errors import InputError
 from primal_compiler.functional import compute, routers
-from primal_compiler.functional.machine import Machine
+from primal_compiler.functional.machine import OP, Machine
 from primal_compiler.functional.params import load_params
 from primal_compiler.functional.precision import PRECISIONS, HardwareSpec, Numerics
 from primal_compiler.ir.model import Positional
@@ -144,9 +144,9 @@ def replay_functional(program, target, weights_path: str | Path, adapter_dir: st
             r = records[i]
             m.index, m.record = i, r
             m.check_awake()
-            handler = HANDLERS.get(r[0])
+            handler = HANDLERS.get(r[OP])
             if handler is None:
-                raise m.fail(f"no functional semantics for opcode {Opcode(r[0]).name}")
+                raise m.fail(f"no functional semantics for opcode {Opcode(r[OP]).name}")
             handler(m, r)
             executed += 1
     runs = [m.logits[a : a + generate] for a in firsts]

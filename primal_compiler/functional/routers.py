@@ -34,7 +34,7 @@ import numpy as np
 
 from primal_compiler.functional import ops
 from primal_compiler.functional.machine import (
-    ARG, COUNT, CT, DST_BUF, DST_CT, DST_PE, FLAGS, GROUP, LAYER, PE, SRC_BUF, Machine,
+    ARG, COUNT, CT, DST_BUF, DST_CT, DST_PE, FLAGS, GROUP, LAYER, OP, PE, SRC_BUF, Machine,
 )
 from primal_compiler.isa.opcodes import CONTROLLER, BufKind, Flag, Opcode, ReduceOp, buf, buf_name
 
@@ -139,7 +139,7 @@ def kv_append(m: Machine, r: tuple) -> None:
 
 
 def power(m: Machine, r: tuple) -> None:
-    if r[0] == Opcode.PG_OFF:
+    if r[OP] == Opcode.PG_OFF:
         m.gated.add(r[CT])
     else:
         m.gated.discard(r[CT])
