@@ -59,10 +59,60 @@ def _is_program(spec: str) -> bool:
     return (path.is_dir() and (path / PROGRAM_FILE).exists()) or spec.endswith(".primal")
 
 
+def _token_ids(text: str) -> list[int]:
+    try:
+        ids = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise InputError("--prompt", f"expected comma-separated token ids, got {text!r}") from None
+    if not ids or min(ids) < 0:
+        raise InputError("--prompt", f"expected one or more non-negative token ids, got {text!r}")
+    return ids
+
+
+def _save_logits(path: str, logits) -> None:
+    import numpy as np
+
+    from primal_compiler.isa.container import atomic_open
+
+    with atomic_open(path) as f:
+        np.save(f, logits)
+
+
+def cmd_run_functional(args) -> None:
+    """``primal run --functional``: execute the stream numerically with real weights."""
+    from primal_compiler import api
+    from primal_compiler.functional import compile_for_replay, program_from_container, replay_functional
+
+    if not args.weights or args.prompt is None:
+        raise InputError("--functional", "needs --weights MODEL.onnx and --prompt TOKEN,IDS")
+    prompt = _token_ids(args.prompt)
+    if _is_program(args.model):
+        meta, arrays, stream, target, where = api.load_compiled(Path(args.model), args.target)
+        program = program_from_container(meta, arrays, stream, where)
+    else:
+        from primal_compiler.frontend import load_model
+
+        target, where = _target(args.target or "primal-7nm"), args.model
+        program = compile_for_replay(load_model(args.model, args.lora), target, len(prompt), args.generate,
+                                     args.pipeline or "default", args.context)
+    result = replay_functional(program, target, args.weights, args.adapter, prompt=prompt, generate=args.generate,
+                               precision=args.precision, where=where)
+    if args.save_logits:
+        _save_logits(args.save_logits, result.logits)
+    if args.json:
+        print(json.dumps(result.summary(), indent=2, sort_keys=True))
+    else:
+        print(f"prompt {prompt} -> generated {result.tokens} ({args.precision} precision, "
+              f"{result.records:,} records executed in {result.seconds:.2f} s)")
+
+
 def cmd_run(args) -> None:
     from primal_compiler import api
     from primal_compiler.report.run import render_run
 
+    if args.functional:
+        cmd_run_functional(args)
+        return
     if _is_program(args.model):
         if args.lora or args.pipeline or args.output:
             raise InputError(args.model, "--lora, -p and -o apply when compiling a model; this is a compiled program")
@@ -80,12 +130,15 @@ def cmd_run(args) -> None:
         target = _target(args.target or "primal-7nm")
         pipeline = api.run_pipeline(args.pipeline or "default", args.batch, args.context)
         program = api.compile_model(model, target, pipeline)
+        passes = ", ".join(f"{r.name} {r.seconds:.1f} s" for r in program.records)
+        print(f"compiled {model.name}: {api.pipeline_text(program)} ({passes})", file=sys.stderr)
         meta, arrays = api.program_file(program, target)
         stream, where = program.stream, args.model
         if args.output:
             api.write_compiled(program, target, Path(args.output))
             where = str(Path(args.output) / PROGRAM_FILE)
             meta, arrays, stream = load_program(where, target)
+            print(f"wrote {args.output}/ (program.primal, placement, summary.json, records.json)", file=sys.stderr)
     report = api.replay_report(meta, arrays, stream, target, where, validate=not args.no_validate)
     print(json.dumps(report, indent=2, sort_keys=True) if args.json else render_run(report))
 
@@ -190,6 +243,14 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--context", type=int, default=None, help="context tokens per sequence (compile time)")
     sp.add_argument("--no-validate", action="store_true", help="skip checking stream hops against the mapping")
     sp.add_argument("--json", action="store_true", help="print one JSON object")
+    fn = sp.add_argument_group("functional replay (execute the stream numerically, docs/functional.md)")
+    fn.add_argument("--functional", action="store_true", help="run the stream on real weights instead of costing it")
+    fn.add_argument("--weights", default=None, help="the model's ONNX file (base weights, and its LoRA if unmerged)")
+    fn.add_argument("--adapter", default=None, help="a PEFT adapter directory whose LoRA replaces the file's")
+    fn.add_argument("--prompt", default=None, help="prompt token ids, e.g. 1,2,3,4")
+    fn.add_argument("--generate", type=int, default=1, help="tokens to generate greedily")
+    fn.add_argument("--precision", default="exact", choices=("exact", "hardware"))
+    fn.add_argument("--save-logits", default=None, help="write the logits of every step to this .npy file")
     sp.set_defaults(func=cmd_run)
 
     sp = sub.add_parser("reproduce", help="the seed's result table: ours (replayed), the seed's, the ratio")

@@ -71,3 +71,37 @@ def test_run_rejects_a_corrupted_program(out_dir, tmp_path, capsys):
     bad.write_bytes(bytes(data))
     assert main(["run", str(bad)]) == 2
     assert "checksum" in capsys.readouterr().err
+
+
+FIXTURE = "tests/fixtures/onnx/llama_lora_qv_r4_torchscript.onnx"
+SMALL = "lower-tiles,blocking,zcurve-order,kv-ring{context=64},codegen,srpg"
+
+
+def test_run_functional_generates_and_saves_logits(tmp_path, capsys):
+    import numpy as np
+
+    from primal_compiler.frontend import load_model
+    from primal_compiler.functional import compile_for_replay, replay_functional
+    from primal_compiler.target import load_target
+
+    logits = tmp_path / "logits.npy"
+    args = ["run", FIXTURE, "--functional", "--weights", FIXTURE, "--prompt", "1,2,3,4", "--generate", "3",
+            "-p", SMALL, "--json", "--save-logits", str(logits)]
+    assert main(args) == 0
+    out = json.loads(capsys.readouterr().out)
+    target = load_target("primal-7nm")
+    program = compile_for_replay(load_model(FIXTURE), target, 4, 3, SMALL)
+    expect = replay_functional(program, target, FIXTURE, prompt=[1, 2, 3, 4], generate=3)
+    assert out["tokens"] == expect.tokens and len(out["tokens"]) == 3
+    assert np.array_equal(np.load(logits), expect.logits)
+
+
+@pytest.mark.parametrize("extra, message", [
+    ([], "needs --weights"),
+    (["--weights", FIXTURE, "--prompt", "1,x"], "--prompt: expected comma-separated token ids"),
+    (["--weights", "tests/fixtures/onnx/mistral_dynamo.onnx", "--prompt", "1,2"], "file has LoRA on nothing"),
+])
+def test_run_functional_bad_input(capsys, extra, message):
+    assert main(["run", FIXTURE, "--functional", "-p", SMALL] + extra) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1
