@@ -171,14 +171,14 @@ def calibrate(study: Study, say: Callable[[str], None] = lambda s: None) -> dict
 
 
 def render_reproduce(rows: list[dict]) -> str:
-    lines = [f"{'metric':<66}{'ours':>12}{'seed':>10}{'ours/seed':>11}  kind"]
+    lines = [f"{'metric':<76}{'ours':>12}{'seed':>10}{'ours/seed':>11}  kind"]
     lines.append("-" * len(lines[0]))
     for r in rows:
         seed = f"{r['seed']:.4g}" if r["seed"] is not None else "-"
         ratio = f"{r['ratio']:.2f}" if r["ratio"] is not None else "-"
         kind = "calibrated" if r["calibrated"] else "predicted"
         note = f"  ({r['note']})" if r["note"] else ""
-        lines.append(f"{r['metric']:<66}{r['ours']:>12.4g}{seed:>10}{ratio:>11}  {kind}{note}")
+        lines.append(f"{r['metric']:<76}{r['ours']:>12.4g}{seed:>10}{ratio:>11}  {kind}{note}")
     lines.append("")
     lines += [f"calibrated constant {k}: fitted to the seed's {v}" for k, v in CALIBRATED.items()]
     return "\n".join(lines)
