@@ -18,6 +18,8 @@ For request ``r`` (sections ``adapter:r`` if it loads an adapter, ``prefill:r``,
   same over the legs the mapping placed (``mapped``: all but attention and
   KV legs, which follow the kv-ring layout), and package hops for legs
   between CTs (``inter_ct``); controller legs carry none.
+- **decode issue time**: the controller's time to issue one decode step's
+  records; when it is close to the ITL, decode is bound by instruction issue.
 - **KV storage-bandwidth utilisation**: KV bytes the decode DMACs read over
   the bytes their scratchpad banks could deliver while those DMACs ran.
 """
@@ -143,6 +145,7 @@ def metrics(rp: Replay, request: int = 0) -> dict:
         "static_by_domain_w": {k: v / window_s for k, v in domains.items()},
         "prefill_energy_j": sum(pre_comp.values()),
         "reconfig_exposed_s": rp.seconds(max(0, prefill_begin - t0)),
+        "decode_issue_s": rp.seconds(len(sec["decode"]) * rp.target.system.nmc_issue_cycles / steps),
         "max_hops": hops["max_hops"], "mean_hops": hops["mean_hops"], "weighted_hops": hops["weighted_hops"],
         "hops": hops,
         "kv_storage_utilisation": stored / capacity if capacity else 0.0,

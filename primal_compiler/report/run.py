@@ -59,6 +59,8 @@ def render_run(report: dict) -> str:
     lines.append("power by component: " + ", ".join(
         f"{k} {v:.3f} W ({100 * v / total:.1f}%)" for k, v in m["power_breakdown_w"].items()))
     lines.append("power by state:     " + ", ".join(f"{k} {v:.3f} W" for k, v in m["power_by_state_w"].items()))
+    bound = "instruction issue" if m["decode_issue_s"] >= 0.9 * m["itl_s"] else "the mesh and the macros"
+    lines.append(f"decode step: {_t(m['decode_issue_s'])} to issue its records, ITL {_t(m['itl_s'])}: bound by {bound}")
     lines.append(f"prefill energy {m['prefill_energy_j']:.3f} J; exposed LoRA reconfiguration {_t(m['reconfig_exposed_s'])}; "
                  f"KV storage-bandwidth utilisation {100 * m['kv_storage_utilisation']:.1f}%")
     a = m["area_mm2"]
