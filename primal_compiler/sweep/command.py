@@ -1,0 +1,98 @@
+"""``primal sweep SPEC.toml -o RESULTS``: the command line of :mod:`primal_compiler.sweep`.
+
+Wire it into ``primal_compiler/cli.py`` with ``add_parser(sub)``; the CLI's
+``main`` turns an :class:`InputError` into one line on stderr and exit code 2.
+Until then (or without the CLI), ``python -m primal_compiler.sweep SPEC -o RESULTS``
+runs the same command with the same error handling.
+
+Guarantees: the spec, the ``--x``/``--y`` metrics and the scheduler are all
+checked before any point runs; an interrupted sweep keeps every finished row
+and the same command line resumes it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from primal_compiler.errors import InputError
+
+
+def add_parser(sub) -> argparse.ArgumentParser:
+    """Register ``sweep`` on an argparse subparsers object."""
+    sp = sub.add_parser("sweep", help="compile and replay every point of a design-space sweep into Parquet",
+                        description="Run a sweep spec (docs/sweep.md) on a local process pool or a Dask cluster; "
+                                    "rows are appended to RESULTS as points finish and a rerun resumes.")
+    sp.add_argument("spec", help="sweep spec (.toml): [sweep] defaults, [axes] or [[grid]] tables")
+    sp.add_argument("-o", "--output", required=True, help="results directory (a Parquet dataset)")
+    where = sp.add_mutually_exclusive_group()
+    where.add_argument("--scheduler", default=None, help="run on a Dask cluster: tcp://HOST:PORT")
+    where.add_argument("--scheduler-file", default=None, help="run on the Dask cluster of this scheduler file")
+    sp.add_argument("--connect-timeout", type=float, default=10.0, metavar="S",
+                    help="seconds to wait for the Dask scheduler (default 10)")
+    sp.add_argument("--workers", type=int, default=None,
+                    help="local worker processes (default: CPU count); with Dask, at most this many points at once")
+    sp.add_argument("--plot", action="store_true", help="draw RESULTS/pareto.png and RESULTS/sensitivity.png")
+    sp.add_argument("--x", default="tokens_per_s", help="Pareto x metric, METRIC[:max|:min] (default tokens_per_s)")
+    sp.add_argument("--y", default="tokens_per_j", help="Pareto y metric, METRIC[:max|:min] (default tokens_per_j)")
+    sp.add_argument("--no-progress", action="store_true", help="no progress bar")
+    sp.set_defaults(func=cmd_sweep)
+    return sp
+
+
+def cmd_sweep(args) -> None:
+    from primal_compiler.sweep.backends import open_backend
+    from primal_compiler.sweep.metrics import check_metric, columns
+    from primal_compiler.sweep.plot import direction
+    from primal_compiler.sweep.runner import run_sweep
+    from primal_compiler.sweep.spec import load_spec
+
+    spec = load_spec(args.spec)
+    if args.plot:
+        kept = columns(spec.metrics)
+        for opt, metric in (("--x", args.x), ("--y", args.y)):
+            name, _ = direction(metric)
+            check_metric(name, opt)
+            if name not in kept and name.split(".")[0] not in spec.metrics:
+                raise InputError(opt, f"{name} is not a kept metric of {args.spec}; add it to sweep.metrics")
+    with open_backend(args.scheduler, args.scheduler_file, args.workers, args.connect_timeout) as backend:
+        try:
+            result = run_sweep(spec, args.output, backend.executor, slots=backend.slots,
+                               progress=not args.no_progress, description=backend.description,
+                               rebuild=backend.rebuild)
+        except KeyboardInterrupt:
+            print(f"primal sweep: interrupted; finished points are in {args.output}, "
+                  "rerun the same command to resume", file=sys.stderr)
+            raise
+    print(f"{result.total} points: {result.ran} run now ({result.failed} failed), {result.skipped} already done; "
+          f"{result.seconds:.1f} s; results in {args.output}/")
+    if args.plot:
+        plot(args.output, spec.axis_names, args.x, args.y)
+
+
+def plot(out: str, axes, x: str, y: str) -> None:
+    from primal_compiler.sweep.plot import front_table, plot_results
+    from primal_compiler.sweep.store import ResultStore
+
+    table = ResultStore(out).read()
+    if table is None:
+        raise InputError(out, "no results to plot")
+    rows = table.to_pylist()
+    paths = plot_results(rows, list(axes), out, x, y)
+    print(front_table(rows, list(axes), x, y))
+    print("wrote " + ", ".join(str(p) for p in paths))
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m primal_compiler.sweep``: the ``sweep`` subcommand on its own, with the CLI's error handling."""
+    parser = argparse.ArgumentParser(prog="primal")
+    add_parser(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(["sweep", *(sys.argv[1:] if argv is None else argv)])
+    try:
+        args.func(args)
+    except InputError as exc:
+        print(f"primal: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+    return 0

@@ -1,0 +1,92 @@
+"""Spec validation (one-line errors before anything runs), expansion and stable point ids."""
+
+from __future__ import annotations
+
+import pytest
+
+from primal_compiler.errors import InputError
+from primal_compiler.sweep.spec import load_spec, spec_from_dict
+
+BASE = {"sweep": {"model": "tiny-llama", "context": 64}}
+
+
+def spec(axes, sweep=None):
+    return spec_from_dict({"sweep": {**BASE["sweep"], **(sweep or {})}, "axes": axes}, "s.toml")
+
+
+@pytest.mark.parametrize("axes, sweep, message", [
+    ({"rram.nonsense": [1]}, None, "rram.nonsense: unknown key"),
+    ({"nonsense": [1]}, None, "axes.nonsense: unknown axis key"),
+    ({"rram.adc_bits": [5, "6"]}, None, "axes.rram.adc_bits[1]: rram.adc_bits: expected an integer, got string"),
+    ({"rram.adc_bits": []}, None, "axes.rram.adc_bits: empty axis"),
+    ({"batch": []}, None, "axes.batch: empty axis"),
+    ({"batch": [1, "two"]}, None, "axes.batch[1]: expected a positive integer"),
+    ({"batch": [1, True]}, None, "axes.batch[1]: expected a positive integer"),
+    ({"batch": 4}, None, "axes.batch: expected an array"),
+    ({"srpg.gating": [True, "perhaps"]}, None, "axes.srpg.gating[1]: option gating='perhaps' is not a valid bool"),
+    ({"srpg.nonsense": [1]}, None, "axes.srpg.nonsense[0]: unknown option 'nonsense'"),
+    ({"ga-placement.seed": [1]}, None, "has no ga-placement pass"),
+    ({"model": ["tiny-llama", "no-such-model"]}, None, "model 'no-such-model'"),
+    ({"lora": ["q,v:eight"]}, None, "lora 'q,v:eight'"),
+    ({"batch": [1]}, {"metrics": ["tokens_per_fortnight"]}, "unknown metric 'tokens_per_fortnight'"),
+    ({"batch": [1]}, {"colour": "red"}, "sweep.colour: unknown key"),
+    ({"batch": [1]}, {"target": "no-such-target"}, "unknown target 'no-such-target'"),
+    ({"batch": [1, 1]}, None, "axes.batch: repeated value"),
+    ({"seed": [1]}, None, "has no pass with a seed option"),
+])
+def test_bad_input_is_one_line_naming_the_spec(axes, sweep, message):
+    with pytest.raises(InputError) as err:
+        spec(axes, sweep)
+    text = str(err.value)
+    assert text.startswith("s.toml: ") and message in text and "\n" not in text
+
+
+def test_file_errors(tmp_path):
+    with pytest.raises(InputError, match="file not found"):
+        load_spec(tmp_path / "none.toml")
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[axes\n")
+    with pytest.raises(InputError, match="invalid TOML"):
+        load_spec(bad)
+    empty = tmp_path / "empty.toml"
+    empty.write_text("[sweep]\n")
+    with pytest.raises(InputError, match="no axes"):
+        load_spec(empty)
+
+
+def test_expansion_resolves_every_axis_column():
+    s = spec({"batch": [1, 2], "rram.adc_bits": [4, 6], "srpg.gating": [True, False]})
+    points = s.points()
+    assert len(points) == 8 and len({p.point_id for p in points}) == 8
+    p = points[-1]  # last axis fastest
+    axes = dict(p.axes)
+    assert axes["batch"] == 2 and axes["rram.adc_bits"] == 6 and axes["srpg.gating"] is False
+    assert p.overrides == (("rram.adc_bits", 6),)
+    assert "kv-ring{context=64,batch=2}" in p.pipeline and "srpg{gating=false}" in p.pipeline
+
+
+def test_point_id_depends_on_configuration_only():
+    a = spec({"batch": [1, 2], "rram.adc_bits": [4, 6]}).points()
+    b = spec({"rram.adc_bits": [6, 4], "batch": [2, 1]}).points()
+    assert {p.point_id for p in a} == {p.point_id for p in b}
+    # a value equal to the default is the same configuration as not sweeping it
+    c = spec({"batch": [1]}).points()
+    d = spec({"context": [64]}).points()
+    assert c[0].point_id == d[0].point_id
+
+
+def test_grids_union_and_unswept_columns_show_their_value():
+    s = spec_from_dict({"sweep": BASE["sweep"], "grid": [
+        {"name": "g1", "batch": [1, 2]},
+        {"name": "g2", "srpg.gating": [True, False]},
+    ]}, "s.toml")
+    points = s.points()
+    assert len(points) == 3  # batch=1 with gating=true is in both grids: runs once, under g1
+    assert [p.grid for p in points] == ["g1", "g1", "g2"]
+    assert dict(points[0].axes)["srpg.gating"] is True  # the pipeline's own value
+    assert dict(points[2].axes)["batch"] == 1
+
+
+def test_seed_axis_sets_every_seeded_pass():
+    s = spec({"seed": [3]}, {"pipeline": "lower-tiles,blocking,zcurve-order,ga-placement,kv-ring,codegen,srpg"})
+    assert "ga-placement{seed=3}" in s.points()[0].pipeline
