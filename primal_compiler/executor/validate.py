@@ -4,8 +4,8 @@ Matrix, LoRA, residual and hand-off legs (every leg not listed below) must
 be flows of their CT's template in the mapping (``map_*`` arrays of the
 program: the template's flow PEs and the hops the mapping computed for them),
 and the hops the executor's route takes must equal the mapping's hops; a
-die-to-die leg must be a CT pair of the mapping's die-to-die transfers, with
-the package hops of the CT grid. Attention and KV legs are checked against
+die-to-die leg of those must be a CT pair of the mapping's die-to-die
+transfers, with the package hops of the CT grid. Attention and KV legs are checked against
 the ``kv-ring`` layout: ``KV_APPEND`` writes a chunk slot of its kind that
 ``kv-ring`` gave to that router; queries (``QVEC``) go to routers holding K
 chunks; scores (``SCORE``) go from a K router to a V router; the
@@ -53,7 +53,7 @@ def validate_hops(rp: Replay, where: str = "program") -> dict[str, int]:
     attn = attention_legs(r, tr.rec)
     same = tr.src_ct == tr.dst_ct
     mapped = np.flatnonzero(~ctl & ~attn & same)
-    d2d = np.flatnonzero(~ctl & ~same)
+    d2d = np.flatnonzero(~ctl & ~attn & ~same)
     # on-CT legs against the CT template's flows
     tpl = a["ct_template"].astype(np.int64)[tr.src_ct[mapped]]
     ptr = a["map_tpl_ptr"]

@@ -48,3 +48,22 @@ def test_a_kv_append_to_the_wrong_router_is_named(compiled, small_target):
     index, rp = _mutated(compiled, small_target, pick, "dst_pe", lambda rec: free)
     with pytest.raises(InputError, match=rf"record {index} \(KV_APPEND\) .* appends K to a router without K chunks"):
         validate_hops(rp)
+
+
+def test_kv_legs_across_cts_follow_the_kv_ring_layout():
+    """On 3x3 CTs a layer spans CTs, so KV appends and queries cross die-to-die links."""
+    from primal_compiler.api import compile_model, program_file
+    from primal_compiler.executor.transfers import attention_legs
+    from primal_compiler.frontend import load_model
+    from primal_compiler.isa.opcodes import CONTROLLER
+    from primal_compiler.target import load_target, with_overrides
+
+    target = with_overrides(load_target("primal-7nm"), {"ct.mesh_rows": 3, "ct.mesh_cols": 3})
+    program = compile_model(load_model("tiny-llama", "q,v:8"), target,
+                            "lower-tiles,blocking,zcurve-order,kv-ring{context=64},codegen,srpg")
+    meta, arrays = program_file(program, target)
+    rp = replay(meta, arrays, program.stream, target)
+    tr = rp.transfers
+    ctl = (tr.src_ct == CONTROLLER) | (tr.dst_ct == CONTROLLER)
+    assert (attention_legs(program.stream.records, tr.rec) & (tr.src_ct != tr.dst_ct) & ~ctl).sum() > 0
+    assert validate_hops(rp)["kv_legs"] > 0
