@@ -31,7 +31,7 @@ _SYNC, _PG_ON, _PG_OFF = int(Opcode.SYNC), int(Opcode.PG_ON), int(Opcode.PG_OFF)
 
 
 @njit(cache=True, nogil=True)
-def schedule(op, busy, unit, pred_ptr, pred, link_ptr, link, link_off, link_hold, ct_a, ct_b, blocking,
+def schedule(op, busy, unit, pred_ptr, pred, link_ptr, link, link_off, hold_mesh, hold_other, ct_a, ct_b, blocking,
              issue_cycles, num_units, num_links, num_cts, mesh_links):  # pragma: no cover - compiled
     """(start, finish, first record touching a gated CT or -1, distinct mesh links and other links per record).
 
@@ -90,7 +90,8 @@ def schedule(op, busy, unit, pred_ptr, pred, link_ptr, link, link_off, link_hold
             unit_free[u] = f
         for q in range(link_ptr[i], link_ptr[i + 1]):
             lk = link[q]
-            link_free[lk] = max(link_free[lk], t + link_off[q] + link_hold[q])
+            hold = hold_mesh[i] if lk < mesh_links else hold_other[i]
+            link_free[lk] = max(link_free[lk], t + link_off[q] + hold)
             if seen[lk] != i:
                 seen[lk] = i
                 if lk < mesh_links:

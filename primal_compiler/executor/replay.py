@@ -126,7 +126,7 @@ def replay(meta: dict, arrays: dict, stream, target, where: str = "program") -> 
     a, b = _touched(stream.records)
     start, finish, bad, n_mesh, n_other = schedule(
         stream.records["op"].astype(np.int64), busy, unit, ptr, pred, tr.link_ptr, tr.link, tr.link_offset,
-        tr.link_hold, a, b, blocking(stream.records), target.system.nmc_issue_cycles, ctx.num_units, topo.num_links,
+        tr.hold_mesh, tr.hold_other, a, b, blocking(stream.records), target.system.nmc_issue_cycles, ctx.num_units, topo.num_links,
         topo.num_cts, topo.d2d_base)
     if bad >= 0:
         rec = stream.records[bad]

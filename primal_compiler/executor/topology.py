@@ -25,6 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+from numba import njit
 
 from primal_compiler.isa.opcodes import CONTROLLER
 
@@ -82,104 +83,96 @@ class Routes:
     """(leg, link) rows of a leg set plus per-leg hop counts and zero-load latency."""
 
     leg: np.ndarray  # int64 leg index of each row (rows grouped by leg, in path order)
-    link: np.ndarray  # int64 link id
-    offset: np.ndarray  # int64 cycles from injection until the head enters the link
+    link: np.ndarray  # int32 link id
+    offset: np.ndarray  # int32 cycles from injection until the head enters the link
     mesh_hops: np.ndarray  # per leg: PE-mesh hops (both CTs' meshes for a die-to-die leg)
     pkg_hops: np.ndarray  # per leg: die-to-die links crossed (controller link included)
     latency: np.ndarray  # per leg: head latency in cycles (sum of link latencies)
 
 
-def _dim_order(t: Topology, x0, y0, x1, y1, step_cycles, start, node_of, link_of):
-    """Rows of dimension-order walks (x0,y0)->(x1,y1): (leg, link, offset, position on the walk, hops per leg)."""
-    hx, hy = np.abs(x1 - x0), np.abs(y1 - y0)
-    first_x = t.routing == "xy"
-    n = len(x0)
-    legs, links, offs, pos = [], [], [], []
-    for dim in ((0, 1) if first_x else (1, 0)):
-        h = hx if dim == 0 else hy
-        prior = np.zeros(n, dtype=np.int64) if dim == (0 if first_x else 1) else (hx if first_x else hy)
-        leg = np.repeat(np.arange(n), h)
-        k = np.arange(len(leg)) - np.repeat(np.cumsum(h) - h, h)
-        if dim == 0:
-            s = np.sign(x1 - x0)[leg]
-            x = x0[leg] + s * k
-            y = (y0 if first_x else y1)[leg]
-            d = np.where(s > 0, 0, 1)
-        else:
-            s = np.sign(y1 - y0)[leg]
-            y = y0[leg] + s * k
-            x = (x1 if first_x else x0)[leg]
-            d = np.where(s > 0, 2, 3)
-        legs.append(leg)
-        links.append(link_of(leg, node_of(x, y), d))
-        pos.append(prior[leg] + k)
-        offs.append(start[leg] + pos[-1] * step_cycles)
-    return np.concatenate(legs), np.concatenate(links), np.concatenate(offs), np.concatenate(pos), hx + hy
-
-
 def route_legs(t: Topology, src_ct, src_pe, dst_ct, dst_pe) -> Routes:
     """Routes of legs (src_ct, src_pe) -> (dst_ct, dst_pe); ``CONTROLLER`` CTs allowed.
 
-    Rows come leg by leg, each leg's links in the order its head crosses them.
+    Hop counts and latencies are closed forms (vectorized); the link rows come
+    from one compiled walk, leg by leg, each leg's links in the order its head
+    crosses them.
     """
     src_ct, dst_ct = np.asarray(src_ct, np.int64), np.asarray(dst_ct, np.int64)
     src_pe, dst_pe = np.asarray(src_pe, np.int64), np.asarray(dst_pe, np.int64)
-    n = len(src_ct)
     s_ctl, d_ctl = src_ct == CONTROLLER, dst_ct == CONTROLLER
     cross = (src_ct != dst_ct) | s_ctl | d_ctl
-    zero = np.zeros(n, dtype=np.int64)
-    # on-CT part at the source: src -> port (0) when crossing, src -> dst otherwise (none from the controller)
-    a_ok = ~s_ctl
-    a = _mesh_part(t, np.where(a_ok, src_ct, 0), np.where(a_ok, src_pe, 0),
-                   np.where(a_ok, np.where(cross, 0, dst_pe), 0), zero)
-    t_a = a[4] * t.hop_cycles
-    # controller link in, package path, controller link out, on-CT part at the destination
-    ctl_in, ctl_out = (cross & s_ctl).astype(np.int64), (cross & d_ctl).astype(np.int64)
-    t_in = t_a + ctl_in * t.d2d_cycles
-    p = _package_part(t, np.where(s_ctl, 0, src_ct), np.where(d_ctl, 0, dst_ct), t_in, cross)
-    t_p = t_in + p[4] * t.d2d_cycles
-    t_out = t_p + ctl_out * t.d2d_cycles
-    b_ok = cross & ~d_ctl
-    b = _mesh_part(t, np.where(b_ok, dst_ct, 0), zero, np.where(b_ok, dst_pe, 0), t_out)
-    counts = np.stack([a[4], ctl_in, p[4], ctl_out, b[4]])
-    part_base = np.cumsum(counts, axis=0) - counts
-    total = counts.sum(axis=0)
-    leg_base = np.cumsum(total) - total
-    ci, co = np.flatnonzero(ctl_in), np.flatnonzero(ctl_out)
-    parts = [(a[0], a[1], a[2], a[3]), (ci, np.full(len(ci), t.ctl_link), t_a[ci], np.zeros(len(ci), np.int64)),
-             (p[0], p[1], p[2], p[3]), (co, np.full(len(co), t.ctl_link + 1), t_p[co], np.zeros(len(co), np.int64)),
-             (b[0], b[1], b[2], b[3])]
-    rows = int(total.sum())
-    leg, link, off = np.empty(rows, np.int64), np.empty(rows, np.int64), np.empty(rows, np.int64)
-    for i, (pl, pk, po, pp) in enumerate(parts):
-        at = leg_base[pl] + part_base[i][pl] + pp
-        leg[at], link[at], off[at] = pl, pk, po
-    latency = t_out + b[4] * t.hop_cycles
-    return Routes(leg, link, off, a[4] + b[4], p[4] + ctl_in + ctl_out, latency)
+    c = t.mesh_cols
+    a_to = np.where(cross, 0, dst_pe)
+    a_h = np.where(s_ctl, 0, np.abs(src_pe % c - a_to % c) + np.abs(src_pe // c - a_to // c))
+    b_h = np.where(cross & ~d_ctl, dst_pe % c + dst_pe // c, 0)
+    px, py = t.ct_xy(np.where(s_ctl, 0, src_ct))
+    qx, qy = t.ct_xy(np.where(d_ctl, 0, dst_ct))
+    p_h = np.where(cross, np.abs(px - qx) + np.abs(py - qy), 0) + (cross & s_ctl) + (cross & d_ctl)
+    rows = a_h + b_h + p_h
+    ptr = np.concatenate([[0], np.cumsum(rows)])
+    link = np.empty(int(ptr[-1]), dtype=np.int32)
+    off = np.empty(int(ptr[-1]), dtype=np.int32)
+    _walk(ptr, src_ct, src_pe, dst_ct, dst_pe, c, t.pes, t.package_cols, t.routing == "xy", t.hop_cycles,
+          t.d2d_cycles, t.d2d_base, t.ctl_link, CONTROLLER, link, off)
+    leg = np.repeat(np.arange(len(src_ct)), rows)
+    return Routes(leg, link, off, a_h + b_h, p_h, (a_h + b_h) * t.hop_cycles + p_h * t.d2d_cycles)
 
 
-def _mesh_part(t: Topology, ct, pe0, pe1, start):
-    cols, pes = t.mesh_cols, t.pes
-    x0, y0, x1, y1 = pe0 % cols, pe0 // cols, pe1 % cols, pe1 // cols
+@njit(cache=True, nogil=True)
+def _steps(x0, y0, x1, y1, x_first, q, t, step, base, stride_y, link, off, ct_base):  # pragma: no cover
+    """Append the dimension-order walk (x0,y0)->(x1,y1) at row q and time t; returns (q, t).
 
-    def node_of(x, y):
-        return y * cols + x
+    A link id is ``base + (ct_base + site) * 4 + direction`` with site ``y * stride_y + x``.
+    """
+    for phase in range(2):
+        along_x = (phase == 0) == x_first
+        if along_x:
+            d = 0 if x1 > x0 else 1
+            while x0 != x1:
+                link[q] = base + (ct_base + y0 * stride_y + x0) * 4 + d
+                off[q] = t
+                q += 1
+                t += step
+                x0 += 1 if d == 0 else -1
+        else:
+            d = 2 if y1 > y0 else 3
+            while y0 != y1:
+                link[q] = base + (ct_base + y0 * stride_y + x0) * 4 + d
+                off[q] = t
+                q += 1
+                t += step
+                y0 += 1 if d == 2 else -1
+    return q, t
 
-    def link_of(leg, node, d):
-        return (ct[leg] * pes + node) * 4 + d
 
-    return _dim_order(t, x0, y0, x1, y1, t.hop_cycles, start, node_of, link_of)
+@njit(cache=True, nogil=True)
+def _grid(ct, pcols):  # pragma: no cover - compiled
+    row = ct // pcols
+    col = ct % pcols if row % 2 == 0 else pcols - 1 - ct % pcols
+    return col, row
 
 
-def _package_part(t: Topology, ct0, ct1, start, cross):
-    x0, y0 = t.ct_xy(ct0)
-    x1, y1 = t.ct_xy(ct1)
-    x1, y1 = np.where(cross, x1, x0), np.where(cross, y1, y0)
-
-    def link_of(leg, node, d):
-        return t.d2d_base + node * 4 + d
-
-    def site(x, y):
-        return y * t.package_cols + x
-
-    return _dim_order(t, x0, y0, x1, y1, t.d2d_cycles, start, site, link_of)
+@njit(cache=True, nogil=True)
+def _walk(ptr, sct, spe, dct, dpe, cols, pes, pcols, x_first, hop, d2d, d2d_base, ctl_link, ctl,
+          link, off):  # pragma: no cover - compiled
+    """Fill ``link``/``off`` rows ptr[i]:ptr[i+1] with leg i's route (see the module docstring)."""
+    for i in range(len(sct)):
+        q, t = ptr[i], 0
+        s_ctl, d_ctl = sct[i] == ctl, dct[i] == ctl
+        cross = s_ctl or d_ctl or sct[i] != dct[i]
+        if not s_ctl:
+            to = 0 if cross else dpe[i]
+            q, t = _steps(spe[i] % cols, spe[i] // cols, to % cols, to // cols, x_first, q, t, hop, 0, cols,
+                          link, off, sct[i] * pes)
+        if not cross:
+            continue
+        if s_ctl:
+            link[q], off[q] = ctl_link, t
+            q, t = q + 1, t + d2d
+        ax, ay = _grid(0 if s_ctl else sct[i], pcols)
+        bx, by = _grid(0 if d_ctl else dct[i], pcols)
+        q, t = _steps(ax, ay, bx, by, x_first, q, t, d2d, d2d_base, pcols, link, off, 0)
+        if d_ctl:
+            link[q], off[q] = ctl_link + 1, t
+        else:
+            _steps(0, 0, dpe[i] % cols, dpe[i] // cols, x_first, q, t, hop, 0, cols, link, off, dct[i] * pes)

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from primal_compiler.executor.topology import MESH, Routes, Topology, route_legs
+from primal_compiler.executor.topology import Routes, Topology, route_legs
 from primal_compiler.isa.opcodes import CONTROLLER, BufKind, Opcode
 
 
@@ -38,8 +38,16 @@ class Transfers:
     link_ptr: np.ndarray  # int64 (N+1,): link rows of record i are link_ptr[i]:link_ptr[i+1]
     link: np.ndarray  # int32 link id (may repeat within a record, see above)
     link_offset: np.ndarray  # int32 cycles after the record starts
-    link_hold: np.ndarray  # int32 cycles the link is held
+    hold_mesh: np.ndarray  # int64 per record: cycles it holds a PE-mesh link
+    hold_other: np.ndarray  # int64 per record: cycles it holds a die-to-die or controller link
     net_cycles: np.ndarray  # int64 per record: network time (0 for non-router records)
+    mesh_links: int  # link ids below this are PE-mesh links
+
+    @property
+    def link_hold(self) -> np.ndarray:
+        """Cycles each link row is held (for analysis; the schedule reads the per-record holds)."""
+        rec = np.repeat(np.arange(len(self.link_ptr) - 1), np.diff(self.link_ptr))
+        return np.where(self.link < self.mesh_links, self.hold_mesh[rec], self.hold_other[rec])
 
 
 def _one(rec, r):
@@ -106,19 +114,15 @@ def expand(stream, topo: Topology, local_bytes_per_cycle: float) -> Transfers:
     dpe = _pe(dct, dpe)
     routes = route_legs(topo, sct, spe, dct, dpe)
     nbytes = r["nbytes"].astype(np.int64)
-    leg_bytes = nbytes[rec]
-    row_rec = rec[routes.leg]
-    kind = topo.link_kind(routes.link)
-    rate = np.where(kind == MESH, topo.mesh_bytes_per_cycle, topo.d2d_bytes_per_cycle)
-    busy = np.maximum(1, np.ceil(leg_bytes[routes.leg] / rate)).astype(np.int64)
-    # serialization of a leg: its slowest link (or the scratchpad for a local copy)
-    slow = np.zeros(len(rec), dtype=np.int64)
-    np.maximum.at(slow, routes.leg, busy)
-    local = np.ceil(leg_bytes / local_bytes_per_cycle).astype(np.int64)
+    hold_mesh = np.maximum(1, np.ceil(nbytes / topo.mesh_bytes_per_cycle)).astype(np.int64)
+    hold_other = np.maximum(1, np.ceil(nbytes / topo.d2d_bytes_per_cycle)).astype(np.int64)
+    # serialization of a leg: its slowest kind of link (or the scratchpad for a local copy)
+    slow = np.maximum(np.where(routes.mesh_hops > 0, hold_mesh[rec], 0), np.where(routes.pkg_hops > 0, hold_other[rec], 0))
+    local = np.ceil(nbytes[rec] / local_bytes_per_cycle).astype(np.int64)
     leg_time = np.where(routes.latency > 0, routes.latency + slow, np.maximum(local, 1))
     net = np.zeros(n, dtype=np.int64)
     np.maximum.at(net, rec, leg_time)
     ptr = np.zeros(n + 1, dtype=np.int64)
-    np.add.at(ptr, rec + 1, np.bincount(routes.leg, minlength=len(rec)))
-    return Transfers(rec, sct, spe, dct, dpe, routes, np.cumsum(ptr), routes.link.astype(np.int32),
-                     routes.offset.astype(np.int32), busy.astype(np.int32), net)
+    np.add.at(ptr, rec + 1, routes.mesh_hops + routes.pkg_hops)  # link rows per leg
+    return Transfers(rec, sct, spe, dct, dpe, routes, np.cumsum(ptr), routes.link, routes.offset, hold_mesh,
+                     hold_other, net, topo.d2d_base)
