@@ -1,0 +1,182 @@
+"""Everything the pictures draw from: one replayed compile output and the facts derived from it.
+
+:func:`load` reads ``OUT/program.primal`` (and ``OUT/records.json``), replays
+it with the executor and computes its metrics and H100 baseline once; the
+placement helpers turn the program file's tile columns, hub PEs and KV map
+into per-PE labels of one CT.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from primal_compiler.errors import InputError
+from primal_compiler.ir.tiles import ROLE_CODES, Macro, Part
+
+#: PE labels beyond the role indices: hub, KV-only, empty.
+HUB, KV_ONLY, EMPTY = len(ROLE_CODES), len(ROLE_CODES) + 1, len(ROLE_CODES) + 2
+LORA_A, LORA_B = 1, 2  # bits of :func:`pe_lora`
+
+
+@dataclass(eq=False)
+class VizData:
+    """A replayed program: container parts, the :class:`~primal_compiler.executor.replay.Replay`, metrics."""
+
+    out: Path
+    where: str
+    meta: dict
+    arrays: dict
+    stream: object
+    target: object
+    rp: object
+    metrics: dict
+    h100: dict | None
+    records: list = field(default_factory=list)
+    seconds: dict = field(default_factory=dict)
+
+    @property
+    def num_cts(self) -> int:
+        return int(self.meta["num_cts"])
+
+    @property
+    def rows(self) -> int:
+        return int(self.meta["mesh_rows"])
+
+    @property
+    def cols(self) -> int:
+        return int(self.meta["mesh_cols"])
+
+    @property
+    def num_layers(self) -> int:
+        return int(self.meta["num_layers"])
+
+    @property
+    def clock_hz(self) -> float:
+        return float(self.target.system.clock_hz)
+
+    def section_names(self) -> list[str]:
+        return [s.name for s in self.stream.sections]
+
+    def section(self, name: str) -> np.ndarray:
+        return self.rp.section(name)
+
+    def layer_name(self, ct: int) -> str:
+        layer = int(self.arrays["ct_layer"][ct])
+        return "head" if layer >= self.num_layers else f"L{layer}"
+
+
+def read_records(out: Path) -> list:
+    """The pass records of ``OUT/records.json`` ([] when the file is absent); InputError naming it if malformed."""
+    path = out / "records.json"
+    if not path.exists():
+        return []
+    try:
+        records = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise InputError(str(path), f"not a readable pass-record file ({exc})") from None
+    if not isinstance(records, list) or not all(isinstance(r, dict) and "name" in r for r in records):
+        raise InputError(str(path), "expected a JSON list of pass records with a 'name' each")
+    return records
+
+
+def load(out, target_name: str | None = None) -> VizData:
+    """Load and replay compile output ``out``; every failure is an InputError naming the file."""
+    from primal_compiler.api import h100_for, load_compiled
+    from primal_compiler.executor.metrics import metrics
+    from primal_compiler.executor.replay import replay
+
+    out = Path(out)
+    if not out.exists():
+        raise InputError(str(out), "no such compile output directory")
+    seconds = {}
+    t = time.perf_counter()
+    meta, arrays, stream, target, where = load_compiled(out, target_name)
+    seconds["load"] = time.perf_counter() - t
+    t = time.perf_counter()
+    rp = replay(meta, arrays, stream, target, where)
+    seconds["replay"] = time.perf_counter() - t
+    try:
+        m = metrics(rp)
+    except KeyError as exc:
+        raise InputError(where, f"cannot compute metrics: {exc.args[0]}") from None
+    for name in ("tile_ct", "tile_pe", "tile_role", "tile_macro", "ct_layer"):
+        if name not in arrays:
+            raise InputError(where, f"program file has no placement array {name!r} (compile it with a placement pass)")
+    records = read_records(out) if out.is_dir() else []
+    return VizData(out if out.is_dir() else out.parent, where, meta, arrays, stream, target, rp, m,
+                   h100_for(meta, m), records, seconds)
+
+
+def pe_roles(d: VizData, ct: int) -> np.ndarray:
+    """Label of every PE of CT ``ct``: the role index of its RRAM tile, else HUB, KV_ONLY or EMPTY."""
+    a = d.arrays
+    pes = d.rows * d.cols
+    label = np.full(pes, EMPTY, dtype=np.int64)
+    kv = pe_kv(d, ct)
+    label[kv] = KV_ONLY
+    label[pe_hubs(d, ct)] = HUB
+    sel = (a["tile_ct"] == ct) & (a["tile_macro"] == Macro.RRAM) & (a["tile_pe"] >= 0)
+    label[a["tile_pe"][sel]] = a["tile_role"][sel]
+    return label
+
+
+def pe_lora(d: VizData, ct: int) -> np.ndarray:
+    """Bit set per PE of CT ``ct``: LORA_A / LORA_B if it hosts an SRAM tile of that LoRA factor."""
+    a = d.arrays
+    out = np.zeros(d.rows * d.cols, dtype=np.int64)
+    sram = np.flatnonzero((a["tile_macro"] == Macro.SRAM) & (a["tile_pe"] >= 0) & (a["tile_host"] >= 0))
+    host_ct = a["tile_ct"][a["tile_host"][sram]]
+    sram = sram[host_ct == ct]
+    for part, bit in ((Part.LORA_A, LORA_A), (Part.LORA_B, LORA_B)):
+        s = sram[a["tile_part"][sram] == part]
+        out[a["tile_pe"][s]] |= bit
+    return out
+
+
+def pe_kv(d: VizData, ct: int) -> np.ndarray:
+    """Whether each PE of CT ``ct`` holds KV-cache chunks (from the kv-ring map)."""
+    a = d.arrays
+    out = np.zeros(d.rows * d.cols, dtype=bool)
+    if "kv_ct" in a:
+        out[a["kv_pe"][a["kv_ct"] == ct].astype(np.int64)] = True
+    return out
+
+
+def pe_hubs(d: VizData, ct: int) -> np.ndarray:
+    """PEs the mapping's flows of CT ``ct``'s template use but that hold no weight tile (hubs)."""
+    a = d.arrays
+    if "ct_template" not in a or "map_tpl_ptr" not in a:
+        return np.zeros(0, dtype=np.int64)
+    tpl = int(a["ct_template"][ct])
+    lo, hi = int(a["map_tpl_ptr"][tpl]), int(a["map_tpl_ptr"][tpl + 1])
+    used = np.unique(np.concatenate([a["map_src_pe"][lo:hi], a["map_dst_pe"][lo:hi]])).astype(np.int64)
+    tiles = a["tile_pe"][(a["tile_ct"] == ct) & (a["tile_macro"] == Macro.RRAM)]
+    return used[~np.isin(used, tiles) & (used >= 0)]
+
+
+def representative_cts(d: VizData, limit: int = 6) -> list[int]:
+    """Every CT of a small system; of a large one the first CT of layer 0, its CTs holding attention
+    (Q/K/V/O) and MLP tiles if different, and the first LM-head CT."""
+    if d.num_cts <= limit:
+        return list(range(d.num_cts))
+    a = d.arrays
+    layer0 = np.flatnonzero(a["ct_layer"] == 0)
+    picks = [int(layer0[0])] if len(layer0) else [0]
+    rram = a["tile_macro"] == Macro.RRAM
+    names = [r.value for r in ROLE_CODES]
+    for group in (("q", "k", "v", "qkv", "o"), ("gate", "up", "down", "fc1", "fc2")):
+        codes = [names.index(g) for g in group]
+        sel = rram & np.isin(a["tile_role"], codes) & np.isin(a["tile_ct"], layer0)
+        if sel.any():
+            ct = int(np.bincount(a["tile_ct"][sel]).argmax())
+            if ct not in picks:
+                picks.append(ct)
+    head = np.flatnonzero(a["ct_layer"] >= d.num_layers)
+    if len(head) and int(head[0]) not in picks:
+        picks.append(int(head[0]))
+    return picks

@@ -1,0 +1,129 @@
+"""One self-contained HTML page: metrics, pipeline, pass records and every picture inlined (no fetches)."""
+
+from __future__ import annotations
+
+import base64
+import html
+import json
+from pathlib import Path
+
+from primal_compiler.viz.data import VizData
+
+CSS = """
+body { font-family: sans-serif; margin: 1.5em auto; max-width: 1400px; color: #222; }
+h1 { font-size: 1.4em; } h2 { font-size: 1.15em; margin-top: 1.6em; border-bottom: 1px solid #ccc; }
+table { border-collapse: collapse; font-size: 0.9em; } td, th { border: 1px solid #ccc; padding: 3px 8px; }
+th { background: #f0f0f0; } td.num { text-align: right; font-variant-numeric: tabular-nums; }
+pre { background: #f7f7f7; padding: 0.6em; overflow-x: auto; font-size: 0.8em; }
+figure { margin: 1em 0; } figure img { max-width: 100%; border: 1px solid #eee; }
+figcaption { font-size: 0.85em; color: #555; } code { background: #f3f3f3; padding: 0 3px; }
+"""
+
+MIME = {"png": "image/png", "svg": "image/svg+xml"}
+
+CAPTIONS = {
+    "placement": "Placement: package overview (layer of each CT) and representative CTs, each PE coloured by the "
+                 "role of its RRAM tile; squares mark LoRA A (black) / B (white) SRAM tiles, dots KV chunks.",
+    "traffic": "Bytes per directed link for the decode step and the prefill (busiest CT's mesh), die-to-die links "
+               "on the package grid, and mesh bytes per CT; circles mark the hottest links.",
+    "hops": "Hop histogram of every transfer leg (share of legs per hop count).",
+    "power": "Power state of every CT over the decode step and over an adapter switch (reconfiguring = CONFIG "
+             "records writing the CT's SRAM) and power over time.",
+    "breakdown": "Energy per generated token by component, PRIMAL next to the H100 baseline, and area by PE "
+                 "component.",
+}
+
+
+def _img(path: Path) -> str:
+    fmt = path.suffix.lstrip(".")
+    data = base64.b64encode(path.read_bytes()).decode("ascii")
+    return f'<img alt="{html.escape(path.stem)}" src="data:{MIME[fmt]};base64,{data}">'
+
+
+def _fmt(v) -> str:
+    if isinstance(v, float):
+        return f"{v:.4g}"
+    return html.escape(str(v))
+
+
+def metrics_table(d: VizData) -> str:
+    m, g = d.metrics, d.h100
+    g = None if not g or "error" in g else g
+    rows = [("TTFT (s)", "ttft_s"), ("ITL (s)", "itl_s"), ("throughput (tokens/s)", "tokens_per_s"),
+            ("energy per token (J)", "energy_per_token_j"), ("tokens/J", "tokens_per_j"),
+            ("power, decode (W)", "power_w")]
+    head = "<tr><th>metric</th><th>PRIMAL</th>" + ("<th>H100</th>" if g else "") + "</tr>"
+    body = []
+    for name, key in rows:
+        body.append(f"<tr><td>{name}</td><td class=num>{_fmt(m[key])}</td>"
+                    + (f"<td class=num>{_fmt(g[key])}</td>" if g else "") + "</tr>")
+    for name, key in (("max hops (decode, on-CT)", "max_hops"), ("mean hops", "mean_hops"),
+                      ("traffic-weighted hops", "weighted_hops"), ("KV storage-bandwidth utilisation",
+                                                                   "kv_storage_utilisation"),
+                      ("CTs", "num_cts"), ("area (mm2)", None)):
+        value = m["area_mm2"]["total"] if key is None else m[key]
+        body.append(f"<tr><td>{name}</td><td class=num>{_fmt(value)}</td>" + ("<td></td>" if g else "") + "</tr>")
+    return f"<table>{head}{''.join(body)}</table>"
+
+
+def records_table(d: VizData) -> str:
+    if not d.records:
+        return "<p>No <code>records.json</code> beside the program.</p>"
+    rows = []
+    for r in d.records:
+        sec = r.get("seconds")
+        details = json.dumps(r.get("details", {}), sort_keys=True, default=str)
+        short = details if len(details) <= 160 else details[:157] + "..."
+        rows.append(f"<tr><td>{html.escape(str(r.get('name')))}</td><td><code>{html.escape(str(r.get('spec')))}"
+                    f"</code></td><td class=num>{'-' if sec is None else f'{float(sec):.3f}'}</td>"
+                    f"<td><details><summary>{html.escape(short)}</summary><pre>"
+                    f"{html.escape(json.dumps(r.get('details', {}), indent=1, sort_keys=True, default=str))}"
+                    f"</pre></details></td></tr>")
+    return ("<table><tr><th>pass</th><th>spec</th><th>seconds</th><th>details</th></tr>" + "".join(rows)
+            + "</table>")
+
+
+def page(d: VizData, pictures: list[Path], text_report: str, timings: dict) -> str:
+    title = f"PRIMAL: {d.meta.get('model')} on {d.meta.get('target')}"
+    figs = []
+    for p in pictures:
+        key = p.stem.split("_")[0]
+        cap = CAPTIONS.get(key, "")
+        if p.stem.startswith("placement_ct"):
+            cap = f"Placement map of CT {int(p.stem[12:])}."
+        elif p.stem == "placement_overview":
+            cap = "Which layer sits on which CT (package grid, snake order; red: CTs drawn in detail)."
+        figs.append(f"<figure>{_img(p)}<figcaption>{html.escape(p.name)}: {html.escape(cap)}</figcaption></figure>")
+    secs = d.metrics["records"]
+    times = ", ".join(f"{k} {v:.2f} s" for k, v in timings.items())
+    return f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title><style>{CSS}</style></head>
+<body>
+<h1>{html.escape(title)}</h1>
+<p>Program <code>{html.escape(d.where)}</code>: {d.num_cts} CTs of {d.rows}x{d.cols} PEs, batch {d.metrics['batch']},
+context {d.metrics['context']}, {secs['total']:,} records (adapter {secs['adapter']:,}, prefill {secs['prefill']:,},
+decode {secs['decode']:,}).</p>
+<h2>Metrics</h2>
+{metrics_table(d)}
+<details><summary>full text report (<code>primal run</code>)</summary><pre>{html.escape(text_report)}</pre></details>
+<h2>Pipeline</h2>
+<p><code>{html.escape(str(d.meta.get('pipeline')))}</code></p>
+{records_table(d)}
+<h2>Pictures</h2>
+{''.join(figs)}
+<p>Trace of the replay: <code>trace.json</code> beside this page (open it in ui.perfetto.dev).
+Rendered by <code>primal viz</code>: {html.escape(times)}.</p>
+</body></html>
+"""
+
+
+def render(d: VizData, out: Path, pictures: list[str], timings: dict) -> list[str]:
+    from primal_compiler.report.run import render_run
+
+    report = {"model": d.meta.get("model"), "target": d.target.name, "metrics": d.metrics, "h100": d.h100}
+    try:
+        text = render_run(report)
+    except (KeyError, TypeError, ZeroDivisionError) as exc:  # the page must not depend on the text layout
+        text = f"(text report unavailable: {exc})"
+    (out / "report.html").write_text(page(d, [out / p for p in pictures], text, timings))
+    return ["report.html"]
