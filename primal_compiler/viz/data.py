@@ -160,8 +160,8 @@ def pe_hubs(d: VizData, ct: int) -> np.ndarray:
 
 
 def representative_cts(d: VizData, limit: int = 6) -> list[int]:
-    """Every CT of a small system; of a large one the first CT of layer 0, its CTs holding attention
-    (Q/K/V/O) and MLP tiles if different, and the first LM-head CT."""
+    """Every CT of a small system; of a large one the first CT of layer 0, the layer-0 CTs holding most
+    attention-output (O) and most MLP tiles if different, and the first LM-head CT."""
     if d.num_cts <= limit:
         return list(range(d.num_cts))
     a = d.arrays
@@ -169,7 +169,7 @@ def representative_cts(d: VizData, limit: int = 6) -> list[int]:
     picks = [int(layer0[0])] if len(layer0) else [0]
     rram = a["tile_macro"] == Macro.RRAM
     names = [r.value for r in ROLE_CODES]
-    for group in (("q", "k", "v", "qkv", "o"), ("gate", "up", "down", "fc1", "fc2")):
+    for group in (("o",), ("gate", "up", "down", "fc1", "fc2")):
         codes = [names.index(g) for g in group]
         sel = rram & np.isin(a["tile_role"], codes) & np.isin(a["tile_ct"], layer0)
         if sel.any():

@@ -135,7 +135,7 @@ def overview_figure(d: VizData, picks: list[int]):
 def combined_figure(d: VizData, picks: list[int]):
     """The overview next to the representative CTs' maps (one picture for the README)."""
     n = len(picks)
-    ncols = min(3, n)
+    ncols = min(4, n)
     nrows = -(-n // ncols)
     fig = style.figure(4.2 + 4.6 * ncols, 4.0 * nrows + 0.6)
     gs = fig.add_gridspec(nrows, ncols + 1, width_ratios=[1.1] + [1.0] * ncols, wspace=0.08, hspace=0.15)

@@ -130,7 +130,8 @@ def figure(d: VizData):
     n = max(1, len(wins))
     gantt_h = float(np.clip(0.03 * d.num_cts + 1.2, 1.6, 7.0))
     fig = style.figure(7.0 * n, gantt_h + 2.8)
-    gs = fig.add_gridspec(2, n, height_ratios=[gantt_h, 1.9], hspace=0.12, wspace=0.22)
+    top = 1 - 0.85 / fig.get_figheight()
+    gs = fig.add_gridspec(2, n, height_ratios=[gantt_h, 1.9], hspace=0.28, wspace=0.22, top=top, bottom=0.5 / fig.get_figheight())
     for k, (title, w0, w1) in enumerate(wins):
         scale, unit = _time_unit(w1 - w0, d.clock_hz)
         ax = fig.add_subplot(gs[0, k])
@@ -138,6 +139,7 @@ def figure(d: VizData):
         ax.set_title(f"{title}: {style.human_time((w1 - w0) / d.clock_hz)} from t = "
                      f"{style.human_time(w0 / d.clock_hz)}", fontsize=9)
         ax.tick_params(labelbottom=False)
+        ax.set_xlabel("")
         p = power_series(d, w0, w1)
         ax2 = fig.add_subplot(gs[1, k], sharex=ax)
         t = (p["t"] - w0) / scale
@@ -147,11 +149,12 @@ def figure(d: VizData):
         ax2.set_ylabel("power (W)")
         ax2.set_xlabel(f"time in window ({unit})")
         ax2.set_ylim(0, max(float(total.max()) * 1.1, 1e-9))
-        ax2.legend(fontsize=7, frameon=False, loc="upper right",
-                   title=f"mean {total.mean():.3g} W, peak {total.max():.3g} W ({BINS} bins)", title_fontsize=7)
+        ax2.legend(fontsize=7, frameon=True, loc="lower right", framealpha=0.8)
+        ax2.set_title(f"power: mean {total.mean():.3g} W, peak {total.max():.3g} W ({BINS} bins)", fontsize=8)
     handles = [Patch(color=c, label=s) for s, c in style.STATE_COLORS.items()]
-    fig.legend(handles=handles, loc="upper center", ncol=4, fontsize=8, frameon=False, bbox_to_anchor=(0.5, 1.0))
-    fig.suptitle(f"Power states of {d.meta.get('model')}'s {d.num_cts} CTs", fontsize=10, y=1.0 + 0.25 / fig.get_figheight())
+    fig.legend(handles=handles, loc="upper center", ncol=4, fontsize=8, frameon=False,
+               bbox_to_anchor=(0.5, 1 - 0.3 / fig.get_figheight()))
+    fig.suptitle(f"Power states of {d.meta.get('model')}'s {d.num_cts} CTs", fontsize=10, y=1 - 0.05 / fig.get_figheight())
     return fig
 
 
