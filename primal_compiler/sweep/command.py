@@ -32,6 +32,8 @@ def add_parser(sub) -> argparse.ArgumentParser:
                     help="seconds to wait for the Dask scheduler (default 10)")
     sp.add_argument("--workers", type=int, default=None,
                     help="local worker processes (default: CPU count); with Dask, at most this many points at once")
+    sp.add_argument("--flush-every", type=float, default=1.0, metavar="S",
+                    help="write finished rows at least every S seconds (default 1; 0 = as each point finishes)")
     sp.add_argument("--plot", action="store_true", help="draw RESULTS/pareto.png and RESULTS/sensitivity.png")
     sp.add_argument("--x", default="tokens_per_s", help="Pareto x metric, METRIC[:max|:min] (default tokens_per_s)")
     sp.add_argument("--y", default="tokens_per_j", help="Pareto y metric, METRIC[:max|:min] (default tokens_per_j)")
@@ -45,7 +47,7 @@ def cmd_sweep(args) -> None:
     from primal_compiler.sweep.metrics import check_metric, columns
     from primal_compiler.sweep.plot import direction
     from primal_compiler.sweep.runner import run_sweep
-    from primal_compiler.sweep.spec import load_spec
+    from primal_compiler.sweep.load import load_spec
 
     spec = load_spec(args.spec)
     if args.plot:
@@ -59,7 +61,7 @@ def cmd_sweep(args) -> None:
         try:
             result = run_sweep(spec, args.output, backend.executor, slots=backend.slots,
                                progress=not args.no_progress, description=backend.description,
-                               rebuild=backend.rebuild)
+                               rebuild=backend.rebuild, flush_s=max(0.0, args.flush_every))
         except KeyboardInterrupt:
             print(f"primal sweep: interrupted; finished points are in {args.output}, "
                   "rerun the same command to resume", file=sys.stderr)

@@ -3,10 +3,12 @@
 Guarantees:
 
 - **Resumable.** Before submitting, the point ids already in ``RESULTS/`` are
-  skipped; every finished point is appended (one Parquet part per batch of
-  points that finished together) before the next wait, so a sweep killed at
-  any instant loses only the points still running, and a rerun computes
-  exactly the points not yet written — none twice.
+  skipped; finished points are appended as one Parquet part at most
+  ``flush_s`` (1 s) after they finish, and at once on an interrupt or error,
+  so a sweep killed at any instant (SIGKILL, power loss) loses only the
+  points running and those finished in the last ``flush_s``; a rerun
+  computes exactly the points not yet written, and no point is ever written
+  twice.
 - **Failures are rows.** A point that raises (inside :func:`run_point`) or
   whose task fails (a worker died, a Dask ``KilledWorker``) is written with
   its ``error`` and the sweep goes on. A local worker process that dies
@@ -24,6 +26,7 @@ from __future__ import annotations
 import sys
 import time
 import uuid
+from contextlib import suppress
 from concurrent.futures import FIRST_COMPLETED, BrokenExecutor, Executor, Future, wait
 from dataclasses import dataclass
 from pathlib import Path
@@ -89,12 +92,13 @@ class _Progress:
 def run_sweep(spec: SweepSpec, out: str | Path, executor: Executor | None = None, *, slots: int | None = None,
               workers: int | None = None, progress: bool = True, description: str | None = None,
               task: Callable[[Point], dict[str, Any]] = run_point, rebuild: Callable[[], Executor] | None = None,
-              limit: int | None = None) -> SweepResult:
+              limit: int | None = None, flush_s: float = 1.0) -> SweepResult:
     """Run every point of ``spec`` not yet in ``out`` on ``executor`` (a local process pool if None).
 
     ``slots`` is how many points the executor runs at once (default: ``workers``
     or the CPU count); ``limit`` stops after that many new points (for tests
-    and benchmarks). ``task`` is the function applied to each point.
+    and benchmarks). ``task`` is the function applied to each point. Finished rows
+    are written at least every ``flush_s`` seconds (0: as each point finishes).
     """
     from primal_compiler.sweep.backends import local_pool
 
@@ -123,13 +127,27 @@ def run_sweep(spec: SweepSpec, out: str | Path, executor: Executor | None = None
     queue = list(reversed(todo))
     retries: dict[str, int] = {}
     inflight: dict[Future, Point] = {}
+    buffer: list[dict[str, Any]] = []
+    last_flush = time.monotonic()
+
+    def flush() -> None:
+        nonlocal ran, failed, last_flush
+        if buffer:
+            store.append(buffer, types)
+            nfail = sum(r["error"] is not None for r in buffer)
+            ran, failed = ran + len(buffer), failed + nfail
+            bar.update(len(buffer), nfail)
+            buffer.clear()
+        last_flush = time.monotonic()
+
     try:
         while queue or inflight:
             while queue and len(inflight) < 2 * slots:
                 p = queue.pop()
                 inflight[executor.submit(task, p)] = p
-            finished, _ = wait(list(inflight), return_when=FIRST_COMPLETED)
-            rows, broken = [], False
+            timeout = max(0.0, flush_s - (time.monotonic() - last_flush)) if buffer else None
+            finished, _ = wait(list(inflight), timeout=timeout, return_when=FIRST_COMPLETED)
+            broken = False
             for f in finished:
                 p = inflight.pop(f)
                 exc = f.exception()
@@ -143,13 +161,9 @@ def run_sweep(spec: SweepSpec, out: str | Path, executor: Executor | None = None
                 else:
                     text = f"{type(exc).__name__}: {exc}".splitlines()[0] if str(exc) else type(exc).__name__
                     r = row(p, None, None, text, float("nan"))
-                rows.append(r | {"run_id": run_id})
-            if rows:
-                store.append(rows, types)
-                ran += len(rows)
-                nfail = sum(r["error"] is not None for r in rows)
-                failed += nfail
-                bar.update(len(rows), nfail)
+                buffer.append(r | {"run_id": run_id})
+            if time.monotonic() - last_flush >= flush_s or not (queue or inflight):
+                flush()
             if broken:
                 for f, p in list(inflight.items()):  # the pool is gone: requeue what it held
                     f.cancel()
@@ -165,6 +179,8 @@ def run_sweep(spec: SweepSpec, out: str | Path, executor: Executor | None = None
         if own is not None:
             own.shutdown(wait=False, cancel_futures=True)
             own = None
+        with suppress(Exception):
+            flush()  # rows already finished are kept, also on an interrupt
         raise
     finally:
         bar.close()

@@ -4,6 +4,10 @@ Layout of ``RESULTS/``::
 
     sweep.json                  what wrote it (format, spec file, metrics), checked on resume
     part-<seq>-<token>.parquet  finished rows, one file per flush
+    pareto.png sensitivity.png  written by ``--plot``
+
+One sweep writes to a directory at a time (a resumed sweep removes the
+hidden temporary part a killed one may have left).
 
 Guarantees: a part file appears whole or not at all (written to a hidden
 temporary name in the same directory, fsynced, then renamed), so a sweep
@@ -62,6 +66,8 @@ class ResultStore:
             if list(old.get("metrics", [])) != list(manifest.get("metrics", [])):
                 raise InputError(where, f"holds results with metrics {old.get('metrics')}, not "
                                         f"{manifest.get('metrics')}; write to a new directory")
+            for stale in self.root.glob(".part-*.tmp"):  # a part a killed sweep was writing
+                stale.unlink(missing_ok=True)
             return
         if self.root.exists() and any(self.root.iterdir()):
             raise InputError(where, "is a non-empty directory that is not a sweep's results; choose another -o")

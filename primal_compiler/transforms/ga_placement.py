@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import sys
 from concurrent.futures import Executor, ProcessPoolExecutor, ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -60,6 +60,10 @@ class GaPlacement(Pass):
             raise ValueError("population >= 4, generations >= 0 and group_size in 1, 2, 4 required")
         for pin in self.pins:
             _parse_pin(pin)
+
+    def spec(self) -> str:
+        """Pipeline text of the options; ``executor_override`` is run-time wiring, never printed."""
+        return Pass.spec(replace(self, executor_override=None))
 
     def run(self, program, target):
         layout = program.layout

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from primal_compiler.errors import InputError
-from primal_compiler.sweep.spec import load_spec, spec_from_dict
+from primal_compiler.sweep import load_spec, spec_from_dict
 
 BASE = {"sweep": {"model": "tiny-llama", "context": 64}}
 
@@ -33,6 +33,8 @@ def spec(axes, sweep=None):
     ({"batch": [1]}, {"target": "no-such-target"}, "unknown target 'no-such-target'"),
     ({"batch": [1, 1]}, None, "axes.batch: repeated value"),
     ({"seed": [1]}, None, "has no pass with a seed option"),
+    ({"context": [64, 48]}, None, "grid 'axes': point context=48: context 48 is not a multiple of chunk_tokens 32"),
+    ({"model": ["tiny-llama", "gpt2"]}, {"lora": "q,v:8"}, "model 'gpt2' with lora 'q,v:8': --lora: model gpt2"),
 ])
 def test_bad_input_is_one_line_naming_the_spec(axes, sweep, message):
     with pytest.raises(InputError) as err:
