@@ -4,9 +4,10 @@ A record's link rows (``Transfers.link_ptr``/``link``) may list a link more
 than once (a multicast tree or reduction tree crosses a link once, see
 :mod:`primal_compiler.executor.transfers`); :func:`link_bytes` counts each
 link once per record with the record's ``nbytes``, as the executor's energy
-model does. Drawn: the mesh of the busiest CT (directed links as offset
-segments, width and colour by bytes, the hottest marked), the package grid
-with its die-to-die links, and the mesh bytes of every CT as bars.
+model does. Drawn per phase (decode step, prefill): the mesh of the busiest
+CT (directed links as offset segments, width and colour by bytes, the
+hottest marked) and the package grid with its die-to-die links; below, the
+mesh bytes of every CT as bars.
 """
 
 from __future__ import annotations
@@ -175,15 +176,15 @@ def per_ct_panel(ax, d: VizData, sets: list[tuple[str, np.ndarray]]) -> None:
 
 
 def figure(d: VizData, sets: list[tuple[str, np.ndarray]] | None = None):
+    """Row 1: busiest CT's mesh per phase; row 2: die-to-die links per phase; row 3: mesh bytes per CT."""
     sets = phases(d) if sets is None else sets
-    n = len(sets)
-    fig = style.figure(5.2 * n + 5.0, 7.5)
-    gs = fig.add_gridspec(2, n + 1, height_ratios=[3.0, 1.0], hspace=0.25, wspace=0.25)
+    n = max(1, len(sets))
+    fig = style.figure(6.4 * n, 12.0)
+    gs = fig.add_gridspec(3, n, height_ratios=[3.0, 2.4, 1.0], hspace=0.3, wspace=0.2)
     for k, (title, per_link) in enumerate(sets):
         mesh_panel(fig.add_subplot(gs[0, k]), d, per_link, title)
-    if sets:
-        package_panel(fig.add_subplot(gs[0, n]), d, sets[0][1], sets[0][0])
-    per_ct_panel(fig.add_subplot(gs[1, :]), d, sets)
+        package_panel(fig.add_subplot(gs[1, k]), d, per_link, title)
+    per_ct_panel(fig.add_subplot(gs[2, :]), d, sets)
     fig.suptitle(f"Link traffic of {d.meta.get('model')} (circled: {HOTTEST} hottest links, numbered by rank)",
                  fontsize=10)
     return fig
