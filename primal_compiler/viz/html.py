@@ -42,7 +42,7 @@ def _img(path: Path) -> str:
 
 def _fmt(v) -> str:
     if isinstance(v, float):
-        return f"{v:.4g}"
+        return f"{v:,.1f}" if abs(v) >= 1000 else f"{v:.4g}"
     return html.escape(str(v))
 
 
