@@ -117,6 +117,8 @@ class SweepSpec:
         target = _target_ref(vals["target"], base)
         overrides = {k: v for k, v in dict(self.defaults).items() if _kind(k) == "target"}
         overrides |= {k: v for k, v in chosen.items() if _kind(k) == "target"}
+        # a value equal to the target's own is no override: same configuration, same id
+        overrides = {k: v for k, v in overrides.items() if v != _target_value(target, k)}
         options = {k: v for k, v in dict(self.defaults).items() if _kind(k) == "pass"}
         options |= {k: v for k, v in chosen.items() if _kind(k) == "pass"}
         pipeline = build_pipeline(str(vals["pipeline"]), vals["batch"], vals["context"], vals["seed"], options,
@@ -126,7 +128,7 @@ class SweepSpec:
             if name in FIELDS:
                 axes.append((name, vals[name]))
             elif _kind(name) == "target":
-                axes.append((name, overrides.get(name, _target_value(target, name))))
+                axes.append((name, dict(chosen).get(name, overrides.get(name, _target_value(target, name)))))
             else:
                 axes.append((name, _pass_value(pipeline, name)))
         config = {"model": vals["model"], "lora": vals["lora"], "batch": vals["batch"], "context": vals["context"],

@@ -57,13 +57,13 @@ def test_file_errors(tmp_path):
 
 
 def test_expansion_resolves_every_axis_column():
-    s = spec({"batch": [1, 2], "rram.adc_bits": [4, 6], "srpg.gating": [True, False]})
+    s = spec({"batch": [1, 2], "rram.adc_bits": [4, 5], "srpg.gating": [True, False]})
     points = s.points()
     assert len(points) == 8 and len({p.point_id for p in points}) == 8
     p = points[-1]  # last axis fastest
     axes = dict(p.axes)
-    assert axes["batch"] == 2 and axes["rram.adc_bits"] == 6 and axes["srpg.gating"] is False
-    assert p.overrides == (("rram.adc_bits", 6),)
+    assert axes["batch"] == 2 and axes["rram.adc_bits"] == 5 and axes["srpg.gating"] is False
+    assert p.overrides == (("rram.adc_bits", 5),)
     assert "kv-ring{context=64,batch=2}" in p.pipeline and "srpg{gating=false}" in p.pipeline
 
 
@@ -74,7 +74,10 @@ def test_point_id_depends_on_configuration_only():
     # a value equal to the default is the same configuration as not sweeping it
     c = spec({"batch": [1]}).points()
     d = spec({"context": [64]}).points()
-    assert c[0].point_id == d[0].point_id
+    e = spec({"rram.leakage_uw": [25.0]}).points()  # the target's own value
+    f = spec({"srpg.gating": [True]}).points()  # the pass's own value
+    assert c[0].point_id == d[0].point_id == e[0].point_id == f[0].point_id
+    assert dict(e[0].axes)["rram.leakage_uw"] == 25.0 and e[0].overrides == ()
 
 
 def test_grids_union_and_unswept_columns_show_their_value():
