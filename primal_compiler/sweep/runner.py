@@ -133,7 +133,8 @@ def run_sweep(spec: SweepSpec, out: str | Path, executor: Executor | None = None
     def flush() -> None:
         nonlocal ran, failed, last_flush
         if buffer:
-            store.append(buffer, types)
+            extra = {k: "float" for r in buffer for k in r if k not in types}  # metric leaves found by a glob
+            store.append(buffer, types | extra)
             nfail = sum(r["error"] is not None for r in buffer)
             ran, failed = ran + len(buffer), failed + nfail
             bar.update(len(buffer), nfail)
