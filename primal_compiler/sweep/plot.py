@@ -76,11 +76,19 @@ def plot_results(rows: list[dict[str, Any]], axes: list[str], out_dir: str | Pat
     front = pareto_front(rows, x, y)
     paths = []
 
-    fig, ax = plt.subplots(figsize=(7, 5), layout="constrained")
-    ax.scatter([r[xn] for r in good], [r[yn] for r in good], s=18, alpha=0.5, label=f"{len(good)} points")
-    ax.plot([r[xn] for r in front], [r[yn] for r in front], "o-", color="C3", label=f"Pareto front ({len(front)})")
-    for r in front:
-        ax.annotate(_label(r, axes), (r[xn], r[yn]), fontsize=6, xytext=(3, 3), textcoords="offset points")
+    varied = [a for a in axes if len({repr(r.get(a)) for r in rows}) > 1]
+    fig, ax = plt.subplots(figsize=(8, 5.5), layout="constrained")
+    grids = sorted({r.get("grid") for r in good}, key=str)
+    for k, g in enumerate(grids):
+        pts = [r for r in good if r.get("grid") == g]
+        ax.scatter([r[xn] for r in pts], [r[yn] for r in pts], s=18, alpha=0.6, color=f"C{k % 10}",
+                   label=f"{g} ({len(pts)})" if len(grids) > 1 else f"{len(pts)} points")
+    ax.plot([r[xn] for r in front], [r[yn] for r in front], "--", color="k", lw=1, label=f"Pareto front ({len(front)})")
+    ax.scatter([r[xn] for r in front], [r[yn] for r in front], s=40, facecolors="none", edgecolors="k")
+    if len(front) <= 12:
+        for r in front:
+            ax.annotate(_label(r, varied), (r[xn], r[yn]), fontsize=6, xytext=(4, -8), textcoords="offset points",
+                        annotation_clip=True, clip_on=True)
     ax.set_xlabel(x)
     ax.set_ylabel(y)
     _log_if_wide(ax, [r[xn] for r in good], [r[yn] for r in good])
@@ -90,7 +98,6 @@ def plot_results(rows: list[dict[str, Any]], axes: list[str], out_dir: str | Pat
     fig.savefig(paths[-1], dpi=120)
     plt.close(fig)
 
-    varied = [a for a in axes if len({repr(r.get(a)) for r in rows}) > 1]
     n = max(1, len(varied))
     fig, grid = plt.subplots(2, n, figsize=(3.2 * n + 1, 6), squeeze=False, layout="constrained")
     for j, a in enumerate(varied):
@@ -122,8 +129,9 @@ def plot_results(rows: list[dict[str, Any]], axes: list[str], out_dir: str | Pat
     return paths
 
 
-def _label(r: dict[str, Any], axes: list[str]) -> str:
-    return ", ".join(f"{a}={r[a]}" for a in axes if a in r and a not in ("target", "pipeline"))[:60]
+def _label(r: dict[str, Any], varied: list[str]) -> str:
+    """The values of the varied axes (short; pipelines and targets by their own text)."""
+    return ", ".join(f"{a.rsplit('.', 1)[-1]}={r[a]}" for a in varied if a in r)[:48]
 
 
 def _log_if_wide(ax, xs: list[float], ys: list[float]) -> None:
