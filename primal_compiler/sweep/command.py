@@ -69,10 +69,15 @@ def cmd_sweep(args) -> None:
     print(f"{result.total} points: {result.ran} run now ({result.failed} failed), {result.skipped} already done; "
           f"{result.seconds:.1f} s; results in {args.output}/")
     if args.plot:
-        plot(args.output, spec.axis_names, args.x, args.y)
+        orders: dict[str, list] = {}
+        for p in spec.points():
+            for name, value in p.axes:
+                if value not in orders.setdefault(name, []):
+                    orders[name].append(value)
+        plot(args.output, spec.axis_names, args.x, args.y, orders)
 
 
-def plot(out: str, axes, x: str, y: str) -> None:
+def plot(out: str, axes, x: str, y: str, orders: dict | None = None) -> None:
     from primal_compiler.sweep.plot import front_table, plot_results
     from primal_compiler.sweep.store import ResultStore
 
@@ -80,7 +85,7 @@ def plot(out: str, axes, x: str, y: str) -> None:
     if table is None:
         raise InputError(out, "no results to plot")
     rows = table.to_pylist()
-    paths = plot_results(rows, list(axes), out, x, y)
+    paths = plot_results(rows, list(axes), out, x, y, orders)
     print(front_table(rows, list(axes), x, y))
     print("wrote " + ", ".join(str(p) for p in paths))
 

@@ -61,8 +61,11 @@ def _check_columns(rows: list[dict[str, Any]], names: list[str]) -> None:
 
 
 def plot_results(rows: list[dict[str, Any]], axes: list[str], out_dir: str | Path, x: str = "tokens_per_s",
-                 y: str = "tokens_per_j") -> list[Path]:
-    """Write ``pareto.png`` and ``sensitivity.png`` into ``out_dir``; their paths."""
+                 y: str = "tokens_per_j", orders: dict[str, list[Any]] | None = None) -> list[Path]:
+    """Write ``pareto.png`` and ``sensitivity.png`` into ``out_dir``; their paths.
+
+    ``orders`` gives a non-numeric axis's values in the order to draw them (the spec's); numbers are sorted.
+    """
     import matplotlib
 
     matplotlib.use("Agg")
@@ -103,7 +106,11 @@ def plot_results(rows: list[dict[str, Any]], axes: list[str], out_dir: str | Pat
     for j, a in enumerate(varied):
         for i, m in enumerate((xn, yn)):
             ax = grid[i][j]
-            values = sorted({r.get(a) for r in good}, key=lambda v: (isinstance(v, str), v if v is not None else 0))
+            present = {repr(r.get(a)): r.get(a) for r in good}
+            numeric = all(isinstance(v, (int, float)) for v in present.values())
+            known = [] if numeric else [v for v in (orders or {}).get(a, []) if repr(v) in present]
+            values = known + sorted((v for k, v in present.items() if v not in known),
+                                    key=lambda v: (isinstance(v, str), str(v) if isinstance(v, str) else v or 0))
             pos = list(range(len(values)))
             meds, lows, highs = [], [], []
             for v in values:
