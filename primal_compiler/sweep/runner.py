@@ -12,8 +12,10 @@ Guarantees:
 - **Failures are rows.** A point that raises (inside :func:`run_point`) or
   whose task fails (a worker died, a Dask ``KilledWorker``) is written with
   its ``error`` and the sweep goes on. A local worker process that dies
-  breaks the pool: the pool is rebuilt and the points it held are retried
-  once; a point that breaks it twice is recorded as failed.
+  (out of memory, a crash in native code) breaks the whole pool: the pool is
+  rebuilt and the points it held are rerun one at a time, so exactly the
+  point that kills a worker on its own is recorded (``WorkerDied: ...``) and
+  no innocent neighbour is.
 - **Bounded.** At most ``2 x slots`` points are in flight, so a sweep of
   10^5 points does not submit 10^5 tasks up front.
 - **Executor-agnostic.** Any ``concurrent.futures.Executor`` works; the rows
@@ -125,7 +127,7 @@ def run_sweep(spec: SweepSpec, out: str | Path, executor: Executor | None = None
                     progress and bool(todo))
     ran = failed = 0
     queue = list(reversed(todo))
-    retries: dict[str, int] = {}
+    suspects: list[Point] = []  # in flight when a worker process died: rerun one at a time to find the culprit
     inflight: dict[Future, Point] = {}
     buffer: list[dict[str, Any]] = []
     last_flush = time.monotonic()
@@ -142,10 +144,15 @@ def run_sweep(spec: SweepSpec, out: str | Path, executor: Executor | None = None
         last_flush = time.monotonic()
 
     try:
-        while queue or inflight:
-            while queue and len(inflight) < 2 * slots:
-                p = queue.pop()
-                inflight[executor.submit(task, p)] = p
+        while queue or inflight or suspects:
+            if suspects:
+                if not inflight:
+                    p = suspects.pop()
+                    inflight[executor.submit(task, p)] = p
+            else:
+                while queue and len(inflight) < 2 * slots:
+                    p = queue.pop()
+                    inflight[executor.submit(task, p)] = p
             timeout = max(0.0, flush_s - (time.monotonic() - last_flush)) if buffer else None
             finished, _ = wait(list(inflight), timeout=timeout, return_when=FIRST_COMPLETED)
             broken = False
@@ -154,22 +161,23 @@ def run_sweep(spec: SweepSpec, out: str | Path, executor: Executor | None = None
                 exc = f.exception()
                 if exc is None:
                     r = f.result()
-                elif isinstance(exc, BrokenExecutor) and rebuild is not None and retries.get(p.point_id, 0) < 1:
-                    retries[p.point_id] = 1
-                    queue.append(p)
+                elif isinstance(exc, BrokenExecutor) and rebuild is not None:
                     broken = True
-                    continue
+                    if len(finished) + len(inflight) > 1:  # not alone: any of them may have killed the worker
+                        suspects.append(p)
+                        continue
+                    r = row(p, None, None, "WorkerDied: the worker process running this point died "
+                                           f"({type(exc).__name__}; out of memory?)", float("nan"))
                 else:
                     text = f"{type(exc).__name__}: {exc}".splitlines()[0] if str(exc) else type(exc).__name__
                     r = row(p, None, None, text, float("nan"))
                 buffer.append(r | {"run_id": run_id})
-            if time.monotonic() - last_flush >= flush_s or not (queue or inflight):
+            if time.monotonic() - last_flush >= flush_s or not (queue or inflight or suspects):
                 flush()
             if broken:
-                for f, p in list(inflight.items()):  # the pool is gone: requeue what it held
+                for f, p in list(inflight.items()):  # the pool is gone: what it still held is suspect
                     f.cancel()
-                    retries.setdefault(p.point_id, 1)
-                    queue.append(p)
+                    suspects.append(p)
                 inflight.clear()
                 if own is not None:
                     own.shutdown(wait=False, cancel_futures=True)

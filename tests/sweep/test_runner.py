@@ -90,3 +90,21 @@ def test_store_reads_one_row_per_point(tmp_path):
     store.compact()
     assert len(store.parts()) == 1 and store.read().num_rows == 2
     assert not [p for p in (tmp_path / "s").iterdir() if p.name.startswith(".")]
+
+
+def _die_on_batch_2(point):
+    """A task whose worker process dies (as on out-of-memory) for the batch-2 points."""
+    import os
+
+    if dict(point.axes)["batch"] == 2:
+        os._exit(3)
+    return run_point(point)
+
+
+def test_a_point_that_kills_its_worker_is_the_only_failure(tiny_spec, tmp_path):
+    res = run_sweep(load_spec(tiny_spec), tmp_path / "r", workers=2, progress=False, task=_die_on_batch_2)
+    rows = ResultStore(tmp_path / "r").read().to_pylist()
+    assert res.complete and len(rows) == 6
+    died = {r["point_id"] for r in rows if (r["error"] or "").startswith("WorkerDied")}
+    assert died == {r["point_id"] for r in rows if r["batch"] == 2}
+    assert all(r["tokens_per_s"] > 0 for r in rows if r["batch"] == 1)
