@@ -8,23 +8,25 @@ indices, so children stay permutations; pinned groups are repaired into
 place after every variation. Fitness (byte-hops, then max hops,
 lexicographically) is evaluated for a whole population at once in numpy and
 split over a ``concurrent.futures`` executor. The best individual is then
-refined by :func:`~primal_compiler.mapping.lap.lap_polish` at tile level. DEAP draws from the global
-``random`` module: it is seeded from ``seed`` for the run and its previous
-state restored afterwards, so the result depends only on the inputs and seed.
+refined by :func:`~primal_compiler.mapping.lap.lap_polish` at tile level. Every random draw comes from
+a private ``random.Random(seed)`` (DEAP's PMX and shuffle mutation operators
+draw from the global ``random`` module, so this module carries exact copies
+of them that draw from the private generator instead, making the same draws
+as the global module seeded with ``seed`` would): the result depends only on
+the inputs and seed, also when the GA runs in a thread of a process whose
+other threads use ``random`` (a Dask worker's event loop does).
 """
 
 from __future__ import annotations
 
 import random
 import sys
-import threading
 import time
 from concurrent.futures import Executor
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import numpy as np
-from deap import base, tools
+from deap import base
 
 from primal_compiler.mapping.curves import CURVES
 from primal_compiler.mapping.instance import Instance, evaluate
@@ -145,19 +147,36 @@ def _evaluate(dec: _Decoder, perms: np.ndarray, policy: str, executor: Executor 
     return np.concatenate([r[0] for r in results]), np.concatenate([r[1] for r in results])
 
 
-_RANDOM_LOCK = threading.RLock()
+def _pmx(rng: random.Random, ind1: list[int], ind2: list[int]) -> None:
+    """Partially matched crossover in place: ``deap.tools.cxPartialyMatched`` drawing from ``rng``."""
+    size = min(len(ind1), len(ind2))
+    p1, p2 = [0] * size, [0] * size
+    for i in range(size):
+        p1[ind1[i]] = i
+        p2[ind2[i]] = i
+    cxpoint1 = rng.randint(0, size)
+    cxpoint2 = rng.randint(0, size - 1)
+    if cxpoint2 >= cxpoint1:
+        cxpoint2 += 1
+    else:
+        cxpoint1, cxpoint2 = cxpoint2, cxpoint1
+    for i in range(cxpoint1, cxpoint2):
+        temp1, temp2 = ind1[i], ind2[i]
+        ind1[i], ind1[p1[temp2]] = temp2, temp1
+        ind2[i], ind2[p2[temp1]] = temp1, temp2
+        p1[temp1], p1[temp2] = p1[temp2], p1[temp1]
+        p2[temp1], p2[temp2] = p2[temp2], p2[temp1]
 
 
-@contextmanager
-def _seeded_random(seed: int):
-    """Seed the global ``random`` DEAP uses; the lock keeps concurrent threads' draws apart."""
-    with _RANDOM_LOCK:
-        state = random.getstate()
-        random.seed(seed)
-        try:
-            yield
-        finally:
-            random.setstate(state)
+def _shuffle_mutation(rng: random.Random, individual: list[int], indpb: float) -> None:
+    """Index-shuffle mutation in place: ``deap.tools.mutShuffleIndexes`` drawing from ``rng``."""
+    size = len(individual)
+    for i in range(size):
+        if rng.random() < indpb:
+            swap_indx = rng.randint(0, size - 2)
+            if swap_indx >= i:
+                swap_indx += 1
+            individual[i], individual[swap_indx] = individual[swap_indx], individual[i]
 
 
 def _seeds(dec: _Decoder, inst: Instance) -> list[list[int]]:
@@ -174,31 +193,31 @@ def run_ga(inst: Instance, cfg: GaConfig, executor: Executor | None = None, chun
     Q = len(dec.groups)
     start = time.perf_counter()
     tb = base.Toolbox()
-    with _seeded_random(cfg.seed):
-        pop = _seeds(dec, inst)
-        while len(pop) < cfg.population:
-            perm = random.sample(range(Q), Q)
-            dec.repair(perm)
-            pop.append(perm)
-        pop = pop[: cfg.population]
-        fit = np.stack(_evaluate(dec, np.array(pop), cfg.policy, executor, chunks), axis=1)
-        log: list[dict] = []
-        gen = 0
-        for gen in range(1, cfg.generations + 1):
-            if cfg.time_limit_s and time.perf_counter() - start > cfg.time_limit_s:
-                gen -= 1
-                break
-            pop, fit = _generation(tb, dec, pop, fit, cfg, executor, chunks, Q)
-            if cfg.polish_every and gen % cfg.polish_every == 0:
-                _polish_elite(dec, pop, fit, cfg)
-            best = int(np.lexsort((fit[:, 1], fit[:, 0]))[0])
-            log.append({"generation": gen, "best_byte_hops": float(fit[best, 0]),
-                        "best_max_hops": float(fit[best, 1]), "mean_byte_hops": float(fit[:, 0].mean())})
-            if cfg.progress:
-                sys.stderr.write(f"\r  ga {cfg.label} gen {gen}/{cfg.generations} best {fit[best, 0]:.4g} byte-hops")
-                sys.stderr.flush()
+    rng = random.Random(cfg.seed)
+    pop = _seeds(dec, inst)
+    while len(pop) < cfg.population:
+        perm = rng.sample(range(Q), Q)
+        dec.repair(perm)
+        pop.append(perm)
+    pop = pop[: cfg.population]
+    fit = np.stack(_evaluate(dec, np.array(pop), cfg.policy, executor, chunks), axis=1)
+    log: list[dict] = []
+    gen = 0
+    for gen in range(1, cfg.generations + 1):
+        if cfg.time_limit_s and time.perf_counter() - start > cfg.time_limit_s:
+            gen -= 1
+            break
+        pop, fit = _generation(tb, dec, pop, fit, cfg, executor, chunks, Q, rng)
+        if cfg.polish_every and gen % cfg.polish_every == 0:
+            _polish_elite(dec, pop, fit, cfg)
+        best = int(np.lexsort((fit[:, 1], fit[:, 0]))[0])
+        log.append({"generation": gen, "best_byte_hops": float(fit[best, 0]),
+                    "best_max_hops": float(fit[best, 1]), "mean_byte_hops": float(fit[:, 0].mean())})
         if cfg.progress:
-            sys.stderr.write("\n")
+            sys.stderr.write(f"\r  ga {cfg.label} gen {gen}/{cfg.generations} best {fit[best, 0]:.4g} byte-hops")
+            sys.stderr.flush()
+    if cfg.progress:
+        sys.stderr.write("\n")
     pins = {int(t): int(s) for t, s in cfg.pins}
     slots = _polish_best(dec, pop, fit, cfg, pins)
     cost, mx = evaluate(inst, slots[None, :], cfg.policy)
@@ -239,21 +258,21 @@ def _polish_best(dec: _Decoder, pop: list, fit: np.ndarray, cfg: GaConfig, pins:
     return lower_max_hops(dec.inst, best, cfg.policy, pins, cfg.max_hop_slack)
 
 
-def _generation(tb, dec, pop, fit, cfg, executor, chunks, Q):
+def _generation(tb, dec, pop, fit, cfg, executor, chunks, Q, rng):
     """One generation: tournament selection, PMX, shuffle mutation, elitism."""
     n = len(pop)
     idx = np.arange(n)
     chosen = []
     for _ in range(n):
-        cand = random.sample(list(idx), min(cfg.tournament, n))
+        cand = rng.sample(list(idx), min(cfg.tournament, n))
         chosen.append(min(cand, key=lambda i: (fit[i, 0], fit[i, 1])))
     children = [list(pop[i]) for i in chosen]
     for i in range(0, n - 1, 2):
-        if random.random() < cfg.cx_prob:
-            tools.cxPartialyMatched(children[i], children[i + 1])
+        if rng.random() < cfg.cx_prob:
+            _pmx(rng, children[i], children[i + 1])
     for child in children:
-        if random.random() < cfg.mut_prob:
-            tools.mutShuffleIndexes(child, indpb=2.0 / Q)
+        if rng.random() < cfg.mut_prob:
+            _shuffle_mutation(rng, child, 2.0 / Q)
         dec.repair(child)
     cfit = np.stack(_evaluate(dec, np.array(children), cfg.policy, executor, chunks), axis=1)
     elite = int(np.lexsort((fit[:, 1], fit[:, 0]))[0])

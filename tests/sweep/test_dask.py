@@ -38,6 +38,7 @@ def cluster():
 
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
                       dashboard_address=None, silence_logs=40) as c:
+        c.wait_for_workers(2, timeout=60)
         yield c
 
 
