@@ -20,6 +20,7 @@ import hashlib
 import itertools
 import json
 from dataclasses import dataclass, replace
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -121,8 +122,8 @@ class SweepSpec:
         overrides = {k: v for k, v in overrides.items() if v != _target_value(target, k)}
         options = {k: v for k, v in dict(self.defaults).items() if _kind(k) == "pass"}
         options |= {k: v for k, v in chosen.items() if _kind(k) == "pass"}
-        pipeline = build_pipeline(str(vals["pipeline"]), vals["batch"], vals["context"], vals["seed"], options,
-                                  _pipeline_ref(str(vals["pipeline"]), base))
+        pipeline = build_pipeline(_pipeline_ref(str(vals["pipeline"]), base), vals["batch"], vals["context"],
+                                  vals["seed"], options)
         axes = []
         for name in self.axis_names:
             if name in FIELDS:
@@ -175,26 +176,36 @@ def resolve(ref: str, base: Path):
 
 def _coerce_option(name: str, opt: str, raw: Any) -> Any:
     """``raw`` as the typed value of option ``opt`` of pass ``name`` (InputError if unknown or mistyped)."""
-    from primal_compiler.passmgr import make_pass
-
     if isinstance(raw, (list, dict)):
         raise InputError(f"pass {name}", f"option {opt}={raw!r} is not a scalar")
     if opt == "executor_override":
         raise InputError(f"pass {name}", f"unknown option {opt!r}")
+    return _coerce_cached(name, opt, raw)
+
+
+@lru_cache(maxsize=4096, typed=True)
+def _coerce_cached(name: str, opt: str, raw: Any) -> Any:
+    from primal_compiler.passmgr import make_pass
+
     return getattr(make_pass(name, {opt: raw}), opt)
 
 
-def build_pipeline(ref: str, batch: int, context: int, seed: int | None, options: dict[str, Any], path: str) -> str:
+def build_pipeline(path: str, batch: int, context: int, seed: int | None, options: dict[str, Any]) -> str:
     """The point's pipeline text: KV space set, then ``seed`` on every seeded pass, then the swept pass options."""
-    from primal_compiler.api import run_pipeline
-    from primal_compiler.passmgr import parse_pipeline, print_pipeline
+    return _build_pipeline(path, batch, context, seed, tuple(sorted(options.items())))
 
-    passes = list(parse_pipeline(run_pipeline(path, batch, context)))
+
+@lru_cache(maxsize=65536)
+def _build_pipeline(path: str, batch: int, context: int, seed: int | None, options: tuple) -> str:
+    from primal_compiler.api import run_pipeline
+    from primal_compiler.passmgr import print_pipeline
+
+    passes = list(_parse(run_pipeline(path, batch, context)))
     for i, p in enumerate(passes):
         changes = {}
         if seed is not None and hasattr(p, "seed"):
             changes["seed"] = seed
-        for key, raw in options.items():
+        for key, raw in options:
             name, opt = key.split(".", 1)
             if name == p.name:
                 changes[opt] = _coerce_option(name, opt, raw)
@@ -206,6 +217,14 @@ def build_pipeline(ref: str, batch: int, context: int, seed: int | None, options
     return print_pipeline(tuple(passes))
 
 
+@lru_cache(maxsize=4096)
+def _parse(text: str):
+    """Parsed pipeline text (passes are frozen, so sharing them is safe); parsing is slow (type hints)."""
+    from primal_compiler.passmgr import parse_pipeline
+
+    return parse_pipeline(text)
+
+
 def _target_value(target_ref: str, key: str) -> Any:
     from functools import reduce
 
@@ -213,10 +232,8 @@ def _target_value(target_ref: str, key: str) -> Any:
 
 
 def _pass_value(pipeline: str, key: str) -> Any:
-    from primal_compiler.passmgr import parse_pipeline
-
     name, opt = key.split(".", 1)
-    for p in parse_pipeline(pipeline):
+    for p in _parse(pipeline):
         if p.name == name:
             v = getattr(p, opt)
             return ":".join(v) if isinstance(v, tuple) else v

@@ -33,6 +33,7 @@ def spec(axes, sweep=None):
     ({"batch": [1]}, {"target": "no-such-target"}, "unknown target 'no-such-target'"),
     ({"batch": [1, 1]}, None, "axes.batch: repeated value"),
     ({"seed": [1]}, None, "has no pass with a seed option"),
+    ({"srpg.gating": [[True]]}, None, "axes.srpg.gating[0]: option gating=[True] is not a scalar"),
     ({"context": [64, 48]}, None, "grid 'axes': point context=48: context 48 is not a multiple of chunk_tokens 32"),
     ({"model": ["tiny-llama", "gpt2"]}, {"lora": "q,v:8"}, "model 'gpt2' with lora 'q,v:8': --lora: model gpt2"),
 ])
@@ -95,3 +96,9 @@ def test_grids_union_and_unswept_columns_show_their_value():
 def test_seed_axis_sets_every_seeded_pass():
     s = spec({"seed": [3]}, {"pipeline": "lower-tiles,blocking,zcurve-order,ga-placement,kv-ring,codegen,srpg"})
     assert "ga-placement{seed=3}" in s.points()[0].pipeline
+
+
+def test_expansion_is_fast_enough_for_big_sweeps():
+    s = spec({"batch": list(range(1, 11)), "context": [32 * i for i in range(1, 11)], "srpg.gating": [True, False]})
+    points = s.points()
+    assert len(points) == 200 and len({p.point_id for p in points}) == 200
