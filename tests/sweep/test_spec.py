@@ -98,7 +98,7 @@ def test_seed_axis_sets_every_seeded_pass():
     assert "ga-placement{seed=3}" in s.points()[0].pipeline
 
 
-def test_expansion_is_fast_enough_for_big_sweeps():
+def test_large_grid_expands_to_distinct_points():
     s = spec({"batch": list(range(1, 11)), "context": [32 * i for i in range(1, 11)], "srpg.gating": [True, False]})
     points = s.points()
     assert len(points) == 200 and len({p.point_id for p in points}) == 200
