@@ -264,9 +264,11 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--json", action="store_true", help="rows as JSON objects")
     sp.set_defaults(func=cmd_reproduce)
 
+    from primal_compiler.sweep.command import add_parser as add_sweep
     from primal_compiler.viz.command import add_parser as add_viz
 
     add_viz(sub)
+    add_sweep(sub)
 
     sp = sub.add_parser("map", help="compare placement strategies (hops) for a model")
     model_args(sp)
