@@ -70,3 +70,15 @@ def test_passes_and_targets_commands(capsys):
 def test_console_script_entry_point():
     proc = subprocess.run([sys.executable, "-m", "primal_compiler.cli", "inspect", "gpt2"], capture_output=True, text=True)
     assert proc.returncode == 0 and "124,439,808" in proc.stdout
+
+
+def test_every_verb_is_a_command():
+    from primal_compiler.cli import build_parser
+    from primal_compiler.sweep.command import cmd_sweep
+    from primal_compiler.viz.command import cmd_viz
+
+    parser = build_parser()
+    assert parser.parse_args(["viz", "out"]).func is cmd_viz
+    assert parser.parse_args(["sweep", "spec.toml", "-o", "r"]).func is cmd_sweep
+    for verb in ("run", "reproduce", "compile", "map", "inspect", "disasm", "asm", "passes", "targets"):
+        assert verb in parser._subparsers._group_actions[0].choices
