@@ -15,10 +15,13 @@ Run: python benchmarks/functional_exact.py
 from __future__ import annotations
 
 import time
+import sys
 from pathlib import Path
 
 import numpy as np
-import onnxruntime as ort
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the tests' ONNX Runtime reference
+from tests.functional.reference import ort_greedy  # noqa: E402
 
 from primal_compiler.frontend import load_model
 from primal_compiler.functional import compile_for_replay, replay_functional
@@ -28,30 +31,6 @@ FIXTURES = Path(__file__).parents[1] / "tests" / "fixtures" / "onnx"
 PIPELINE = "lower-tiles,blocking,zcurve-order,kv-ring{context=32,chunk_tokens=4,reserve_bytes=0},codegen,srpg"
 TARGET = {"ct.mesh_rows": 4, "ct.mesh_cols": 4, "rram.rows": 16, "rram.cols": 16, "rram.rows_active_per_read": 8,
           "rram.adcs_per_macro": 4, "sram.rows": 16, "router.scratchpad_bytes": 2048}
-
-
-def ort_greedy(path: Path, prompt: list[int], generate: int) -> np.ndarray:
-    options = ort.SessionOptions()
-    options.log_severity_level = 3
-    session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
-    ids, rows = list(prompt), []
-    for _ in range(generate):
-        n, feeds = len(ids), {}
-        for i in session.get_inputs():
-            if i.name == "input_ids":
-                feeds[i.name] = np.array([ids], np.int64)
-            elif i.name == "attention_mask":
-                feeds[i.name] = np.ones((1, n), np.int64)
-            elif i.name == "position_ids":
-                feeds[i.name] = np.arange(n, dtype=np.int64)[None]
-            elif i.name.startswith("past_key_values"):
-                feeds[i.name] = np.zeros([1] + [d if isinstance(d, int) else 0 for d in i.shape[1:]], np.float32)
-            else:  # TorchScript: index of the position whose logits come out
-                feeds[i.name] = np.array(n - 1, np.int64)
-        out = session.run(None, feeds)[0]
-        rows.append(out[0, -1] if out.ndim == 3 else out[0])
-        ids.append(int(np.argmax(rows[-1])))
-    return np.stack(rows)
 
 
 def main() -> None:

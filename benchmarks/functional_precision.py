@@ -21,10 +21,13 @@ from __future__ import annotations
 
 import argparse
 import time
+import sys
 from pathlib import Path
 
 import numpy as np
-import onnxruntime as ort
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the tests' ONNX Runtime reference
+from tests.functional.reference import ort_greedy  # noqa: E402
 
 from primal_compiler.frontend import load_model
 from primal_compiler.functional import compile_for_replay, replay_functional
@@ -59,29 +62,6 @@ SETTINGS = [
      {**IDEAL_ADC, "rram.input_bits": 12, "rram.mvm_latency_cycles": 400, "sram.input_bits": 12,
       "sram.mac_latency_cycles": 14}),
 ]
-
-
-def ort_greedy(path: Path, prompt: list[int], generate: int) -> np.ndarray:
-    """ONNX Runtime's logits of greedy decoding, feeding the whole sequence each step."""
-    options = ort.SessionOptions()
-    options.log_severity_level = 3
-    session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
-    ids, rows = list(prompt), []
-    for _ in range(generate):
-        n, feeds = len(ids), {}
-        for i in session.get_inputs():
-            if i.name == "input_ids":
-                feeds[i.name] = np.array([ids], np.int64)
-            elif i.name == "attention_mask":
-                feeds[i.name] = np.ones((1, n), np.int64)
-            elif i.name == "position_ids":
-                feeds[i.name] = np.arange(n, dtype=np.int64)[None]
-            else:  # past_key_values of a with-past export: empty
-                feeds[i.name] = np.zeros([1] + [d if isinstance(d, int) else 0 for d in i.shape[1:]], np.float32)
-        out = session.run(None, feeds)[0]
-        rows.append(out[0, -1])
-        ids.append(int(np.argmax(rows[-1])))
-    return np.stack(rows)
 
 
 def main() -> None:

@@ -2,6 +2,6 @@
 
 import sys
 
-from primal_compiler.sweep.command import main
+from primal_compiler.cli import main
 
-sys.exit(main())
+sys.exit(main(["sweep", *sys.argv[1:]]))

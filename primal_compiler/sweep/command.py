@@ -88,18 +88,3 @@ def plot(out: str, axes, x: str, y: str, orders: dict | None = None) -> None:
     paths = plot_results(rows, list(axes), out, x, y, orders)
     print(front_table(rows, list(axes), x, y))
     print("wrote " + ", ".join(str(p) for p in paths))
-
-
-def main(argv: list[str] | None = None) -> int:
-    """``python -m primal_compiler.sweep``: the ``sweep`` subcommand on its own, with the CLI's error handling."""
-    parser = argparse.ArgumentParser(prog="primal")
-    add_parser(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(["sweep", *(sys.argv[1:] if argv is None else argv)])
-    try:
-        args.func(args)
-    except InputError as exc:
-        print(f"primal: {exc}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        return 130
-    return 0

@@ -1,11 +1,15 @@
-"""``primal sweep`` (through ``python -m primal_compiler.sweep``'s main): one-line errors, plots."""
+"""``primal sweep`` through the CLI's main: one-line errors, plots."""
 
 from __future__ import annotations
 
 import pytest
 
-from primal_compiler.sweep.command import main
+from primal_compiler.cli import main as cli_main
 from primal_compiler.sweep.plot import pareto_front
+
+
+def main(argv: list[str]) -> int:
+    return cli_main(["sweep", *argv])
 
 
 def test_unreachable_scheduler_fails_before_any_point(tiny_spec, tmp_path, capsys):
