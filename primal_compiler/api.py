@@ -3,20 +3,17 @@
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import tempfile
 from pathlib import Path
 
 import numpy as np
 
 import primal_compiler.transforms  # noqa: F401  (registers every pass)
 from primal_compiler import __version__
+from primal_compiler.errors import InputError
 from primal_compiler.ir.model import Model
 from primal_compiler.ir.model_json import model_to_dict
 from primal_compiler.ir.program import Program
 from primal_compiler.ir.tiles import ROLE_CODES, Macro
-from primal_compiler.errors import InputError
 from primal_compiler.passmgr import PassManager, parse_pipeline, resolve_pipeline
 
 
@@ -114,10 +111,9 @@ def mapped_legs(layout) -> dict[str, np.ndarray]:
 
 def write_compiled(program: Program, target, out: Path) -> None:
     """Write OUT/ atomically: placement.npz, placement.txt, summary.json, records.json, program.primal."""
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
-    try:
+    from primal_compiler.outdir import atomic_directory
+
+    with atomic_directory(out) as tmp:
         np.savez_compressed(tmp / "placement.npz", **program.tiles.columns())
         (tmp / "placement.txt").write_text(placement_table(program))
         (tmp / "summary.json").write_text(json.dumps(summary(program, target), indent=2, sort_keys=True) + "\n")
@@ -128,12 +124,6 @@ def write_compiled(program: Program, target, out: Path) -> None:
 
             meta, arrays = program_file(program, target)
             save_program(tmp / PROGRAM_FILE, meta, arrays, program.stream)
-        if out.exists():
-            shutil.rmtree(out)
-        os.replace(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
 
 
 def run_pipeline(pipeline: str, batch: int | None, context: int | None) -> str:

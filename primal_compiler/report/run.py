@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 
-def _t(seconds: float) -> str:
+def human_time(seconds: float) -> str:
+    """Seconds as s, ms or us with a sensible number of digits."""
     if seconds >= 1:
         return f"{seconds:.3f} s"
     if seconds >= 1e-3:
@@ -27,8 +28,8 @@ def render_run(report: dict) -> str:
     head = f"{'metric':<34}{'PRIMAL':>14}" + (f"{'H100':>14}{'advantage':>14}" if g else "")
     lines += [head, "-" * len(head)]
     rows = [
-        ("TTFT", _t(m["ttft_s"]), g and _t(g["ttft_s"]), g and _ratio(g["ttft_s"], m["ttft_s"])),
-        ("ITL", _t(m["itl_s"]), g and _t(g["itl_s"]), g and _ratio(g["itl_s"], m["itl_s"])),
+        ("TTFT", human_time(m["ttft_s"]), g and human_time(g["ttft_s"]), g and _ratio(g["ttft_s"], m["ttft_s"])),
+        ("ITL", human_time(m["itl_s"]), g and human_time(g["itl_s"]), g and _ratio(g["itl_s"], m["itl_s"])),
         ("throughput (tokens/s)", f"{m['tokens_per_s']:.1f}", g and f"{g['tokens_per_s']:.1f}",
          g and _ratio(m["tokens_per_s"], g["tokens_per_s"])),
         ("energy per token", f"{m['energy_per_token_j'] * 1e3:.3f} mJ", g and f"{g['energy_per_token_j'] * 1e3:.1f} mJ",
@@ -60,8 +61,8 @@ def render_run(report: dict) -> str:
         f"{k} {v:.3f} W ({100 * v / total:.1f}%)" for k, v in m["power_breakdown_w"].items()))
     lines.append("power by state:     " + ", ".join(f"{k} {v:.3f} W" for k, v in m["power_by_state_w"].items()))
     bound = "instruction issue" if m["decode_issue_s"] >= 0.9 * m["itl_s"] else "the mesh and the macros"
-    lines.append(f"decode step: {_t(m['decode_issue_s'])} to issue its records, ITL {_t(m['itl_s'])}: bound by {bound}")
-    lines.append(f"prefill energy {m['prefill_energy_j']:.3f} J; exposed LoRA reconfiguration {_t(m['reconfig_exposed_s'])}; "
+    lines.append(f"decode step: {human_time(m['decode_issue_s'])} to issue its records, ITL {human_time(m['itl_s'])}: bound by {bound}")
+    lines.append(f"prefill energy {m['prefill_energy_j']:.3f} J; exposed LoRA reconfiguration {human_time(m['reconfig_exposed_s'])}; "
                  f"KV storage-bandwidth utilisation {100 * m['kv_storage_utilisation']:.1f}%")
     a = m["area_mm2"]
     lines.append("area: " + ", ".join(f"{k} {v:,.0f} mm2" for k, v in a.items() if k != "total")

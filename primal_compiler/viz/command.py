@@ -9,13 +9,11 @@ copy-on-write faults of the replay's arrays cost more than the overlap.)
 
 from __future__ import annotations
 
-import os
-import shutil
-import tempfile
 import time
 from pathlib import Path
 
 from primal_compiler.errors import InputError
+from primal_compiler.outdir import atomic_directory
 
 FORMATS = ("png", "svg")
 ORDER = ("placement", "traffic", "hops", "power", "breakdown")
@@ -41,12 +39,7 @@ def render_all(out, dest=None, compare=None, fmt: str = "png", target: str | Non
         other = data.load(compare, target)
         timings["compare load+replay"] = sum(other.seconds.values())
         runs.append(other)
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", dir=dest.parent))
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(tmp, 0o777 & ~umask)  # mkdtemp makes it private; the result is an ordinary directory
-    try:
+    with atomic_directory(dest) as tmp:
         start = time.perf_counter()
         work = {
             "trace": lambda: trace.render(d, tmp, max_events or trace.MAX_EVENTS),
@@ -67,12 +60,6 @@ def render_all(out, dest=None, compare=None, fmt: str = "png", target: str | Non
         files += html.render(d, tmp, pictures, timings)
         timings["html"] = time.perf_counter() - t
         timings["render"] = time.perf_counter() - start
-        if dest.exists():
-            shutil.rmtree(dest)
-        os.replace(tmp, dest)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return {"dir": str(dest), "files": files, "seconds": timings}
 
 

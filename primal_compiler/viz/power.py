@@ -18,6 +18,7 @@ from matplotlib.patches import Patch
 
 from primal_compiler.executor import power as xpower
 from primal_compiler.isa.opcodes import Opcode
+from primal_compiler.report.run import human_time
 from primal_compiler.viz import style
 from primal_compiler.viz.data import VizData
 
@@ -136,8 +137,8 @@ def figure(d: VizData):
         scale, unit = _time_unit(w1 - w0, d.clock_hz)
         ax = fig.add_subplot(gs[0, k])
         gantt(ax, d, w0, w1, scale)
-        ax.set_title(f"{title}: {style.human_time((w1 - w0) / d.clock_hz)} from t = "
-                     f"{style.human_time(w0 / d.clock_hz)}", fontsize=9)
+        ax.set_title(f"{title}: {human_time((w1 - w0) / d.clock_hz)} from t = "
+                     f"{human_time(w0 / d.clock_hz)}", fontsize=9)
         ax.tick_params(labelbottom=False)
         ax.set_xlabel("")
         p = power_series(d, w0, w1)

@@ -72,14 +72,6 @@ def human_bytes(n: float) -> str:
     return f"{n:.1f} TB"
 
 
-def human_time(seconds: float) -> str:
-    if seconds >= 1:
-        return f"{seconds:.3f} s"
-    if seconds >= 1e-3:
-        return f"{seconds * 1e3:.3f} ms"
-    return f"{seconds * 1e6:.2f} us"
-
-
 def rects(ax, left, width, bottom, height, colors, **kw):
     """Axis-aligned rectangles as one PolyCollection (thousands of bars draw in milliseconds, unlike ax.bar)."""
     import numpy as np
