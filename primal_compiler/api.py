@@ -109,11 +109,16 @@ def mapped_legs(layout) -> dict[str, np.ndarray]:
             "map_d2d_src": layout.inter_src.astype(np.int32), "map_d2d_dst": layout.inter_dst.astype(np.int32)}
 
 
-def write_compiled(program: Program, target, out: Path) -> None:
-    """Write OUT/ atomically: placement.npz, placement.txt, summary.json, records.json, program.primal."""
-    from primal_compiler.outdir import atomic_directory
+def write_compiled(program: Program, target, out: Path, force: bool = False, inputs: tuple[str, ...] = ()) -> None:
+    """Write OUT/ atomically: placement.npz, placement.txt, summary.json, records.json, program.primal.
 
-    with atomic_directory(out) as tmp:
+    OUT is created, or replaced only when it is an earlier output of ours and ``force`` is set
+    (:func:`primal_compiler.outdir.output_directory`).
+    """
+    from primal_compiler.outdir import output_directory
+
+    need = len(program.tiles) * 64 + (0 if program.stream is None else program.stream.records.nbytes)  # a floor
+    with output_directory(out, "compile", force, need, inputs) as tmp:
         np.savez_compressed(tmp / "placement.npz", **program.tiles.columns())
         (tmp / "placement.txt").write_text(placement_table(program))
         (tmp / "summary.json").write_text(json.dumps(summary(program, target), indent=2, sort_keys=True) + "\n")

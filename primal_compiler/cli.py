@@ -1,17 +1,25 @@
 """The ``primal`` console script: a thin front end over :mod:`primal_compiler.api`.
 
 Every user error becomes one line on stderr (``primal: <where>: <problem>``)
-and exit code 2; nothing is written when a command fails.
+and exit code 2; nothing is written when a command fails. An internal error is
+one line too (exit 70; ``--debug`` adds the traceback); SIGINT and SIGTERM end
+with one line and exit 130 and 143 after every temporary output is removed; a
+closed stdout (``| head``) ends quietly.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import signal
 import sys
+import threading
+import traceback
 from pathlib import Path
 
 from primal_compiler.errors import InputError
+from primal_compiler.outdir import check_destination, output_file
 
 
 def _target(name: str):
@@ -35,10 +43,11 @@ def cmd_compile(args) -> None:
     from primal_compiler.report.inspect import inspect_model, render_inspect
     from primal_compiler.report.hops import render_hops
 
+    check_destination(args.output, args.force, directory=True, inputs=_model_inputs(args.model))
     model = load_model(args.model, args.lora)
     target = _target(args.target)
     program = api.compile_model(model, target, args.pipeline, verify=args.verify)
-    api.write_compiled(program, target, Path(args.output))
+    api.write_compiled(program, target, Path(args.output), args.force, _model_inputs(args.model))
     print(render_inspect(inspect_model(program.model, target, program)))
     print()
     print(render_hops(api.last_details(program, "hops")))
@@ -50,6 +59,11 @@ def cmd_compile(args) -> None:
         print(f"stream: {len(program.stream):,} records ({sections})")
     files = "placement.npz, placement.txt, summary.json, records.json"
     print(f"wrote {args.output}/ ({files}{', program.primal' if program.stream is not None else ''})")
+
+
+def _model_inputs(model: str) -> tuple[str, ...]:
+    """The files a model argument names (an ONNX file is read; a built-in name is not a path)."""
+    return (model,) if model and Path(model).exists() else ()
 
 
 def _is_program(spec: str) -> bool:
@@ -69,12 +83,10 @@ def _token_ids(text: str) -> list[int]:
     return ids
 
 
-def _save_logits(path: str, logits) -> None:
+def _save_logits(path: str, logits, force: bool) -> None:
     import numpy as np
 
-    from primal_compiler.isa.container import atomic_open
-
-    with atomic_open(path) as f:
+    with output_file(path, force) as f:
         np.save(f, logits)
 
 
@@ -86,6 +98,8 @@ def cmd_run_functional(args) -> None:
     if not args.weights or args.prompt is None:
         raise InputError("--functional", "needs --weights MODEL.onnx and --prompt TOKEN,IDS")
     prompt = _token_ids(args.prompt)
+    if args.save_logits:
+        check_destination(args.save_logits, args.force, directory=False, inputs=(args.model, args.weights))
     if _is_program(args.model):
         meta, arrays, stream, target, where = api.load_compiled(Path(args.model), args.target)
         program = program_from_container(meta, arrays, stream, where)
@@ -98,7 +112,7 @@ def cmd_run_functional(args) -> None:
     result = replay_functional(program, target, args.weights, args.adapter, prompt=prompt, generate=args.generate,
                                precision=args.precision, where=where)
     if args.save_logits:
-        _save_logits(args.save_logits, result.logits)
+        _save_logits(args.save_logits, result.logits, args.force)
     if args.json:
         print(json.dumps(result.summary(), indent=2, sort_keys=True))
     else:
@@ -114,7 +128,7 @@ def cmd_run(args) -> None:
         cmd_run_functional(args)
         return
     if _is_program(args.model):
-        if args.lora or args.pipeline or args.output:
+        if args.lora or args.pipeline or args.output is not None:
             raise InputError(args.model, "--lora, -p and -o apply when compiling a model; this is a compiled program")
         meta, arrays, stream, target, where = api.load_compiled(Path(args.model), args.target)
         kv = meta.get("kv", {})
@@ -126,6 +140,8 @@ def cmd_run(args) -> None:
         from primal_compiler.frontend import load_model
         from primal_compiler.isa.container import PROGRAM_FILE, load_program
 
+        if args.output is not None:
+            check_destination(args.output, args.force, directory=True, inputs=_model_inputs(args.model))
         model = load_model(args.model, args.lora)
         target = _target(args.target or "primal-7nm")
         pipeline = api.run_pipeline(args.pipeline or "default", args.batch, args.context)
@@ -134,8 +150,8 @@ def cmd_run(args) -> None:
         print(f"compiled {model.name}: {api.pipeline_text(program)} ({passes})", file=sys.stderr)
         meta, arrays = api.program_file(program, target)
         stream, where = program.stream, args.model
-        if args.output:
-            api.write_compiled(program, target, Path(args.output))
+        if args.output is not None:
+            api.write_compiled(program, target, Path(args.output), args.force, _model_inputs(args.model))
             where = str(Path(args.output) / PROGRAM_FILE)
             meta, arrays, stream = load_program(where, target)
             print(f"wrote {args.output}/ (program.primal, placement, summary.json, records.json)", file=sys.stderr)
@@ -187,7 +203,7 @@ def cmd_targets(args) -> None:
 
 
 def cmd_disasm(args) -> None:
-    from primal_compiler.isa.container import PROGRAM_FILE, atomic_open, load_program
+    from primal_compiler.isa.container import PROGRAM_FILE, load_program
     from primal_compiler.isa.text import disasm
 
     path = Path(args.program)
@@ -195,7 +211,7 @@ def cmd_disasm(args) -> None:
     if args.output is None:
         sys.stdout.write(text)
     else:
-        with atomic_open(args.output) as f:
+        with output_file(args.output, args.force, inputs=(args.program,)) as f:
             f.write(text.encode("utf-8"))
 
 
@@ -208,12 +224,14 @@ def cmd_asm(args) -> None:
     except (OSError, UnicodeDecodeError) as exc:
         raise InputError(args.text, f"cannot read: {getattr(exc, 'strerror', None) or exc}") from None
     meta, arrays, stream = asm(text, where=args.text)
+    check_destination(args.output, args.force, directory=False, inputs=(args.text,))
     save_program(args.output, meta, arrays, stream)
     print(f"wrote {args.output} ({len(stream)} records, {stream.num_groups} groups, {len(stream.sections)} sections)")
 
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="primal", description="PRIMAL mapping compiler and cost simulator")
+    p.add_argument("--debug", action="store_true", help="print the traceback of an internal error")
     sub = p.add_subparsers(dest="command", required=True)
 
     def model_args(sp):
@@ -229,7 +247,8 @@ def build_parser() -> argparse.ArgumentParser:
     sp = sub.add_parser("compile", help="compile a model to a placed PRIMAL program")
     model_args(sp)
     sp.add_argument("-p", "--pipeline", default="default", help="bundled pipeline, .toml file or pipeline text")
-    sp.add_argument("-o", "--output", required=True, help="output directory")
+    sp.add_argument("-o", "--output", required=True, help="output directory (new, or an earlier output with --force)")
+    sp.add_argument("--force", action="store_true", help="replace OUT if it is an earlier primal compile output")
     sp.add_argument("--verify", action="store_true", help="verify the IR after every pass")
     sp.set_defaults(func=cmd_compile)
 
@@ -239,6 +258,7 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--target", default=None, help="target (default: the program's own, or primal-7nm)")
     sp.add_argument("-p", "--pipeline", default=None, help="pipeline when compiling a model (default: default)")
     sp.add_argument("-o", "--output", default=None, help="when compiling a model, also write the program here")
+    sp.add_argument("--force", action="store_true", help="replace -o OUT (an earlier primal output) or --save-logits F")
     sp.add_argument("--batch", type=int, default=None, help="sequences sharing the KV space (compile time)")
     sp.add_argument("--context", type=int, default=None, help="context tokens per sequence (compile time)")
     sp.add_argument("--no-validate", action="store_true", help="skip checking stream hops against the mapping")
@@ -286,26 +306,70 @@ def build_parser() -> argparse.ArgumentParser:
     sp = sub.add_parser("disasm", help="print a compiled program as assembly text")
     sp.add_argument("program", help="program file, or a compile output directory holding program.primal")
     sp.add_argument("-o", "--output", default=None, help="write the text to this file instead of stdout")
+    sp.add_argument("--force", action="store_true", help="replace FILE if it exists")
     sp.set_defaults(func=cmd_disasm)
 
     sp = sub.add_parser("asm", help="assemble text (as printed by disasm) into a program file")
     sp.add_argument("text", help="assembly text file")
     sp.add_argument("-o", "--output", required=True, help="program file to write")
+    sp.add_argument("--force", action="store_true", help="replace FILE if it exists")
     sp.set_defaults(func=cmd_asm)
     return p
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+class Terminated(BaseException):
+    """SIGTERM, raised in the main thread so every ``finally`` and temp-directory cleanup runs."""
+
+
+def _on_sigterm(signum: int, frame: object) -> None:
+    raise Terminated()
+
+
+def _one_line(text: str) -> str:
+    return " ".join(line.strip() for line in text.splitlines() if line.strip())
+
+
+def _run(argv: list[str] | None) -> int:
+    args = None
     try:
+        args = build_parser().parse_args(argv)
         args.func(args)
+        sys.stdout.flush()
     except InputError as exc:
-        print(f"primal: {exc}", file=sys.stderr)
+        print(f"primal: {_one_line(str(exc))}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("primal: interrupted", file=sys.stderr)
         return 130
+    except Terminated:
+        print("primal: terminated", file=sys.stderr)
+        return 143
+    except BrokenPipeError:  # the reader went away (`primal ... | head`): stop quietly
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
+    except MemoryError:
+        print("primal: out of memory (the input is larger than this machine can hold)", file=sys.stderr)
+        return 1
+    except Exception as exc:  # a bug: one line by default, the traceback with --debug
+        debug = bool(getattr(args, "debug", False))
+        if debug:
+            traceback.print_exc()
+        print(f"primal: internal error ({type(exc).__name__}: {_one_line(str(exc))[:300]}); please report it "
+              "with the command line" + ("" if debug else " (rerun with --debug for the traceback)"),
+              file=sys.stderr)
+        return 70
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run one command; the exit code is 0, 2 (bad input), 70 (internal error), 130/143 (SIGINT/SIGTERM)."""
+    in_main = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, _on_sigterm) if in_main else None
+    try:
+        return _run(argv)
+    finally:
+        if in_main:
+            signal.signal(signal.SIGTERM, previous)
 
 
 if __name__ == "__main__":

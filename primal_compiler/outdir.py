@@ -1,33 +1,280 @@
-"""Output directories that appear whole or not at all."""
+"""Every verb's output: written beside its destination, swapped in whole, never over a user's files.
+
+Guarantees (``docs/outputs.md``):
+
+- A destination directory is created fresh, or replaced only when it is one this
+  tool wrote (its :data:`MARKER` lists every entry, and it holds nothing else,
+  nested outputs of ours excepted) *and* the caller passes ``force``. Anything
+  else, and always ``.``, ``..``, ``/``, the home directory and any ancestor of
+  the current directory, is refused with an :class:`InputError` naming the path;
+  nothing is deleted.
+- A destination file is created fresh, or replaced only with ``force``.
+- Content goes to a temporary sibling ``.NAME.primal-tmp.PID.HEX`` first. An
+  existing directory is swapped with it in one ``renameat2(RENAME_EXCHANGE)``
+  where the kernel has it (otherwise renamed aside, then in), so some complete
+  version exists under the name at every moment; the old one is removed after.
+- On any exception, ``KeyboardInterrupt`` and SIGTERM (see :mod:`primal_compiler.cli`)
+  included, the temporary sibling is removed. Siblings left by a killed process
+  (its PID no longer running) are removed by the next write to the same place;
+  a directory left renamed aside with nothing under the name is renamed back.
+- Every ``OSError`` becomes a one-line ``InputError`` naming the path.
+"""
 
 from __future__ import annotations
 
+import ctypes
+import errno
+import json
 import os
+import re
+import secrets
 import shutil
-import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
+from typing import BinaryIO
+
+from primal_compiler.errors import InputError
+
+#: The file that marks a directory as written by this tool; JSON ``{"tool", "verb", "entries"}``.
+MARKER = ".primal-output"
+TOOL = "primal-compiler"
+_TMP = re.compile(r"^\.(?P<name>.+)\.primal-(?P<kind>tmp|old)\.(?P<pid>\d+)\.[0-9a-f]{12}$")
+_RENAME_EXCHANGE = 2
+_AT_FDCWD = -100
+
+
+def _fail(path: Path | str, exc: OSError, doing: str = "cannot write") -> InputError:
+    reason = "no space left on device" if exc.errno == errno.ENOSPC else (exc.strerror or str(exc))
+    return InputError(str(path), f"{doing}: {reason}")
+
+
+def _protected(dest: Path) -> str | None:
+    """Why ``dest`` may never be replaced, or None."""
+    real = dest.resolve()
+    cwd = Path.cwd().resolve()
+    if real == Path(real.anchor):
+        return "is the root directory"
+    if real == Path.home().resolve():
+        return "is the home directory"
+    if real == cwd or real in cwd.parents:
+        return "is the current directory or one of its ancestors"
+    return None
+
+
+def _marker_entries(path: Path) -> set[str] | None:
+    try:
+        marker = json.loads((path / MARKER).read_text(encoding="utf-8"))
+        return set(marker["entries"]) if marker.get("tool") == TOOL else None
+    except (OSError, ValueError, TypeError, KeyError, AttributeError):
+        return None
+
+
+def _ours(path: Path) -> str | None:
+    """None if ``path`` is a directory of ours holding nothing but what its marker lists, else why not.
+
+    A subdirectory the marker does not list is still ours if it is itself such a directory (``primal viz``
+    writes OUT/viz into a compile output).
+    """
+    listed = _marker_entries(path)
+    if listed is None:
+        return "was not written by primal (no valid .primal-output marker)"
+    for dirpath, dirnames, filenames in os.walk(path):
+        rel = Path(dirpath).relative_to(path)
+        for name in sorted(dirnames):
+            entry = (rel / name).as_posix()
+            if entry not in listed:
+                if (Path(dirpath) / name).is_symlink() or _ours(Path(dirpath) / name) is not None:
+                    return f"holds {entry}/, which primal did not write"
+                dirnames.remove(name)
+        for name in sorted(filenames):
+            entry = (rel / name).as_posix()
+            if entry not in listed and entry != MARKER:
+                return f"holds {entry}, which primal did not write"
+    return None
+
+
+def _walk(root: Path) -> list[str]:
+    """Every entry below ``root`` as a relative POSIX path, symlinks not followed."""
+    out = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        rel = Path(dirpath).relative_to(root)
+        out += [(rel / n).as_posix() for n in (*dirnames, *filenames)]
+    return sorted(e for e in out if e != MARKER)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True
+    return True
+
+
+def _sweep_stale(dest: Path) -> None:
+    """Remove temporaries a killed run left beside ``dest``; restore a version left renamed aside."""
+    try:
+        siblings = os.listdir(dest.parent)
+    except OSError:
+        return
+    for name in sorted(siblings):
+        m = _TMP.match(name)
+        if not m or m["name"] != dest.name or _alive(int(m["pid"])):
+            continue
+        stale = dest.parent / name
+        if m["kind"] == "old" and not os.path.lexists(dest):
+            os.replace(stale, dest)
+        elif stale.is_dir() and not stale.is_symlink():
+            shutil.rmtree(stale, ignore_errors=True)
+        else:
+            stale.unlink(missing_ok=True)
+
+
+def _sibling(dest: Path, kind: str) -> Path:
+    return dest.parent / f".{dest.name}.primal-{kind}.{os.getpid()}.{secrets.token_hex(6)}"
+
+
+def _check_parent(dest: Path, need_bytes: int) -> None:
+    """The nearest existing ancestor of ``dest`` must be a writable directory with ``need_bytes`` free."""
+    up = next(p for p in (dest.parent, *dest.parent.parents) if os.path.lexists(p))
+    if not up.is_dir():
+        raise InputError(str(dest), f"{up} is not a directory")
+    if not os.access(up, os.W_OK | os.X_OK):
+        raise InputError(str(dest), f"cannot write in {up}: permission denied")
+    if need_bytes and shutil.disk_usage(up).free < need_bytes:
+        free = shutil.disk_usage(up).free
+        raise InputError(str(dest), f"needs about {need_bytes:,} bytes but {up} has {free:,} free")
+
+
+def check_destination(dest: str | os.PathLike, force: bool, directory: bool, need_bytes: int = 0,
+                      inputs: Sequence[str | os.PathLike] = ()) -> Path:
+    """``dest`` as a Path if an output may be written there; ``InputError`` naming it (and why) if not.
+
+    ``inputs`` are the files and directories the verb reads: ``dest`` may be none of them nor hold one.
+    Temporaries that a killed run left beside ``dest`` are tidied first (see the module's guarantees).
+    """
+    if not str(dest):
+        raise InputError("''", "empty output path")
+    path = Path(dest)
+    if path.name in ("", ".", ".."):
+        raise InputError(str(dest), "names a directory that is never replaced; name a new one")
+    why = _protected(path)
+    if why:
+        raise InputError(str(dest), f"{why}; it is never replaced, name a new directory")
+    if path.is_symlink():
+        raise InputError(str(dest), "is a symbolic link; name the directory itself")
+    real = path.resolve()
+    for given in inputs:
+        read = Path(given).resolve()
+        if real == read or real in read.parents:
+            raise InputError(str(dest), f"holds this command's input {given}; write the output elsewhere")
+    _check_parent(path, need_bytes)
+    try:
+        _sweep_stale(path)
+    except OSError as exc:
+        raise _fail(path, exc, "cannot tidy the temporaries beside it") from None
+    if not path.exists():
+        return path
+    if directory:
+        if not path.is_dir():
+            raise InputError(str(dest), "exists and is not a directory")
+        if not any(True for _ in path.iterdir()):
+            return path
+        why = _ours(path)
+        if why:
+            raise InputError(str(dest), f"exists and {why}; it is never replaced, name a new directory")
+        if not force:
+            raise InputError(str(dest), "exists (an earlier primal output); pass --force to replace it")
+    else:
+        if path.is_dir():
+            raise InputError(str(dest), "is a directory, not a file")
+        if not force:
+            raise InputError(str(dest), "exists; pass --force to replace it")
+    return path
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Swap two paths atomically (Linux renameat2); False where the system cannot."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        fn = libc.renameat2
+    except (OSError, AttributeError):
+        return False
+    fn.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+    if fn(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE) == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (errno.ENOSYS, errno.EINVAL, errno.ENOTSUP):
+        return False
+    raise OSError(err, os.strerror(err), str(b))
+
+
+def _install_directory(tmp: Path, dest: Path) -> None:
+    if not os.path.lexists(dest):
+        os.rename(tmp, dest)
+        return
+    if _exchange(tmp, dest):
+        shutil.rmtree(tmp, ignore_errors=True)  # tmp now holds the old version
+        return
+    old = _sibling(dest, "old")
+    os.rename(dest, old)
+    os.rename(tmp, dest)
+    shutil.rmtree(old, ignore_errors=True)
 
 
 @contextmanager
-def atomic_directory(dest: str | os.PathLike) -> Iterator[Path]:
-    """A fresh directory beside ``dest`` to fill; it replaces ``dest`` only if the block succeeds.
+def output_directory(dest: str | os.PathLike, verb: str, force: bool = False, need_bytes: int = 0,
+                     inputs: Sequence[str | os.PathLike] = ()) -> Iterator[Path]:
+    """A fresh directory to fill; it becomes ``dest`` (marked as ours) only if the block succeeds.
 
-    On any exception the temporary directory is removed and ``dest`` is left as
-    it was. The result has ordinary permissions (the umask's), not mkdtemp's 0700.
+    ``dest`` is checked by :func:`check_destination` before the block runs. The result has the umask's
+    permissions, not mkdtemp's 0700.
     """
-    dest = Path(dest)
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", dir=dest.parent))
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(tmp, 0o777 & ~umask)
+    path = check_destination(dest, force, directory=True, need_bytes=need_bytes, inputs=inputs)
+    tmp = _sibling(path, "tmp")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        os.mkdir(tmp)
+    except OSError as exc:
+        raise _fail(path, exc) from None
     try:
         yield tmp
-        if dest.exists():
-            shutil.rmtree(dest)
-        os.replace(tmp, dest)
+        marker = {"tool": TOOL, "verb": verb, "entries": _walk(tmp)}
+        (tmp / MARKER).write_text(json.dumps(marker, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+        check_destination(path, force, directory=True, inputs=inputs)  # it may have changed while we worked
+        _install_directory(tmp, path)
+    except OSError as exc:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise _fail(path, exc) from None
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+@contextmanager
+def output_file(dest: str | os.PathLike, force: bool = False, need_bytes: int = 0,
+                inputs: Sequence[str | os.PathLike] = ()) -> Iterator[BinaryIO]:
+    """A binary file to write; it replaces ``dest`` only if the block succeeds (and ``dest`` is new or ``force``).
+
+    Inside a directory this process is filling (``output_directory``), pass ``force=True``: nothing of the
+    user's is there.
+    """
+    path = check_destination(dest, force, directory=False, need_bytes=need_bytes, inputs=inputs)
+    tmp = _sibling(path, "tmp")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+    except OSError as exc:
+        raise _fail(path, exc) from None
+    try:
+        with os.fdopen(fd, "wb") as f:
+            yield f
+        os.replace(tmp, path)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise _fail(path, exc) from None
+    except BaseException:
+        tmp.unlink(missing_ok=True)
         raise

@@ -13,15 +13,18 @@ import time
 from pathlib import Path
 
 from primal_compiler.errors import InputError
-from primal_compiler.outdir import atomic_directory
+from primal_compiler.outdir import check_destination, output_directory
 
 FORMATS = ("png", "svg")
 ORDER = ("placement", "traffic", "hops", "power", "breakdown")
 
 
 def render_all(out, dest=None, compare=None, fmt: str = "png", target: str | None = None,
-               max_events: int | None = None) -> dict:
+               max_events: int | None = None, force: bool = False) -> dict:
     """Render everything for compile output ``out`` into ``dest`` (default OUT/viz).
+
+    ``dest`` is created, or replaced only when it is an earlier output of ours and ``force`` is set;
+    it may not be OUT, OTHER or a directory holding them (:func:`primal_compiler.outdir.output_directory`).
 
     Returns ``{"dir", "files", "seconds"}``; seconds hold load, replay, each job's own time and
     ``render`` (wall time of all rendering).
@@ -32,6 +35,8 @@ def render_all(out, dest=None, compare=None, fmt: str = "png", target: str | Non
         raise InputError("--format", f"expected one of {', '.join(FORMATS)}, got {fmt!r}")
     out = Path(out)
     dest = Path(dest) if dest is not None else out / "viz"
+    inputs = (out,) if compare is None else (out, Path(compare))
+    check_destination(dest, force, directory=True, inputs=inputs)  # refuse before the replay, not after
     d = data.load(out, target)
     timings: dict[str, float] = dict(d.seconds)
     runs = [d]
@@ -39,7 +44,7 @@ def render_all(out, dest=None, compare=None, fmt: str = "png", target: str | Non
         other = data.load(compare, target)
         timings["compare load+replay"] = sum(other.seconds.values())
         runs.append(other)
-    with atomic_directory(dest) as tmp:
+    with output_directory(dest, "viz", force, inputs=inputs) as tmp:
         start = time.perf_counter()
         work = {
             "trace": lambda: trace.render(d, tmp, max_events or trace.MAX_EVENTS),
@@ -57,14 +62,14 @@ def render_all(out, dest=None, compare=None, fmt: str = "png", target: str | Non
         timings.update({name: done[name][1] for name in (*ORDER, "trace")})
         t = time.perf_counter()
         files = pictures + done["trace"][0]
-        files += html.render(d, tmp, pictures, timings)
+        files += html.render(d, tmp, pictures)
         timings["html"] = time.perf_counter() - t
         timings["render"] = time.perf_counter() - start
     return {"dir": str(dest), "files": files, "seconds": timings}
 
 
 def cmd_viz(args) -> None:
-    result = render_all(args.out, args.output, args.compare, args.format, args.target, args.max_events)
+    result = render_all(args.out, args.output, args.compare, args.format, args.target, args.max_events, args.force)
     t = result["seconds"]
     print(f"wrote {result['dir']}/ ({', '.join(result['files'])})")
     own = ", ".join(f"{k} {t[k]:.2f} s" for k in (*ORDER, "trace", "html"))
@@ -77,7 +82,8 @@ def add_parser(sub) -> None:
     sp = sub.add_parser("viz", help="placement maps, traffic heat-maps, hop histograms, power timelines, "
                                     "a Perfetto trace and an HTML report of a compiled program")
     sp.add_argument("out", help="compile output directory (holding program.primal and records.json)")
-    sp.add_argument("-o", "--output", default=None, help="directory to write (default OUT/viz); replaced atomically")
+    sp.add_argument("-o", "--output", default=None, help="directory to write (default OUT/viz)")
+    sp.add_argument("--force", action="store_true", help="replace DIR if it is an earlier primal viz output")
     sp.add_argument("--compare", default=None, metavar="OTHER_OUT",
                     help="a second compile output drawn beside OUT in the hop histogram")
     sp.add_argument("--format", choices=FORMATS, default="png", help="picture format (default png)")

@@ -83,7 +83,7 @@ def records_table(d: VizData) -> str:
             + "</table>")
 
 
-def page(d: VizData, pictures: list[Path], text_report: str, timings: dict) -> str:
+def page(d: VizData, pictures: list[Path], text_report: str) -> str:
     title = f"PRIMAL: {d.meta.get('model')} on {d.meta.get('target')}"
     figs = []
     for p in pictures:
@@ -95,7 +95,6 @@ def page(d: VizData, pictures: list[Path], text_report: str, timings: dict) -> s
             cap = "Which layer sits on which CT (package grid, snake order; red: CTs drawn in detail)."
         figs.append(f"<figure>{_img(p)}<figcaption>{html.escape(p.name)}: {html.escape(cap)}</figcaption></figure>")
     secs = d.metrics["records"]
-    times = ", ".join(f"{k} {v:.2f} s" for k, v in timings.items())
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title><style>{CSS}</style></head>
 <body>
@@ -112,18 +111,21 @@ decode {secs['decode']:,}).</p>
 <h2>Pictures</h2>
 {''.join(figs)}
 <p>Trace of the replay: <code>trace.json</code> beside this page (open it in ui.perfetto.dev).
-Rendered by <code>primal viz</code>: {html.escape(times)}.</p>
+The page holds no wall-clock times, so the same program gives the same bytes; <code>primal viz</code>
+prints its timings on the terminal.</p>
 </body></html>
 """
 
 
-def render(d: VizData, out: Path, pictures: list[str], timings: dict) -> list[str]:
+def render(d: VizData, out: Path, pictures: list[str]) -> list[str]:
+    """Write ``report.html``: a pure function of the program and its pictures (no dates, no timings)."""
     from primal_compiler.report.run import render_run
 
-    report = {"model": d.meta.get("model"), "target": d.target.name, "metrics": d.metrics, "h100": d.h100}
+    metrics = {k: v for k, v in d.metrics.items() if k != "replay_s"}
+    report = {"model": d.meta.get("model"), "target": d.target.name, "metrics": metrics, "h100": d.h100}
     try:
         text = render_run(report)
     except (KeyError, TypeError, ZeroDivisionError) as exc:  # the page must not depend on the text layout
         text = f"(text report unavailable: {exc})"
-    (out / "report.html").write_text(page(d, [out / p for p in pictures], text, timings))
+    (out / "report.html").write_text(page(d, [out / p for p in pictures], text))
     return ["report.html"]

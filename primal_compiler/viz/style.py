@@ -50,16 +50,22 @@ def close(fig) -> None:
     plt.close(fig)
 
 
+def _savefig(fig, target, fmt: str, **kw) -> None:
+    """``fig.savefig`` with no date and fixed SVG ids, so the same figure is the same bytes every run."""
+    with matplotlib.rc_context({"svg.hashsalt": "primal-compiler"}):
+        fig.savefig(target, format=fmt, dpi=DPI, metadata={"Date": None} if fmt == "svg" else None, **kw)
+
+
 def save(fig, path, fmt: str, tight: bool = True) -> None:
     """Write ``fig`` to ``path`` in ``fmt`` (png or svg) and close it; ``tight=False`` keeps the pixel layout."""
     kw = {"bbox_inches": "tight", "pad_inches": 0.1} if tight else {}
-    fig.savefig(path, format=fmt, dpi=DPI, **kw)
+    _savefig(fig, path, fmt, **kw)
     close(fig)
 
 
 def to_bytes(fig, fmt: str) -> bytes:
     buf = io.BytesIO()
-    fig.savefig(buf, format=fmt, dpi=DPI, bbox_inches="tight", pad_inches=0.1)
+    _savefig(fig, buf, fmt, bbox_inches="tight", pad_inches=0.1)
     close(fig)
     return buf.getvalue()
 

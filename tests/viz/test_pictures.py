@@ -127,16 +127,17 @@ def test_a_failing_render_leaves_the_old_output(out_naive, tmp_path, monkeypatch
     from primal_compiler.viz.command import render_all
 
     dest = tmp_path / "v"
-    dest.mkdir()
-    (dest / "old.txt").write_text("old")
+    render_all(out_naive, dest)
+    before = {p.name: p.read_bytes() for p in dest.iterdir()}
 
     def boom(*a, **k):
         raise RuntimeError("boom")
 
     monkeypatch.setattr(breakdown, "render", boom)
     with pytest.raises(RuntimeError):
-        render_all(out_naive, dest)
-    assert [p.name for p in tmp_path.iterdir()] == ["v"] and (dest / "old.txt").read_text() == "old"
+        render_all(out_naive, dest, force=True)
+    assert [p.name for p in tmp_path.iterdir()] == ["v"]
+    assert {p.name: p.read_bytes() for p in dest.iterdir()} == before
 
 
 def test_cli_parser_registers_viz(out_naive, tmp_path, capsys):
@@ -151,3 +152,14 @@ def test_cli_parser_registers_viz(out_naive, tmp_path, capsys):
     assert "report.html" in capsys.readouterr().out
     trace = json.loads((tmp_path / "o" / "trace.json").read_text())
     assert sum(e["ph"] == "X" for e in trace["traceEvents"]) <= 30
+
+
+@pytest.mark.parametrize("fmt", ["svg", "png"])
+def test_two_renders_are_byte_identical(out_naive, tmp_path, fmt):
+    from primal_compiler.viz.command import render_all
+
+    a = render_all(out_naive, tmp_path / "a", fmt=fmt)
+    render_all(out_naive, tmp_path / "b", fmt=fmt)
+    assert "report.html" in a["files"]
+    for name in a["files"]:
+        assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes(), name
