@@ -23,14 +23,14 @@ predecessors and (record, link) rows.
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
 
 from primal_compiler.isa.opcodes import Opcode
+from primal_compiler.jit import njit
 
 _SYNC, _PG_ON, _PG_OFF = int(Opcode.SYNC), int(Opcode.PG_ON), int(Opcode.PG_OFF)
 
 
-@njit(cache=True, nogil=True)
+@njit(nogil=True)
 def schedule(op, busy, unit, pred_ptr, pred, link_ptr, link, link_off, hold_mesh, hold_other, ct_a, ct_b, blocking,
              issue_cycles, num_units, num_links, num_cts, mesh_links):  # pragma: no cover - compiled
     """(start, finish, first record touching a gated CT or -1, distinct mesh links and other links per record).

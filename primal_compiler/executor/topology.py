@@ -25,9 +25,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from numba import njit
 
 from primal_compiler.isa.opcodes import CONTROLLER
+from primal_compiler.jit import njit
 
 MESH, D2D, CTL = 0, 1, 2  # link kinds
 
@@ -118,7 +118,7 @@ def route_legs(t: Topology, src_ct, src_pe, dst_ct, dst_pe) -> Routes:
     return Routes(leg, link, off, a_h + b_h, p_h, (a_h + b_h) * t.hop_cycles + p_h * t.d2d_cycles)
 
 
-@njit(cache=True, nogil=True)
+@njit(nogil=True)
 def _steps(x0, y0, x1, y1, x_first, q, t, step, base, stride_y, link, off, ct_base):  # pragma: no cover
     """Append the dimension-order walk (x0,y0)->(x1,y1) at row q and time t; returns (q, t).
 
@@ -145,14 +145,14 @@ def _steps(x0, y0, x1, y1, x_first, q, t, step, base, stride_y, link, off, ct_ba
     return q, t
 
 
-@njit(cache=True, nogil=True)
+@njit(nogil=True)
 def _grid(ct, pcols):  # pragma: no cover - compiled
     row = ct // pcols
     col = ct % pcols if row % 2 == 0 else pcols - 1 - ct % pcols
     return col, row
 
 
-@njit(cache=True, nogil=True)
+@njit(nogil=True)
 def _walk(ptr, sct, spe, dct, dpe, cols, pes, pcols, x_first, hop, d2d, d2d_base, ctl_link, ctl,
           link, off):  # pragma: no cover - compiled
     """Fill ``link``/``off`` rows ptr[i]:ptr[i+1] with leg i's route (see the module docstring)."""

@@ -9,20 +9,24 @@ their own to :func:`primal_compiler.sweep.run_sweep` instead.
 Guarantees: an unreachable scheduler, a missing scheduler file or a missing
 ``distributed`` package is one :class:`InputError` raised before any point is
 submitted; the backend closes what it opened (the pool, or the client — never
-the remote cluster) when the block exits, and on an interrupt cancels the
-points not yet started.
+the remote cluster) when the block exits, and on an interrupt or error cancels
+the points not yet started and kills the local workers running the others
+(their rows could not be written anyway), so the block exits at once. Local
+workers never outlive the sweep's process, even when it is killed
+(:mod:`primal_compiler.procs`).
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Iterator
-from concurrent.futures import Executor, ProcessPoolExecutor
+from concurrent.futures import Executor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
 from primal_compiler.errors import InputError
+from primal_compiler.procs import WorkerPool, worker_pool
 
 
 @dataclass(frozen=True)
@@ -36,8 +40,9 @@ class Backend:
     rebuild: Any = None  # callable returning a fresh executor after a worker process died (local pool only)
 
 
-def local_pool(workers: int | None = None) -> ProcessPoolExecutor:
-    return ProcessPoolExecutor(max_workers=workers or os.cpu_count() or 1)
+def local_pool(workers: int | None = None) -> WorkerPool:
+    """A pool of ``workers`` processes (default: CPU count) that die with this one (:mod:`primal_compiler.procs`)."""
+    return worker_pool(workers or os.cpu_count() or 1)
 
 
 @contextmanager

@@ -1,21 +1,23 @@
 """``primal sweep SPEC.toml -o RESULTS``: the command line of :mod:`primal_compiler.sweep`.
 
-Wire it into ``primal_compiler/cli.py`` with ``add_parser(sub)``; the CLI's
+``primal_compiler/cli.py`` registers it with ``add_parser(sub)``; the CLI's
 ``main`` turns an :class:`InputError` into one line on stderr and exit code 2.
-Until then (or without the CLI), ``python -m primal_compiler.sweep SPEC -o RESULTS``
-runs the same command with the same error handling.
+``python -m primal_compiler.sweep SPEC -o RESULTS`` runs the same command
+through the same ``main``.
 
-Guarantees: the spec, the ``--x``/``--y`` metrics and the scheduler are all
-checked before any point runs; an interrupted sweep keeps every finished row
-and the same command line resumes it.
+Guarantees: the spec (at most ``--max-points`` points, counted before any is
+expanded), the ``--x``/``--y`` metrics and the scheduler are all checked
+before any point runs; an interrupted sweep (Ctrl-C: ``primal: interrupted``,
+exit 130) keeps every finished row, leaves no worker running, and the same
+command line resumes it.
 """
 
 from __future__ import annotations
 
 import argparse
-import sys
 
 from primal_compiler.errors import InputError
+from primal_compiler.sweep.load import MAX_POINTS
 
 
 def add_parser(sub) -> argparse.ArgumentParser:
@@ -38,6 +40,8 @@ def add_parser(sub) -> argparse.ArgumentParser:
     sp.add_argument("--x", default="tokens_per_s", help="Pareto x metric, METRIC[:max|:min] (default tokens_per_s)")
     sp.add_argument("--y", default="tokens_per_j", help="Pareto y metric, METRIC[:max|:min] (default tokens_per_j)")
     sp.add_argument("--no-progress", action="store_true", help="no progress bar")
+    sp.add_argument("--max-points", type=int, default=MAX_POINTS, metavar="N",
+                    help=f"refuse a spec of more than N points (default {MAX_POINTS:,})")
     sp.set_defaults(func=cmd_sweep)
     return sp
 
@@ -49,7 +53,7 @@ def cmd_sweep(args) -> None:
     from primal_compiler.sweep.runner import run_sweep
     from primal_compiler.sweep.load import load_spec
 
-    spec = load_spec(args.spec)
+    spec = load_spec(args.spec, max_points=args.max_points)
     if args.plot:
         kept = columns(spec.metrics)
         for opt, metric in (("--x", args.x), ("--y", args.y)):
@@ -58,14 +62,9 @@ def cmd_sweep(args) -> None:
             if name not in kept and name.split(".")[0] not in spec.metrics:
                 raise InputError(opt, f"{name} is not a kept metric of {args.spec}; add it to sweep.metrics")
     with open_backend(args.scheduler, args.scheduler_file, args.workers, args.connect_timeout) as backend:
-        try:
-            result = run_sweep(spec, args.output, backend.executor, slots=backend.slots,
-                               progress=not args.no_progress, description=backend.description,
-                               rebuild=backend.rebuild, flush_s=max(0.0, args.flush_every))
-        except KeyboardInterrupt:
-            print(f"primal sweep: interrupted; finished points are in {args.output}, "
-                  "rerun the same command to resume", file=sys.stderr)
-            raise
+        result = run_sweep(spec, args.output, backend.executor, slots=backend.slots, progress=not args.no_progress,
+                           description=backend.description, rebuild=backend.rebuild,
+                           flush_s=max(0.0, args.flush_every))
     print(f"{result.total} points: {result.ran} run now ({result.failed} failed), {result.skipped} already done; "
           f"{result.seconds:.1f} s; results in {args.output}/")
     if args.plot:

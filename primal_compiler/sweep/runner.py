@@ -3,7 +3,9 @@
 Guarantees:
 
 - **Resumable.** Before submitting, the point ids already in ``RESULTS/`` are
-  skipped; finished points are appended as one Parquet part at most
+  skipped (a damaged part is moved aside with a one-line warning on stderr
+  and its points run again, see :mod:`~primal_compiler.sweep.store`);
+  finished points are appended as one Parquet part at most
   ``flush_s`` (1 s) after they finish, and at once on an interrupt or error,
   so a sweep killed at any instant (SIGKILL, power loss) loses only the
   points running and those finished in the last ``flush_s``; a rerun
@@ -107,12 +109,14 @@ def run_sweep(spec: SweepSpec, out: str | Path, executor: Executor | None = None
     start = time.perf_counter()
     store = ResultStore(out)
     points = spec.points()
-    store.open({"spec": spec.source, "metrics": list(spec.metrics), "axes": list(spec.axis_names)})
+    types = column_types(spec, points)
+    for warning in store.open({"spec": spec.source, "metrics": list(spec.metrics), "axes": list(spec.axis_names)},
+                              types):
+        print(f"primal: warning: {warning}", file=sys.stderr)
     done = store.done()
     todo = [p for p in points if p.point_id not in done]
     if limit is not None:
         todo = todo[:limit]
-    types = column_types(spec, points)
     run_id = uuid.uuid4().hex[:12]
     own = None
     if executor is None:

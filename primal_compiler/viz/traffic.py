@@ -15,15 +15,15 @@ from __future__ import annotations
 import numpy as np
 from matplotlib.collections import LineCollection
 from matplotlib.colors import LogNorm
-from numba import njit
 
+from primal_compiler.jit import njit
 from primal_compiler.viz import style
 from primal_compiler.viz.data import VizData
 
 HOTTEST = 5  # links marked in each panel
 
 
-@njit(cache=True, nogil=True)
+@njit(nogil=True)
 def _link_bytes(link_ptr, link, nbytes, lo, hi, num_links):  # pragma: no cover - compiled
     out = np.zeros(num_links, dtype=np.float64)
     last = np.full(num_links, -1, dtype=np.int64)

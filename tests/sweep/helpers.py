@@ -14,7 +14,7 @@ pipeline = "lower-tiles,blocking,zcurve-order,kv-ring,codegen,srpg"
 metrics = ["tokens_per_s", "tokens_per_j", "power_w", "weighted_hops", "power_breakdown_w", "h100.tokens_per_j"]
 
 [axes]
-batch = [1, 2, 100000]
+batch = [1, 2, 1024]
 "srpg.gating" = [true, false]
 """
 

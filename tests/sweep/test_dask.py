@@ -23,7 +23,7 @@ metrics = ["tokens_per_s", "tokens_per_j", "power_w", "weighted_hops", "power_br
 
 [[grid]]
 name = "cheap"
-batch = [1, 2, 100000]
+batch = [1, 2, 1024]
 "srpg.gating" = [true, false]
 
 [[grid]]

@@ -27,7 +27,7 @@ def test_sweep_rows_failures_and_resume(tiny_spec, tmp_path):
     runs = [r["run_id"] for r in rows]
     assert runs.count(first.run_id) == 2 and runs.count(second.run_id) == 4
     # the batch that does not fit is an error row; the sweep went on
-    bad = [r for r in rows if r["batch"] == 100000]
+    bad = [r for r in rows if r["batch"] == 1024]
     assert len(bad) == 2 and second.failed + first.failed == 2
     assert all("InputError: kv-ring" in r["error"] and r["tokens_per_s"] is None for r in bad)
     good = [r for r in rows if r["error"] is None]

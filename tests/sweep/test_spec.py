@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import time
+
 import pytest
 
 from primal_compiler.errors import InputError
@@ -34,7 +37,8 @@ def spec(axes, sweep=None):
     ({"batch": [1, 1]}, None, "axes.batch: repeated value"),
     ({"seed": [1]}, None, "has no pass with a seed option"),
     ({"srpg.gating": [[True]]}, None, "axes.srpg.gating[0]: option gating=[True] is not a scalar"),
-    ({"context": [64, 48]}, None, "grid 'axes': point context=48: context 48 is not a multiple of chunk_tokens 32"),
+    ({"context": [64, 48]}, None,
+     "grid 'axes': point context=48: pass kv-ring: context 48 is not a multiple of chunk_tokens 32"),
     ({"model": ["tiny-llama", "gpt2"]}, {"lora": "q,v:8"}, "model 'gpt2' with lora 'q,v:8': --lora: model gpt2"),
 ])
 def test_bad_input_is_one_line_naming_the_spec(axes, sweep, message):
@@ -45,7 +49,7 @@ def test_bad_input_is_one_line_naming_the_spec(axes, sweep, message):
 
 
 def test_file_errors(tmp_path):
-    with pytest.raises(InputError, match="file not found"):
+    with pytest.raises(InputError, match="no such sweep spec"):
         load_spec(tmp_path / "none.toml")
     bad = tmp_path / "bad.toml"
     bad.write_text("[axes\n")
@@ -55,6 +59,49 @@ def test_file_errors(tmp_path):
     empty.write_text("[sweep]\n")
     with pytest.raises(InputError, match="no axes"):
         load_spec(empty)
+
+
+@pytest.mark.parametrize("kind, message", [
+    ("fifo", "is a FIFO, not a regular sweep spec"),
+    ("device", "is a device or socket, not a regular sweep spec"),
+    ("latin1", "is not UTF-8 text (byte 24: b'\\xe9')"),
+    ("directory", "is a directory, not a sweep spec"),
+])
+def test_spec_file_that_is_not_text_is_refused_without_reading_it(tmp_path, kind, message):
+    path = tmp_path / "s.toml"
+    if kind == "fifo":
+        os.mkfifo(path)  # opening it would block: it must never be opened
+    elif kind == "device":
+        path = "/dev/zero"
+    elif kind == "latin1":
+        path.write_bytes("[axes]\nbatch = [1]\n# caf\u00e9\n".encode("latin-1"))
+    else:
+        path.mkdir()
+    with pytest.raises(InputError) as err:
+        load_spec(path)
+    assert str(err.value) == f"{path}: {message}"
+
+
+def test_astronomical_spec_is_refused_before_expansion(tmp_path):
+    values = "[" + ", ".join(str(v) for v in range(1, 1001)) + "]"
+    text = "[axes]\nbatch = " + values + "\n" + "".join(f'"srpg.k{i}" = {values}\n' for i in range(9))
+    (tmp_path / "huge.toml").write_text(text)
+    start = time.perf_counter()
+    with pytest.raises(InputError) as err:
+        load_spec(tmp_path / "huge.toml")
+    assert time.perf_counter() - start < 2.0
+    assert str(err.value) == (f"{tmp_path / 'huge.toml'}: about 10^30 points (grid 'axes': 1000 x 1000 x 1000 x "
+                              "1000 x 1000 x 1000 x 1000 x 1000 x 1000 x 1000 values), more than the limit of "
+                              "100,000; raise it with --max-points N to run them anyway")
+
+
+def test_max_points_counts_every_grid_and_can_be_raised():
+    raw = {"sweep": BASE["sweep"], "grid": [{"batch": [1, 2, 3]}, {"srpg.gating": [True, False]}]}
+    with pytest.raises(InputError, match=r"^s.toml: 5 points \(grid 'grid0': 3 values\), more than the limit of 4;"):
+        spec_from_dict(raw, "s.toml", max_points=4)
+    assert len(spec_from_dict(raw, "s.toml", max_points=5).points()) == 4  # batch=1 with gating on is in both
+    with pytest.raises(InputError, match="^--max-points: must be a positive integer, got 0$"):
+        spec_from_dict(raw, "s.toml", max_points=0)
 
 
 def test_expansion_resolves_every_axis_column():
