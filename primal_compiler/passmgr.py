@@ -1,7 +1,16 @@
 """Passes, pipelines and the pass manager.
 
 A pass is a frozen dataclass registered under a kebab-case ``name``; its typed
-fields are its options. It declares the facts it ``requires`` and ``provides``;
+fields are its options. Every option is declared with :func:`option`: its
+default and, for a bounded value, its inclusive range ``(lo, hi)`` or its
+choices, as field metadata. However a pass is made — parsed from pipeline
+text, loaded from TOML, or built in code (``GaPlacement(...)``,
+``dataclasses.replace``) — its ``__post_init__`` checks every option's type
+and declared range before the pass's own rules (:meth:`Pass.check`), and any
+violation is an :class:`~primal_compiler.errors.InputError` naming the pass,
+the option and what is allowed; nothing else escapes parsing.
+
+A pass declares the facts it ``requires`` and ``provides``;
 ``run(program, target)`` returns a new :class:`~primal_compiler.ir.program.Program`
 and never mutates its input. The manager checks each contract before running a
 pass (the error names the passes already run), times it, optionally verifies
@@ -13,16 +22,52 @@ pipeline. Pipelines print and parse as ``a,b{opt=1,flag=true},c`` and load from
 from __future__ import annotations
 
 import dataclasses
+import re
 import time
 import tomllib
 from dataclasses import dataclass, field, fields
+from numbers import Integral, Real
 from pathlib import Path
 from typing import Any, ClassVar, get_type_hints
 
 from primal_compiler.errors import InputError
+from primal_compiler.inputs import TEXT_LIMIT_BYTES, read_text
 from primal_compiler.resources import bundled
+from primal_compiler.target.loader import require_primal
 
 REGISTRY: dict[str, type[Pass]] = {}
+
+#: Option types a pipeline can spell; any other field type is run-time wiring and must be ``internal``.
+OPTION_TYPES = (bool, int, float, str, tuple[str, ...])
+
+#: Ranges several passes share, so their options agree. Context in tokens: 128 Ki, the longest context of
+#: current open LLMs (Llama 3.1, Mistral Large 2); the KV capacity check of kv-ring bounds it further per target.
+CONTEXT_RANGE = (1, 131_072)
+#: Seeds: the unsigned 32-bit range numpy's generators and Python's ``random`` both take.
+SEED_RANGE = (0, 2**32 - 1)
+
+
+def option(default: Any, lo: int | float | None = None, hi: int | float | None = None,
+           choices: tuple = ()) -> Any:
+    """A pass option field: its default, and its inclusive range ``lo..hi`` or its ``choices`` as metadata.
+
+    Every int and float option declares a range or choices (a test holds every registered pass to it).
+    """
+    meta: dict[str, Any] = {}
+    if lo is not None or hi is not None:
+        if lo is None or hi is None or not lo <= default <= hi:
+            raise TypeError(f"range {lo}..{hi} must give both ends and hold the default {default!r}")
+        meta["range"] = (lo, hi)
+    if choices:
+        if default not in choices:
+            raise TypeError(f"choices {choices} must hold the default {default!r}")
+        meta["choices"] = tuple(choices)
+    return field(default=default, metadata=meta)
+
+
+def internal(default: Any = None) -> Any:
+    """A field that is not an option: run-time wiring, never parsed, printed, compared or checked."""
+    return field(default=default, compare=False, repr=False, metadata={"internal": True})
 
 
 @dataclass(frozen=True)
@@ -41,18 +86,36 @@ class Pass:
                 raise RuntimeError(f"pass name {cls.name!r} registered twice")
             REGISTRY[cls.name] = cls
 
+    def __post_init__(self) -> None:
+        """Every option has its annotated type and lies in its declared range or choices, then :meth:`check`.
+
+        Raises ``InputError("pass NAME", ...)``; a ``ValueError`` from :meth:`check` becomes one too.
+        """
+        where = f"pass {self.name}"
+        for f, kind in option_fields(type(self)):
+            value = getattr(self, f.name)
+            if not _has_type(value, kind):
+                raise InputError(where, f"option {f.name}={_shown(value)} is not a valid {_type_name(kind)}")
+            problem = _bound_problem(f, value)
+            if problem:
+                raise InputError(where, f"{f.name} {problem}")
+        try:
+            self.check()
+        except ValueError as exc:
+            raise InputError(where, str(exc)) from None
+
+    def check(self) -> None:
+        """Rules tying options together (or beyond a range); raise ``ValueError`` naming the option."""
+
     def run(self, program: Any, target: Any) -> Any:  # pragma: no cover - abstract
         raise NotImplementedError
-
-    def options(self) -> dict[str, Any]:
-        return {f.name: getattr(self, f.name) for f in fields(self)}
 
     def spec(self) -> str:
         """This pass as pipeline text: options that differ from the defaults only."""
         changed = [
             f"{f.name}={_format(getattr(self, f.name))}"
-            for f in fields(self)
-            if getattr(self, f.name) != _default(f)
+            for f, _ in option_fields(type(self))
+            if getattr(self, f.name) != f.default
         ]
         return self.name + ("{" + ",".join(changed) + "}" if changed else "")
 
@@ -67,12 +130,59 @@ class PassRecord:
     details: dict[str, Any] = field(default_factory=dict)
 
 
-def _default(f: dataclasses.Field) -> Any:
-    if f.default is not dataclasses.MISSING:
-        return f.default
-    if f.default_factory is not dataclasses.MISSING:
-        return f.default_factory()
-    return dataclasses.MISSING
+_OPTIONS: dict[type, tuple[tuple[dataclasses.Field, Any], ...]] = {}
+
+
+def option_fields(cls: type) -> tuple[tuple[dataclasses.Field, Any], ...]:
+    """(field, annotated type) of every option of pass class ``cls``, in declaration order (cached)."""
+    cached = _OPTIONS.get(cls)
+    if cached is None:
+        hints = get_type_hints(cls)
+        cached = tuple((f, hints[f.name]) for f in fields(cls) if not f.metadata.get("internal"))
+        for f, kind in cached:
+            if kind not in OPTION_TYPES:
+                raise TypeError(f"{cls.__name__}.{f.name}: {kind} is no option type; declare it with internal()")
+        _OPTIONS[cls] = cached
+    return cached
+
+
+def option_lines(cls: type) -> list[str]:
+    """``name = default`` of every option of ``cls`` with its range or choices, as ``primal passes`` shows them."""
+    lines = []
+    for f, _ in option_fields(cls):
+        bounds = f.metadata.get("range")
+        rule = (f"  (range {_format(bounds[0])}..{_format(bounds[1])})" if bounds
+                else f"  (one of {', '.join(map(_format, f.metadata['choices']))})" if "choices" in f.metadata
+                else "")
+        lines.append(f"{f.name} = {f.default!r}{rule}")
+    return lines
+
+
+def _has_type(value: Any, kind: Any) -> bool:
+    if kind is bool:
+        return isinstance(value, bool)
+    if kind is int:
+        return isinstance(value, Integral) and not isinstance(value, bool)
+    if kind is float:
+        return isinstance(value, Real) and not isinstance(value, bool)
+    if kind is str:
+        return isinstance(value, str)
+    return isinstance(value, tuple) and all(isinstance(v, str) for v in value)
+
+
+def _bound_problem(f: dataclasses.Field, value: Any) -> str:
+    """Why ``value`` breaks the declared range or choices of ``f`` (empty if it does not)."""
+    if "range" in f.metadata:
+        lo, hi = f.metadata["range"]
+        if not lo <= value <= hi:  # also refuses NaN
+            return f"must be >= {_format(lo)} and <= {_format(hi)}, got {_cut(_format(value))}"
+    if "choices" in f.metadata and value not in f.metadata["choices"]:
+        return f"must be one of {', '.join(map(_format, f.metadata['choices']))}, got {_shown(value)}"
+    return ""
+
+
+def _type_name(kind: Any) -> str:
+    return "list of strings" if kind == tuple[str, ...] else kind.__name__
 
 
 def _format(value: Any) -> str:
@@ -83,60 +193,68 @@ def _format(value: Any) -> str:
     return str(value)
 
 
+_TRUE, _FALSE = ("true", "1", "yes", "on"), ("false", "0", "no", "off")
+
+
 def _coerce(pass_name: str, opt: str, kind: Any, raw: Any) -> Any:
-    """Option value of the annotated type; wrong values name the pass and option."""
-    where = f"pass {pass_name}"
+    """Option value of the annotated type from pipeline text or TOML; wrong values name the pass and option."""
     try:
+        return _convert(kind, raw)
+    except (ValueError, OverflowError):
+        raise InputError(_where(pass_name), f"option {opt}={_shown(raw)} is not a valid {_type_name(kind)}") from None
+
+
+def _convert(kind: Any, raw: Any) -> Any:
+    """``raw`` (a string, or a TOML value) as ``kind``; ``ValueError`` if it is not one."""
+    if isinstance(raw, bool):
         if kind is bool:
-            if isinstance(raw, bool):
-                return raw
-            if str(raw).lower() in ("true", "1", "yes", "on"):
-                return True
-            if str(raw).lower() in ("false", "0", "no", "off"):
-                return False
+            return raw
+        raise ValueError
+    if kind == tuple[str, ...]:
+        items = raw if isinstance(raw, list) else [s for s in raw.split(":") if s] if isinstance(raw, str) else None
+        if items is None or not all(isinstance(s, str) for s in items):
             raise ValueError
-        if kind is int:
-            if isinstance(raw, bool) or (isinstance(raw, float) and not raw.is_integer()):
-                raise ValueError
-            return int(raw)
-        if kind is float:
-            if isinstance(raw, bool):
-                raise ValueError
-            return float(raw)
-        if kind is str:
-            if not isinstance(raw, (str, int, float)) or isinstance(raw, bool):
-                raise ValueError
-            return str(raw)
-        if kind == tuple[str, ...]:
-            items = raw if isinstance(raw, list) else [s for s in str(raw).split(":") if s]
-            return tuple(str(s) for s in items)
-    except ValueError:
-        raise InputError(where, f"option {opt}={raw!r} is not a valid {getattr(kind, '__name__', kind)}") from None
-    raise InputError(where, f"option {opt} has unsupported type {kind}")
+        return tuple(items)
+    if not isinstance(raw, (str, int, float)):  # arrays, tables, dates
+        raise ValueError
+    if kind is bool:
+        word = str(raw).lower()
+        if word not in _TRUE + _FALSE:
+            raise ValueError
+        return word in _TRUE
+    if kind is int:
+        if isinstance(raw, float) and not raw.is_integer():
+            raise ValueError
+        return int(raw)
+    if kind is float:
+        return float(raw)  # NaN and infinities are refused by the option's range
+    return str(raw)
 
 
 def make_pass(name: str, options: dict[str, Any]) -> Pass:
-    """Instantiate registered pass ``name``; unknown passes or options are :class:`InputError`."""
+    """Instantiate registered pass ``name``; unknown passes or options, bad types or ranges are :class:`InputError`."""
     cls = REGISTRY.get(name)
     if cls is None:
-        raise InputError(f"pass {name}", f"unknown pass; known passes: {', '.join(sorted(REGISTRY))}")
-    hints = get_type_hints(cls)
-    known = {f.name for f in fields(cls)}
+        raise InputError(_where(name), f"unknown pass; known passes: {', '.join(sorted(REGISTRY))}")
+    kinds = {f.name: kind for f, kind in option_fields(cls)}
     values = {}
     for opt, raw in options.items():
-        if opt not in known:
-            raise InputError(f"pass {name}", f"unknown option {opt!r}; options: {', '.join(sorted(known)) or 'none'}")
-        values[opt] = _coerce(name, opt, hints[opt], raw)
-    try:
-        return cls(**values)
-    except (ValueError, TypeError) as exc:
-        raise InputError(f"pass {name}", str(exc)) from None
+        if opt not in kinds:
+            raise InputError(_where(name), f"unknown option {_shown(opt)}; options: {', '.join(sorted(kinds)) or 'none'}")
+        values[opt] = _coerce(name, opt, kinds[opt], raw)
+    return cls(**values)
 
 
 def parse_pipeline(text: str) -> tuple[Pass, ...]:
-    """Passes of ``a,b{opt=1,other=x},c``; the inverse of :func:`print_pipeline`."""
+    """Passes of ``a,b{opt=1,other=x},c``; the inverse of :func:`print_pipeline`.
+
+    At least one pass; passes are separated by commas, each option is ``key=value`` and given once.
+    """
     passes: list[Pass] = []
     i, text = 0, text.strip()
+    if not text:
+        raise InputError("pipeline", "empty pipeline; give passes such as lower-tiles,blocking,zcurve-order "
+                                     "or a bundled name (default, fast, thorough)")
     while i < len(text):
         j = i
         while j < len(text) and text[j] not in ",{":
@@ -146,15 +264,19 @@ def parse_pipeline(text: str) -> tuple[Pass, ...]:
         if j < len(text) and text[j] == "{":
             end = text.find("}", j)
             if end < 0:
-                raise InputError("pipeline", f"unclosed '{{' after pass {name!r}")
+                raise InputError("pipeline", f"unclosed '{{' after pass {_shown(name)}")
             for item in filter(None, (s.strip() for s in text[j + 1 : end].split(","))):
                 if "=" not in item:
-                    raise InputError(f"pass {name}", f"option {item!r} is not key=value")
-                key, value = item.split("=", 1)
-                options[key.strip()] = value.strip()
+                    raise InputError(_where(name), f"option {_shown(item)} is not key=value")
+                key, value = (s.strip() for s in item.split("=", 1))
+                if key in options:
+                    raise InputError(_where(name), f"option {_shown(key)} given twice")
+                options[key] = value
             j = end + 1
+            if j < len(text) and text[j] not in ", ":
+                raise InputError("pipeline", f"expected ',' after the options of pass {_shown(name)}, got {text[j]!r}")
         if not name:
-            raise InputError("pipeline", f"empty pass name in {text!r}")
+            raise InputError("pipeline", f"empty pass name in {_shown(text)}")
         passes.append(make_pass(name, options))
         while j < len(text) and text[j] in ", ":
             j += 1
@@ -162,31 +284,60 @@ def parse_pipeline(text: str) -> tuple[Pass, ...]:
     return tuple(passes)
 
 
+_WORD = re.compile(r"[a-z0-9][a-z0-9-]*")
+
+
+def _where(name: str) -> str:
+    """``pass NAME`` for a message; a name that is not a plain word is quoted (so it stays one line)."""
+    return f"pass {name}" if _WORD.fullmatch(name) else f"pass {_shown(name)}"
+
+
+def _shown(value: Any) -> str:
+    """``repr(value)`` for a one-line message, cut to 60 characters."""
+    return _cut(repr(value))
+
+
+def _cut(text: str, limit: int = 60) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 def print_pipeline(passes: tuple[Pass, ...]) -> str:
     return ",".join(p.spec() for p in passes)
 
 
 def load_pipeline_file(path: Path) -> tuple[Pass, ...]:
-    """Passes of a TOML pipeline: ``[[pass]]`` tables with ``name`` and options."""
+    """Passes of a TOML pipeline: optional ``description`` (a string) and ``[[pass]]`` tables with ``name`` and options.
+
+    The file is read through :func:`primal_compiler.inputs.read_text` (a regular UTF-8 file within
+    ``TEXT_LIMIT_BYTES``); every problem is one :class:`InputError` naming the file.
+    """
+    where = str(path)
     try:
-        data = tomllib.loads(path.read_text())
-    except (OSError, tomllib.TOMLDecodeError) as exc:
-        raise InputError(str(path), f"cannot read pipeline: {exc}") from None
+        data = tomllib.loads(read_text(path, TEXT_LIMIT_BYTES, "pipeline file"))
+    except tomllib.TOMLDecodeError as exc:
+        raise InputError(where, f"invalid TOML: {exc}") from None
+    except RecursionError:
+        raise InputError(where, "invalid TOML: arrays or tables nested too deeply") from None
     unknown = set(data) - {"description", "pass"}
     if unknown:
-        raise InputError(str(path), f"unknown key(s) {', '.join(sorted(unknown))}")
+        raise InputError(where, f"unknown key(s) {', '.join(sorted(unknown))}; a pipeline has description and [[pass]]")
+    if not isinstance(data.get("description", ""), str):
+        raise InputError(where, "description must be a string")
+    entries = data.get("pass", [])
+    if not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
+        raise InputError(where, "pass must be an array of tables ([[pass]] entries)")
     passes = []
-    for entry in data.get("pass", []):
+    for n, entry in enumerate(entries):
         entry = dict(entry)
         name = entry.pop("name", None)
         if not isinstance(name, str):
-            raise InputError(str(path), "every [[pass]] needs a name")
+            raise InputError(where, f"[[pass]] number {n + 1} needs a name string")
         try:
             passes.append(make_pass(name, entry))
         except InputError as exc:
-            raise InputError(str(path), exc.args[0]) from None
+            raise InputError(where, str(exc)) from None
     if not passes:
-        raise InputError(str(path), "pipeline has no [[pass]] entries")
+        raise InputError(where, "pipeline has no [[pass]] entries")
     return tuple(passes)
 
 
@@ -208,6 +359,8 @@ class PassManager:
         self.verify = verify
 
     def run(self, program: Any, target: Any) -> Any:
+        """``program`` after every pass; a target that is not a PRIMAL target is refused before any pass runs."""
+        require_primal(target, f"target {getattr(target, 'name', target)}")
         for p in self.passes:
             missing = p.requires - program.facts
             if missing:

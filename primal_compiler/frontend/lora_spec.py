@@ -4,6 +4,8 @@ Grammar: ``TARGETS:RANK[:ALPHA]`` with TARGETS a comma list of roles
 (``q,v``), PEFT module names (``q_proj``, ``c_attn``...) or groups
 (``attn``, ``mlp``, ``all``). ALPHA defaults to RANK (scale 1.0).
 Several specs may be joined with ``;`` to give targets different ranks.
+RANK is an integer in ``1..MAX_RANK`` and ALPHA a finite number in
+``(0, MAX_ALPHA]``; anything else is an :class:`InputError` naming ``--lora``.
 """
 
 from __future__ import annotations
@@ -21,6 +23,14 @@ ALIASES: dict[str, tuple[Role, ...]] = {
     "attn": ATTENTION_ROLES, "mlp": MLP_ROLES, "all": ATTENTION_ROLES + MLP_ROLES,
 }
 LAYER_ROLES = ATTENTION_ROLES + MLP_ROLES
+
+#: LoRA's update B @ A has rank at most min(in, out) of its projection, so a rank above the widest hidden
+#: size of current LLMs (16,384: Llama-3.1-405B) adds nothing a full update would not, and only
+#: multiplies the SRAM tiles to lower.
+MAX_RANK = 16_384
+#: alpha only scales the update (by alpha / rank); published adapters use at most a few times the rank.
+#: The bound keeps alpha / rank within FP16 (65,504 at most) for every rank.
+MAX_ALPHA = 65_504.0
 
 
 @dataclass(frozen=True)
@@ -41,14 +51,17 @@ def parse_lora_spec(spec: str) -> tuple[LoraRequest, ...]:
     requests: list[LoraRequest] = []
     for part in (p.strip() for p in spec.split(";")):
         if not part:
-            raise InputError("--lora", f"empty part in {spec!r}")
+            raise InputError("--lora", f"empty part in {_shown(spec)}")
         fields = part.split(":")
         if len(fields) not in (2, 3):
-            raise InputError("--lora", f"{part!r} is not TARGETS:RANK[:ALPHA] (e.g. q,v:8 or q,k,v,o:16:32)")
+            raise InputError("--lora", f"{_shown(part)} is not TARGETS:RANK[:ALPHA] (e.g. q,v:8 or q,k,v,o:16:32)")
         rank = _number(fields[1], int, part, "rank")
+        if not 1 <= rank <= MAX_RANK:
+            shown = _shown(fields[1].strip())
+            raise InputError("--lora", f"{_shown(part)}: rank must be >= 1 and <= {MAX_RANK}, got {shown}")
         alpha = _number(fields[2], float, part, "alpha") if len(fields) == 3 else float(rank)
-        if rank < 1 or alpha <= 0:
-            raise InputError("--lora", f"{part!r}: rank must be >= 1 and alpha > 0")
+        if not 0 < alpha <= MAX_ALPHA:  # also refuses NaN and infinities
+            raise InputError("--lora", f"{_shown(part)}: need alpha > 0 and alpha <= {MAX_ALPHA:g}, got {alpha:g}")
         for name in (t.strip().lower() for t in fields[0].split(",")):
             requests.append(LoraRequest(name, _roles(name, part), LoRA(rank, alpha)))
     return tuple(requests)
@@ -56,9 +69,14 @@ def parse_lora_spec(spec: str) -> tuple[LoraRequest, ...]:
 
 def _number(text: str, kind: type, part: str, what: str) -> int | float:
     try:
-        return kind(text)
-    except ValueError:
-        raise InputError("--lora", f"{part!r}: {what} {text!r} is not a number") from None
+        return kind(text.strip())
+    except ValueError:  # also a number of more digits than int() converts
+        raise InputError("--lora", f"{_shown(part)}: {what} {_shown(text)} is not a number") from None
+
+
+def _shown(text: str, limit: int = 40) -> str:
+    """``text`` quoted for a one-line message, cut to ``limit`` characters."""
+    return repr(text if len(text) <= limit else text[: limit - 3] + "...")
 
 
 def _roles(name: str, part: str) -> tuple[Role, ...]:
@@ -70,7 +88,7 @@ def _roles(name: str, part: str) -> tuple[Role, ...]:
         role = None
     if role is None or role not in LAYER_ROLES:
         known = ", ".join([r.value for r in LAYER_ROLES] + sorted(ALIASES))
-        raise InputError("--lora", f"{part!r}: unknown target {name!r}; known: {known}")
+        raise InputError("--lora", f"{_shown(part)}: unknown target {_shown(name)}; known: {known}")
     return (role,)
 
 

@@ -17,6 +17,7 @@ from primal_compiler.ir.tiles import TileTable
 from primal_compiler.mapping.instance import hub_slots
 from primal_compiler.mapping.layout import CtTemplate, Layout, _template_instances, column_major
 from primal_compiler.mapping.lower import layer_templates
+from primal_compiler.target.spec import MAX_CTS, MAX_PES
 
 CONTROLLER = -1
 
@@ -34,6 +35,9 @@ def block_model(model: Model, tiles: TileTable, geo, mesh: tuple[int, int], cont
     needed = int(sum(n_cts))
     if max_cts and needed > max_cts:
         raise InputError(model.name, f"needs {needed} CTs but the target fixes num_cts = {max_cts}")
+    if needed > MAX_CTS or needed * mesh[0] * mesh[1] > MAX_PES:
+        raise InputError(model.name, f"needs {needed:,} CTs of {mesh[0]}x{mesh[1]} PEs, more than a package "
+                                     f"holds ({MAX_CTS:,} CTs, {MAX_PES:,} PEs)")
     ct_base = np.concatenate([[0], np.cumsum(n_cts)[:-1]]).astype(np.int64)
 
     templates, template_index = [], {}

@@ -19,6 +19,7 @@ import numpy as np
 from primal_compiler.errors import InputError
 from primal_compiler.ir.model import DecoderLayer, Linear, Model, Role
 from primal_compiler.ir.tiles import ROLE_INDEX, Macro, Part, TileTable
+from primal_compiler.target.spec import MAX_PES
 
 
 @dataclass(frozen=True)
@@ -79,13 +80,11 @@ def _lora_tiles(layer: int, lin: Linear, geo: Geometry) -> TileTable:
     return TileTable.concat(tables)
 
 
-def _assign_hosts(table: TileTable, where: str) -> np.ndarray:
+def _assign_hosts(table: TileTable) -> np.ndarray:
     """Host RRAM row for every SRAM tile of one layer table; -1 for RRAM tiles."""
     host = np.full(len(table), -1, dtype=np.int64)
     rram = np.flatnonzero(table.macro == Macro.RRAM)
     sram = np.flatnonzero(table.macro == Macro.SRAM)
-    if len(sram) > len(rram):
-        raise InputError(where, f"LoRA needs {len(sram)} SRAM macros but the layer has only {len(rram)} PEs")
     free = np.ones(len(table), dtype=bool)
     free[sram] = False
     for t in sram:
@@ -107,11 +106,11 @@ def _assign_hosts(table: TileTable, where: str) -> np.ndarray:
     return host
 
 
-def lower_layer(layer: DecoderLayer, geo: Geometry, where: str) -> TileTable:
+def lower_layer(layer: DecoderLayer, geo: Geometry) -> TileTable:
     tables = [_base_tiles(layer.index, lin, geo, geo.base_bits) for lin in layer.linears]
     tables += [_lora_tiles(layer.index, lin, geo) for lin in layer.linears if lin.lora is not None]
     table = TileTable.concat(tables)
-    return table.with_columns(host=_assign_hosts(table, where))
+    return table.with_columns(host=_assign_hosts(table))
 
 
 def layer_templates(model: Model) -> tuple[np.ndarray, list[int]]:
@@ -128,10 +127,48 @@ def layer_templates(model: Model) -> tuple[np.ndarray, list[int]]:
     return ids, firsts
 
 
-def lower_model(model: Model, geo: Geometry) -> TileTable:
-    """Tile table of every layer (in layer order) followed by the LM head (layer ``num_layers``)."""
+def _rram_count(lin: Linear, geo: Geometry, bits: int) -> int:
+    blocks = _ceil(lin.in_features, geo.rram_rows) * _ceil(lin.out_features, geo.rram_cols)
+    return blocks * _ceil(bits, geo.bits_per_cell)
+
+
+def _sram_count(lin: Linear, geo: Geometry) -> int:
+    if lin.lora is None:
+        return 0
+    blocks = _ceil(lin.in_features, geo.sram_rows) + _ceil(lin.out_features, geo.sram_rows)
+    return blocks * _ceil(lin.lora.rank, geo.lora_width)
+
+
+def check_size(model: Model, geo: Geometry) -> None:
+    """Refuse, before any array is made, a lowering that cannot be placed.
+
+    Every layer's LoRA needs at most one SRAM macro per PE of the layer, and the model at most
+    ``MAX_PES`` RRAM tiles (one PE each: the largest package a target may declare).
+    """
     ids, firsts = layer_templates(model)
-    templates = [lower_layer(model.layers[f], geo, model.name) for f in firsts]
+    rram = []
+    for f in firsts:
+        layer = model.layers[f]
+        n = sum(_rram_count(lin, geo, geo.base_bits) for lin in layer.linears)
+        lora = sum(_sram_count(lin, geo) for lin in layer.linears)
+        if lora > n:
+            raise InputError(model.name, f"LoRA needs {lora:,} SRAM macros but layer {f} has only {n:,} PEs")
+        rram.append(n)
+    head = _rram_count(Linear(Role.LM_HEAD, model.hidden_size, model.vocab_size), geo, geo.lm_head_bits)
+    total = sum(rram[k] for k in ids.tolist()) + head
+    if total > MAX_PES:
+        raise InputError(model.name, f"needs {total:,} RRAM tiles (a PE each), more than the {MAX_PES:,} PEs "
+                                     f"of the largest package a target may declare")
+
+
+def lower_model(model: Model, geo: Geometry) -> TileTable:
+    """Tile table of every layer (in layer order) followed by the LM head (layer ``num_layers``).
+
+    Sizes are checked first (:func:`check_size`), so an unplaceable model never allocates its table.
+    """
+    check_size(model, geo)
+    ids, firsts = layer_templates(model)
+    templates = [lower_layer(model.layers[f], geo) for f in firsts]
     parts = []
     for n in range(model.num_layers):
         t = templates[ids[n]]

@@ -39,18 +39,23 @@ def _row(h: dict, seconds: float) -> dict:
 
 
 def compare_strategies(model, target, context: int = 2048, seed: int = 0, generations: int = 30) -> dict:
-    """Hop statistics of every ordering, the GA and the exact lower bound, keyed by strategy."""
+    """Hop statistics of every ordering, the GA and the exact lower bound, keyed by strategy.
+
+    Every pipeline is parsed (so ``context``, ``seed`` and ``generations`` are range-checked by the
+    passes that take them) before any work starts.
+    """
     from primal_compiler.ir.program import Program
 
+    head = parse_pipeline(f"lower-tiles,blocking{{context={context}}}")
+    runs = {name: parse_pipeline(spec) for name, spec in STRATEGIES.items()}
+    runs["ga"] = parse_pipeline(f"zcurve-order,ga-placement{{seed={seed},generations={generations}}}")
     start = time.perf_counter()
-    blocked = PassManager(parse_pipeline(f"lower-tiles,blocking{{context={context}}}")).run(Program(model), target)
+    blocked = PassManager(head).run(Program(model), target)
     base_seconds = time.perf_counter() - start
     table = {}
-    for name, spec in list(STRATEGIES.items()) + [
-        ("ga", f"zcurve-order,ga-placement{{seed={seed},generations={generations}}}")
-    ]:
+    for name, passes in runs.items():
         t0 = time.perf_counter()
-        prog = PassManager(parse_pipeline(spec)).run(blocked, target)
+        prog = PassManager(passes).run(blocked, target)
         table[name] = _row(prog.records[-1].details["hops"], base_seconds + time.perf_counter() - t0)
     t0 = time.perf_counter()
     table["exact-bound"] = _bound_row(blocked.layout, base_seconds + 0.0)

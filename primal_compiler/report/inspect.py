@@ -69,7 +69,7 @@ def render_inspect(info: dict) -> str:
 
 def render_passes() -> str:
     import primal_compiler.transforms  # noqa: F401
-    from primal_compiler.passmgr import REGISTRY
+    from primal_compiler.passmgr import REGISTRY, option_lines
 
     lines = []
     for name in sorted(REGISTRY):
@@ -78,7 +78,5 @@ def render_passes() -> str:
         req = ", ".join(sorted(cls.requires)) or "-"
         prov = ", ".join(sorted(cls.provides)) or "-"
         lines.append(f"    requires: {req}; provides: {prov}")
-        for f in fields(cls):
-            if f.repr:
-                lines.append(f"    {f.name} = {f.default!r}")
+        lines += [f"    {line}" for line in option_lines(cls)]
     return "\n".join(lines)

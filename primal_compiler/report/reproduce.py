@@ -59,11 +59,14 @@ class Runner:
     """Compiles and replays the variants of one study, reporting progress through ``say``."""
 
     def __init__(self, study: Study, say: Callable[[str], None] = lambda s: None) -> None:
+        """Check the study up front (every pipeline it runs parses, its target is a PRIMAL one), then place once."""
         from primal_compiler.frontend import load_model
-        from primal_compiler.target import load_target
+        from primal_compiler.target import load_primal_target
 
         self.study, self.say = study, say
-        self.target = load_target(study.target)
+        parse_pipeline(f"blocking{{context={study.context}}},lora-sparsity{{zero_fraction={study.zero_fraction}}},"
+                       f"{_kv(study.context)},{_kv(study.batch8_context, 8)}")
+        self.target = load_primal_target(study.target)
         self.model = load_model(study.model, study.lora)
         head = [p for p in resolve_pipeline(study.pipeline) if p.name not in TAIL]
         self.say(f"placing {study.model} with {print_pipeline(tuple(head))}")

@@ -8,8 +8,10 @@
 
 from primal_compiler.target.loader import (
     bundled_targets,
+    load_primal_target,
     load_target,
     parse_override,
+    require_primal,
     validate_all,
     with_overrides,
 )
@@ -53,8 +55,10 @@ __all__ = [
     "SystemSpec",
     "Target",
     "bundled_targets",
+    "load_primal_target",
     "load_target",
     "parse_override",
+    "require_primal",
     "schema",
     "validate_all",
     "with_overrides",

@@ -29,13 +29,16 @@ from pathlib import Path
 from typing import Any
 
 from primal_compiler.errors import InputError
+from primal_compiler.inputs import TEXT_LIMIT_BYTES, read_text
 from primal_compiler.resources import bundled
-from primal_compiler.target.spec import KINDS, RULE_KEYS, Target, type_hints
+from primal_compiler.target.spec import KINDS, RULE_KEYS, PrimalTarget, Target, type_hints
 
 __all__ = [
     "bundled_targets",
+    "load_primal_target",
     "load_target",
     "parse_override",
+    "require_primal",
     "validate_all",
     "with_overrides",
 ]
@@ -53,6 +56,20 @@ def load_target(name_or_path: str | Path) -> Target:
     path = _resolve(name_or_path, base_dir=None, where=str(name_or_path))
     raw, prov = _load_merged(path, chain=())
     return _build_target(raw, prov, str(path))
+
+
+def load_primal_target(name_or_path: str | Path) -> PrimalTarget:
+    """:func:`load_target`, refusing a GPU target with an :class:`InputError` (compile, run, map, inspect...)."""
+    return require_primal(load_target(name_or_path), str(name_or_path))
+
+
+def require_primal(target: Any, where: str) -> PrimalTarget:
+    """``target`` if it is a PRIMAL target, else ``InputError(where, ...)`` naming what it is and what would do."""
+    if isinstance(target, PrimalTarget):
+        return target
+    kind = getattr(target, "kind", type(target).__name__)
+    raise InputError(where, f"is a {kind} target, a baseline for comparison; this needs a PRIMAL target "
+                            f"(kind = \"primal\", e.g. primal-7nm or primal-5nm)")
 
 
 def with_overrides(target: Target, overrides: Mapping[str, Any]) -> Target:
@@ -125,6 +142,8 @@ def validate_all() -> list[tuple[str, bool, str]]:
 def _resolve(ref: str | Path, base_dir: Path | None, where: str) -> Path:
     """Path of a target reference: a ``.toml`` path (relative to ``base_dir``) or a bundled name."""
     text = str(ref)
+    if "\0" in text:
+        raise InputError(where, "a target name or path cannot contain a NUL character")
     if isinstance(ref, Path) or text.endswith(".toml") or "/" in text or "\\" in text:
         path = Path(ref)
         if base_dir is not None and not path.is_absolute():
@@ -140,20 +159,14 @@ def _resolve(ref: str | Path, base_dir: Path | None, where: str) -> Path:
 
 
 def _read_toml(path: Path) -> dict[str, Any]:
+    """Tables of a target file read through :func:`primal_compiler.inputs.read_text` (regular, UTF-8, size-limited)."""
+    text = read_text(path, TEXT_LIMIT_BYTES, "target file")
     try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        raise InputError(str(path), "file not found") from None
-    except IsADirectoryError:
-        raise InputError(str(path), "is a directory, not a target file") from None
-    except OSError as exc:
-        raise InputError(str(path), f"cannot read: {exc.strerror or exc}") from None
-    try:
-        return tomllib.loads(data.decode("utf-8"))
-    except UnicodeDecodeError as exc:
-        raise InputError(str(path), f"not UTF-8 text (byte {exc.start})") from None
+        return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise InputError(str(path), f"invalid TOML: {exc}") from None
+    except RecursionError:
+        raise InputError(str(path), "invalid TOML: arrays or tables nested too deeply") from None
 
 
 def _load_merged(path: Path, chain: tuple[Path, ...]) -> tuple[dict[str, Any], dict[str, str]]:

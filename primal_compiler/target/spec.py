@@ -27,6 +27,31 @@ SCHEMA_VERSION = 1
 #: Metadata keys that constrain a value (checked by the loader in this order).
 RULE_KEYS = ("choices", "ge", "gt", "le", "lt", "multiple_of")
 
+# Upper bounds (``le`` rules) of what a target may declare: every count that sizes an array or fills a
+# fixed-width field of the instruction stream is bounded, so an absurd target is refused when it is
+# loaded instead of overflowing a field or exhausting memory later. Each admits the bundled targets
+# with a wide margin.
+#: CTs of a package: the stream's 16-bit CT field reserves 0xFFFE (the controller) and 0xFFFF (none).
+MAX_CTS = 0xFFFE
+#: PE rows or columns of a CT: the 16-bit PE field reserves 0xFFFF (all PEs); 255 x 255 = 65,025 fit below it.
+MAX_MESH_SIDE = 255
+#: PEs of a package (CTs x PEs per CT): 16.8 M, 15x the 1.1 M Llama-2-70B takes on primal-7nm; the executor
+#: keeps several counters per PE, so this also bounds its memory (checked for num_cts here, for a derived
+#: CT count by the blocking pass).
+MAX_PES = 1 << 24
+#: Rows, columns and banks of a macro, widths of flits, links and banks: 16x the bundled 256 x 256 crossbar.
+MAX_MACRO_SIDE = 4096
+#: Cycles of one operation: 1 ms at 1 GHz, far beyond any macro, router or link.
+MAX_CYCLES = 10**6
+#: Clock, ADC and kernel rates: 1 THz.
+MAX_RATE_HZ = 10**12
+#: Link and memory bandwidth: 1 PB/s, 300x an H100's HBM.
+MAX_BYTES_PER_S = 10**15
+#: Tensor-core peaks: 10^18 op/s, 500x an H100's dense FP8 peak.
+MAX_OPS_PER_S = 10**18
+#: A router scratchpad: 16 MiB, 1024x the bundled 16 KiB.
+MAX_SCRATCHPAD_BYTES = 1 << 24
+
 # Units that need no suffix in the key name.
 UNITLESS = frozenset({"count", "fraction", "bool", "text", "enum"})
 
@@ -84,12 +109,12 @@ class _Target(_Table):
 class SystemSpec(_Table):
     """Package level: clock, number and arrangement of compute tiles (CTs), the NMC controller."""
 
-    technology_nm: int = _f("nm", "process node the energy/area figures refer to", ge=1)
-    clock_hz: int = _f("Hz", "clock of PEs, routers and NMC", gt=0)
-    num_cts: int = _f("count", "compute tiles in the package; 0 = derived from the model (smallest count that holds every base weight)", ge=0)
-    ct_grid_cols: int = _f("count", "columns of the package-level CT mesh; 0 = near-square grid derived from the CT count", ge=0)
+    technology_nm: int = _f("nm", "process node the energy/area figures refer to", ge=1, le=1000)
+    clock_hz: int = _f("Hz", "clock of PEs, routers and NMC", gt=0, le=MAX_RATE_HZ)
+    num_cts: int = _f("count", "compute tiles in the package; 0 = derived from the model (smallest count that holds every base weight)", ge=0, le=MAX_CTS)
+    ct_grid_cols: int = _f("count", "columns of the package-level CT mesh; 0 = near-square grid derived from the CT count", ge=0, le=MAX_CTS)
     d2d_topology: str = _f("enum", "topology of the die-to-die network between CTs", choices=("mesh",))
-    nmc_issue_cycles: int = _f("cycles", "cycles the central NMC controller takes to issue one instruction record to the CTs", ge=1)
+    nmc_issue_cycles: int = _f("cycles", "cycles the central NMC controller takes to issue one instruction record to the CTs", ge=1, le=MAX_CYCLES)
     nmc_issue_energy_pj: float = _f("pJ", "energy of the NMC fetching, decoding and issuing one instruction record", ge=0)
 
 
@@ -97,8 +122,8 @@ class SystemSpec(_Table):
 class CtSpec(_Table):
     """One compute tile: a 2D mesh of PEs (the IPCN)."""
 
-    mesh_rows: int = _f("count", "PE rows of the CT mesh", ge=1)
-    mesh_cols: int = _f("count", "PE columns of the CT mesh", ge=1)
+    mesh_rows: int = _f("count", "PE rows of the CT mesh", ge=1, le=MAX_MESH_SIDE)
+    mesh_cols: int = _f("count", "PE columns of the CT mesh", ge=1, le=MAX_MESH_SIDE)
     routing: str = _f("enum", "dimension-order routing on the PE mesh", choices=("xy", "yx"))
 
     @property
@@ -111,24 +136,24 @@ class CtSpec(_Table):
 class RramSpec(_Table):
     """RRAM-ACIM macro: analog crossbar holding the frozen 4-bit base weights, SAR ADCs on the columns."""
 
-    rows: int = _f("count", "crossbar rows (word lines = input vector length)", ge=1)
-    cols: int = _f("count", "crossbar columns (bit lines)", ge=1)
+    rows: int = _f("count", "crossbar rows (word lines = input vector length)", ge=1, le=MAX_MACRO_SIDE)
+    cols: int = _f("count", "crossbar columns (bit lines)", ge=1, le=MAX_MACRO_SIDE)
     bits_per_cell: int = _f("bits", "bits stored per RRAM cell (conductance levels = 2^bits)", ge=1, le=8)
     weight_bits: int = _f("bits", "bits per base weight; a weight spans weight_bits / bits_per_cell adjacent columns", ge=1, le=16)
     input_bits: int = _f("bits", "activation bits fed to the word lines per MVM", ge=1, le=16)
     input_mode: str = _f("enum", "how inputs are applied: 'bit-serial' (one bit per read pulse) or 'dac' (dac_bits per pulse)", choices=("bit-serial", "dac"))
     dac_bits: int = _f("bits", "input bits applied per read pulse (1 in bit-serial mode)", ge=1, le=8)
-    rows_active_per_read: int = _f("count", "word lines driven together in one read pulse (a row group)", ge=1)
-    adcs_per_macro: int = _f("count", "SAR ADCs per macro; each serves cols / adcs_per_macro columns through a mux", ge=1)
+    rows_active_per_read: int = _f("count", "word lines driven together in one read pulse (a row group)", ge=1, le=MAX_MACRO_SIDE)
+    adcs_per_macro: int = _f("count", "SAR ADCs per macro; each serves cols / adcs_per_macro columns through a mux", ge=1, le=MAX_MACRO_SIDE)
     adc_bits: int = _f("bits", "ADC resolution", ge=1, le=16)
-    adc_sample_rate_hz: int = _f("Hz", "conversions per second of one ADC", gt=0)
+    adc_sample_rate_hz: int = _f("Hz", "conversions per second of one ADC", gt=0, le=MAX_RATE_HZ)
     adc_power_uw: float = _f("uW", "power of one ADC converting at adc_sample_rate_hz", gt=0)
     adc_energy_pj_per_conversion: float = _f("pJ", "energy of one ADC conversion (= adc_power_uw / adc_sample_rate_hz)", gt=0)
-    adc_latency_cycles: int = _f("cycles", "clock cycles per conversion of one ADC", ge=1)
+    adc_latency_cycles: int = _f("cycles", "clock cycles per conversion of one ADC", ge=1, le=MAX_CYCLES)
     array_read_energy_pj: float = _f("pJ", "crossbar energy per cell per read pulse (one 1-bit-input x weight MAC slice)", gt=0)
     row_driver_energy_pj: float = _f("pJ", "word-line driver energy per activated row per read pulse", ge=0)
     shift_add_energy_pj_per_conversion: float = _f("pJ", "digital shift-and-add of one ADC result into the column accumulator", ge=0)
-    mvm_latency_cycles: int = _f("cycles", "cycles of one full MVM (all input bits, all row groups, all columns)", ge=1)
+    mvm_latency_cycles: int = _f("cycles", "cycles of one full MVM (all input bits, all row groups, all columns)", ge=1, le=MAX_CYCLES)
     leakage_uw: float = _f("uW", "static power of the macro periphery (ADCs, drivers, sample-and-hold); cells are non-volatile", ge=0)
 
     @property
@@ -184,17 +209,17 @@ class RramSpec(_Table):
 class SramSpec(_Table):
     """SRAM-DCIM macro: 6T cells with a carry-save adder tree holding 8-bit LoRA weights."""
 
-    rows: int = _f("count", "macro rows (input vector length)", ge=1)
-    cols_bits: int = _f("bits", "bit columns of the macro (256x64 bits = a 256x8 slice of 8-bit weights)", ge=1)
+    rows: int = _f("count", "macro rows (input vector length)", ge=1, le=MAX_MACRO_SIDE)
+    cols_bits: int = _f("bits", "bit columns of the macro (256x64 bits = a 256x8 slice of 8-bit weights)", ge=1, le=MAX_MACRO_SIDE)
     weight_bits: int = _f("bits", "bits per LoRA weight", ge=1, le=16)
     input_bits: int = _f("bits", "activation bits, fed bit-serially", ge=1, le=16)
-    banks: int = _f("count", "column banks that can be reprogrammed and gated independently", ge=1)
-    columns_per_bank: int = _f("count", "bit columns per bank", ge=1)
-    subarrays_per_bank: int = _f("count", "subarrays per bank (column-granular gating)", ge=1)
-    mac_latency_cycles: int = _f("cycles", "cycles of one MVM over the whole macro (bit-serial input + adder-tree pipeline)", ge=1)
+    banks: int = _f("count", "column banks that can be reprogrammed and gated independently", ge=1, le=MAX_MACRO_SIDE)
+    columns_per_bank: int = _f("count", "bit columns per bank", ge=1, le=MAX_MACRO_SIDE)
+    subarrays_per_bank: int = _f("count", "subarrays per bank (column-granular gating)", ge=1, le=MAX_MACRO_SIDE)
+    mac_latency_cycles: int = _f("cycles", "cycles of one MVM over the whole macro (bit-serial input + adder-tree pipeline)", ge=1, le=MAX_CYCLES)
     mac_energy_pj: float = _f("pJ", "energy per weight_bits x input_bits MAC, adder tree included", gt=0)
     write_energy_pj_per_bit: float = _f("pJ", "energy to write one weight bit (LoRA reconfiguration)", gt=0)
-    reconfig_cycles: int = _f("cycles", "cycles to rewrite the macro's LoRA weights (data already at the PE)", ge=1)
+    reconfig_cycles: int = _f("cycles", "cycles to rewrite the macro's LoRA weights (data already at the PE)", ge=1, le=MAX_CYCLES)
     leakage_uw: float = _f("uW", "static power of the macro (cells + adder trees); SRAM is retained when its CT is gated", ge=0)
 
     @property
@@ -224,18 +249,18 @@ class SramSpec(_Table):
 class RouterSpec(_Table):
     """Compute router of a PE: 6 AXI-Stream ports, DMAC units, a scratchpad for KV cache and intermediates."""
 
-    ports: int = _f("count", "AXI-Stream ports (4 mesh directions + local)", ge=5)
-    flit_bits: int = _f("bits", "flit width", ge=8, multiple_of=8)
-    link_bits_per_cycle: int = _f("bits", "payload bits a mesh link carries per cycle and direction", ge=1)
-    hop_latency_cycles: int = _f("cycles", "cycles per hop (router pipeline + link traversal)", ge=1)
+    ports: int = _f("count", "AXI-Stream ports (4 mesh directions + local)", ge=5, le=64)
+    flit_bits: int = _f("bits", "flit width", ge=8, multiple_of=8, le=MAX_MACRO_SIDE)
+    link_bits_per_cycle: int = _f("bits", "payload bits a mesh link carries per cycle and direction", ge=1, le=MAX_MACRO_SIDE)
+    hop_latency_cycles: int = _f("cycles", "cycles per hop (router pipeline + link traversal)", ge=1, le=MAX_CYCLES)
     energy_pj_per_bit_hop: float = _f("pJ", "energy to move one bit across one router and one PE-to-PE link", gt=0)
-    dmac_units: int = _f("count", "dynamic MAC units (activation x activation, accumulation, activation functions)", ge=1)
-    dmac_ops_per_cycle: int = _f("count", "MACs per cycle of one DMAC unit", ge=1)
+    dmac_units: int = _f("count", "dynamic MAC units (activation x activation, accumulation, activation functions)", ge=1, le=MAX_MACRO_SIDE)
+    dmac_ops_per_cycle: int = _f("count", "MACs per cycle of one DMAC unit", ge=1, le=MAX_MACRO_SIDE)
     dmac_bits: int = _f("bits", "operand width of the DMAC units", ge=1, le=32)
     dmac_energy_pj_per_op: float = _f("pJ", "energy of one DMAC multiply-accumulate", gt=0)
-    scratchpad_bytes: int = _f("bytes", "scratchpad capacity (KV cache slices, intermediates)", ge=1)
-    scratchpad_banks: int = _f("count", "scratchpad banks (adjacent tokens' K/V interleaved over them)", ge=1)
-    scratchpad_bank_width_bits: int = _f("bits", "bits one bank reads or writes per cycle", ge=8, multiple_of=8)
+    scratchpad_bytes: int = _f("bytes", "scratchpad capacity (KV cache slices, intermediates)", ge=1, le=MAX_SCRATCHPAD_BYTES)
+    scratchpad_banks: int = _f("count", "scratchpad banks (adjacent tokens' K/V interleaved over them)", ge=1, le=MAX_MACRO_SIDE)
+    scratchpad_bank_width_bits: int = _f("bits", "bits one bank reads or writes per cycle", ge=8, multiple_of=8, le=MAX_MACRO_SIDE)
     scratchpad_energy_pj_per_bit: float = _f("pJ", "energy to read or write one scratchpad bit", gt=0)
     leakage_uw: float = _f("uW", "static power of router logic and DMAC units (gated with the interconnect)", ge=0)
     scratchpad_leakage_uw: float = _f("uW", "static power of the scratchpad (retained when the CT is gated)", ge=0)
@@ -254,26 +279,26 @@ class RouterSpec(_Table):
 class ActSpec(_Table):
     """Work of the router's activation path: DMAC operations per element of each ``ACT`` function."""
 
-    embed_ops_per_element: int = _f("count", "controller: embedding-table read and FP16 conversion per element", ge=1)
-    rmsnorm_ops_per_element: int = _f("count", "square-accumulate, scale, multiply by the norm weight", ge=1)
-    layernorm_ops_per_element: int = _f("count", "mean, variance, normalize, affine", ge=1)
-    silu_ops_per_element: int = _f("count", "x * sigmoid(x) by piecewise approximation", ge=1)
-    gelu_ops_per_element: int = _f("count", "tanh approximation of GELU", ge=1)
-    relu_ops_per_element: int = _f("count", "max(x, 0)", ge=1)
-    swiglu_ops_per_element: int = _f("count", "silu(gate) * up", ge=1)
-    rope_ops_per_element: int = _f("count", "rotation: two multiplies and an add against a sin/cos table", ge=1)
-    softmax_ops_per_element: int = _f("count", "max, exp, sum, divide", ge=1)
-    residual_add_ops_per_element: int = _f("count", "one add", ge=1)
-    argmax_ops_per_element: int = _f("count", "controller: one compare per logit", ge=1)
-    bias_ops_per_element: int = _f("count", "add the projection bias to a column block", ge=1)
+    embed_ops_per_element: int = _f("count", "controller: embedding-table read and FP16 conversion per element", ge=1, le=1024)
+    rmsnorm_ops_per_element: int = _f("count", "square-accumulate, scale, multiply by the norm weight", ge=1, le=1024)
+    layernorm_ops_per_element: int = _f("count", "mean, variance, normalize, affine", ge=1, le=1024)
+    silu_ops_per_element: int = _f("count", "x * sigmoid(x) by piecewise approximation", ge=1, le=1024)
+    gelu_ops_per_element: int = _f("count", "tanh approximation of GELU", ge=1, le=1024)
+    relu_ops_per_element: int = _f("count", "max(x, 0)", ge=1, le=1024)
+    swiglu_ops_per_element: int = _f("count", "silu(gate) * up", ge=1, le=1024)
+    rope_ops_per_element: int = _f("count", "rotation: two multiplies and an add against a sin/cos table", ge=1, le=1024)
+    softmax_ops_per_element: int = _f("count", "max, exp, sum, divide", ge=1, le=1024)
+    residual_add_ops_per_element: int = _f("count", "one add", ge=1, le=1024)
+    argmax_ops_per_element: int = _f("count", "controller: one compare per logit", ge=1, le=1024)
+    bias_ops_per_element: int = _f("count", "add the projection bias to a column block", ge=1, le=1024)
 
 
 @dataclass(frozen=True)
 class D2dSpec(_Table):
     """Die-to-die link between neighbouring CTs of the package mesh (per direction)."""
 
-    bandwidth_bytes_per_s: int = _f("bytes/s", "payload bandwidth of one CT-to-CT link per direction", gt=0)
-    latency_cycles: int = _f("cycles", "one-way latency of a CT-to-CT link (PHY + adapter)", ge=1)
+    bandwidth_bytes_per_s: int = _f("bytes/s", "payload bandwidth of one CT-to-CT link per direction", gt=0, le=MAX_BYTES_PER_S)
+    latency_cycles: int = _f("cycles", "one-way latency of a CT-to-CT link (PHY + adapter)", ge=1, le=MAX_CYCLES)
     energy_pj_per_bit: float = _f("pJ", "energy per bit crossing one CT-to-CT link", gt=0)
 
 
@@ -287,7 +312,7 @@ class PowerGatingSpec(_Table):
     retain_scratchpad: bool = _f("bool", "scratchpads stay powered in a gated CT and keep their KV-cache slices")
     gated_leakage_fraction: float = _f("fraction", "residual leakage of a switched-off domain, as a fraction of its leakage", ge=0, le=1)
     retained_leakage_fraction: float = _f("fraction", "leakage of a retained domain while gated, as a fraction of its active leakage", ge=0, le=1)
-    wakeup_cycles: int = _f("cycles", "cycles from PG_ON until the CT can compute", ge=0)
+    wakeup_cycles: int = _f("cycles", "cycles from PG_ON until the CT can compute", ge=0, le=MAX_CYCLES)
     wakeup_energy_pj: float = _f("pJ", "energy to wake one whole CT (recharging its gated rails)", ge=0)
 
 
@@ -326,6 +351,10 @@ class PrimalTarget(_Target):
     source: str = _internal("file the target was loaded from (not part of the hash)")
 
     def _problems(self) -> Iterator[Problem]:
+        pes = self.system.num_cts * self.ct.pes
+        if pes > MAX_PES:
+            yield "system.num_cts", (f"{self.system.num_cts} CTs x {self.ct.pes} PEs = {pes:,} PEs exceeds the "
+                                     f"package limit of {MAX_PES:,} PEs")
         need = -(-self.system.clock_hz // self.rram.adc_sample_rate_hz)  # ceil
         if self.rram.adc_latency_cycles < need:
             yield "rram.adc_latency_cycles", (
@@ -341,8 +370,8 @@ class PrimalTarget(_Target):
 class GpuMemorySpec(_Table):
     """HBM: capacity, peak bandwidth and the share a serving engine may fill."""
 
-    hbm_capacity_bytes: int = _f("bytes", "HBM capacity", gt=0)
-    hbm_bandwidth_bytes_per_s: int = _f("bytes/s", "peak HBM bandwidth", gt=0)
+    hbm_capacity_bytes: int = _f("bytes", "HBM capacity", gt=0, le=1 << 50)
+    hbm_bandwidth_bytes_per_s: int = _f("bytes/s", "peak HBM bandwidth", gt=0, le=MAX_BYTES_PER_S)
     usable_fraction: float = _f("fraction", "share of HBM the serving engine may fill with weights, adapters and KV cache", gt=0, le=1)
 
 
@@ -350,11 +379,11 @@ class GpuMemorySpec(_Table):
 class GpuComputeSpec(_Table):
     """Dense tensor-core peaks (no 2:4 structured sparsity)."""
 
-    fp16_dense_flop_per_s: int = _f("FLOP/s", "dense FP16 tensor-core peak (no structured sparsity)", gt=0)
-    bf16_dense_flop_per_s: int = _f("FLOP/s", "dense BF16 tensor-core peak", gt=0)
-    fp8_dense_flop_per_s: int = _f("FLOP/s", "dense FP8 tensor-core peak", gt=0)
-    int8_dense_op_per_s: int = _f("OP/s", "dense INT8 tensor-core peak", gt=0)
-    sm_count: int = _f("count", "streaming multiprocessors", ge=1)
+    fp16_dense_flop_per_s: int = _f("FLOP/s", "dense FP16 tensor-core peak (no structured sparsity)", gt=0, le=MAX_OPS_PER_S)
+    bf16_dense_flop_per_s: int = _f("FLOP/s", "dense BF16 tensor-core peak", gt=0, le=MAX_OPS_PER_S)
+    fp8_dense_flop_per_s: int = _f("FLOP/s", "dense FP8 tensor-core peak", gt=0, le=MAX_OPS_PER_S)
+    int8_dense_op_per_s: int = _f("OP/s", "dense INT8 tensor-core peak", gt=0, le=MAX_OPS_PER_S)
+    sm_count: int = _f("count", "streaming multiprocessors", ge=1, le=100_000)
 
 
 @dataclass(frozen=True)
@@ -397,9 +426,9 @@ class GpuServingSpec(_Table):
 class GpuKernelSpec(_Table):
     """Fixed per-kernel cost: small dependent kernels take a fixed time however little they move."""
 
-    serial_rate_hz: int = _f("Hz", "small dependent kernels completed per second back to back (1 / fixed time of one kernel)", gt=0)
-    per_layer: int = _f("count", "kernels one decoder layer of the base model launches per forward pass (sets a step-time floor)", ge=1)
-    per_lora_projection: int = _f("count", "extra kernels per projection carrying an unmerged LoRA adapter (shrink x@A, expand (xA)@B)", ge=1)
+    serial_rate_hz: int = _f("Hz", "small dependent kernels completed per second back to back (1 / fixed time of one kernel)", gt=0, le=MAX_RATE_HZ)
+    per_layer: int = _f("count", "kernels one decoder layer of the base model launches per forward pass (sets a step-time floor)", ge=1, le=10_000)
+    per_lora_projection: int = _f("count", "extra kernels per projection carrying an unmerged LoRA adapter (shrink x@A, expand (xA)@B)", ge=1, le=10_000)
 
 
 @dataclass(frozen=True)

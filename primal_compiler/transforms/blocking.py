@@ -8,7 +8,7 @@ import numpy as np
 
 from primal_compiler.mapping.blocking import apply_placement, block_model
 from primal_compiler.mapping.hops import layout_hops
-from primal_compiler.passmgr import Pass
+from primal_compiler.passmgr import CONTEXT_RANGE, Pass, option
 from primal_compiler.transforms.lower_tiles import geometry
 
 
@@ -27,11 +27,7 @@ class Blocking(Pass):
     requires = frozenset({"tiles"})
     provides = frozenset({"blocked", "placed"})
 
-    context: int = 2048
-
-    def __post_init__(self) -> None:
-        if self.context < 1:
-            raise ValueError("context must be >= 1")
+    context: int = option(2048, *CONTEXT_RANGE)
 
     def run(self, program, target):
         mesh = (target.ct.mesh_rows, target.ct.mesh_cols)

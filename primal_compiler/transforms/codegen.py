@@ -9,17 +9,26 @@ import numpy as np
 from primal_compiler.codegen.emit import emit_stream
 from primal_compiler.errors import InputError
 from primal_compiler.isa.opcodes import Opcode
-from primal_compiler.passmgr import Pass
+from primal_compiler.passmgr import CONTEXT_RANGE, Pass, option
 
 
-def parse_requests(text: str, where: str) -> tuple[int, ...]:
-    """Adapter id of each request, e.g. ``"0;1;0"``; InputError on anything else."""
+#: Requests one program may serve: each emits its own prefill (1.3 M records for Llama-2-13B), so 64 are
+#: already a stream of several GiB. Adapter ids are labels compared for equality; 16 bits are plenty.
+MAX_REQUESTS = 64
+MAX_ADAPTER_ID = 0xFFFF
+
+
+def parse_requests(text: str) -> tuple[int, ...]:
+    """Adapter id of each request, e.g. ``"0;1;0"``; ``ValueError`` naming ``requests`` on anything else."""
+    parts = text.split(";")
+    if len(parts) > MAX_REQUESTS:
+        raise ValueError(f"requests lists {len(parts)} requests; at most {MAX_REQUESTS}")
     try:
-        ids = tuple(int(x) for x in text.split(";"))
+        ids = tuple(int(x) for x in parts)
     except ValueError:
-        raise InputError(where, f"requests must be ';'-separated adapter ids, got {text!r}") from None
-    if not ids or min(ids) < 0:
-        raise InputError(where, f"requests must be non-negative adapter ids, got {text!r}")
+        raise ValueError(f"requests must be ';'-separated adapter ids, got {text[:60]!r}") from None
+    if not 0 <= min(ids) <= max(ids) <= MAX_ADAPTER_ID:
+        raise ValueError(f"requests must be adapter ids in 0..{MAX_ADAPTER_ID}, got {text[:60]!r}")
     return ids
 
 
@@ -42,16 +51,14 @@ class Codegen(Pass):
     requires = frozenset({"placed", "kv"})
     provides = frozenset({"stream"})
 
-    prompt: int = 0
-    requests: str = "0"
-    steps: int = 1
+    prompt: int = option(0, 0, CONTEXT_RANGE[1] - 1)  # 0 = context - 1; one decoded token must fit after it
+    requests: str = option("0")
+    # Decode steps per request: 4096, a whole Llama-2 context of generated tokens (past the context the
+    # KV ring wraps, so longer runs repeat the same work).
+    steps: int = option(1, 1, 4096)
 
-    def __post_init__(self) -> None:
-        if self.prompt < 0:
-            raise ValueError("prompt must be >= 0")
-        if self.steps < 1:
-            raise ValueError("steps must be >= 1")
-        parse_requests(self.requests, f"{self.name}.requests")
+    def check(self) -> None:
+        parse_requests(self.requests)
 
     def run(self, program, target):
         kv = program.kv
@@ -59,7 +66,7 @@ class Codegen(Pass):
         if prompt + 1 > kv.context:
             raise InputError(f"{self.name}.prompt", f"prompt {prompt} + 1 decoded token exceeds the KV context "
                                                     f"{kv.context} allocated by kv-ring")
-        requests = parse_requests(self.requests, f"{self.name}.requests")
+        requests = parse_requests(self.requests)
         stream = emit_stream(program, target, prompt, requests, self.steps)
         ops = np.bincount(stream.records["op"], minlength=len(Opcode))
         details = {

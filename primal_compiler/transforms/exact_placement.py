@@ -8,7 +8,7 @@ from primal_compiler.mapping.blocking import apply_placement
 from primal_compiler.mapping.exact import solve_exact, star_bound
 from primal_compiler.mapping.hops import layout_hops, template_hops
 from primal_compiler.mapping.instance import hub_slots
-from primal_compiler.passmgr import Pass
+from primal_compiler.passmgr import Pass, option
 
 
 @dataclass(frozen=True)
@@ -25,8 +25,10 @@ class ExactPlacement(Pass):
     requires = frozenset({"blocked"})
     provides = frozenset({"placed", "bounded"})
 
-    max_tiles: int = 20
-    deterministic_time: float = 20.0
+    # CP-SAT's model has tiles x PEs booleans: 1 M for a full 32x32 CT, beyond what it proves.
+    max_tiles: int = option(20, 0, 1024)
+    # CP-SAT deterministic time per template (about seconds); an hour at most.
+    deterministic_time: float = option(20.0, 0.0, 3600.0)
 
     def run(self, program, target):
         layout = program.layout

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import os
 import sys
-from concurrent.futures import Executor, ProcessPoolExecutor, ThreadPoolExecutor
-from dataclasses import dataclass, field, replace
+from concurrent.futures import Executor, ThreadPoolExecutor
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -15,7 +15,8 @@ from primal_compiler.mapping.blocking import apply_placement
 from primal_compiler.mapping.ga import GaConfig, run_ga
 from primal_compiler.mapping.hops import layout_hops
 from primal_compiler.mapping.instance import hub_slots
-from primal_compiler.passmgr import Pass
+from primal_compiler.passmgr import SEED_RANGE, Pass, internal, option
+from primal_compiler.procs import worker_pool
 
 EXECUTORS = ("process", "thread", "serial")
 
@@ -40,30 +41,26 @@ class GaPlacement(Pass):
     requires = frozenset({"blocked"})
     provides = frozenset({"placed", "searched"})
 
-    seed: int = 0
-    population: int = 32
-    generations: int = 30
-    time_limit_s: float = 0.0
-    group_size: int = 4
-    polish_rounds: int = 20
-    max_hop_slack: float = 0.02
-    executor: str = "process"
-    workers: int = 0
-    pins: tuple[str, ...] = ()
-    progress: bool = True
-    executor_override: Executor | None = field(default=None, compare=False, repr=False)
+    seed: int = option(0, *SEED_RANGE)
+    # 4 individuals make a tournament; 1024 is 16x the thorough pipeline's 64 (fitness is scored
+    # population x flows at once).
+    population: int = option(32, 4, 1024)
+    # 10^4 generations take ~4 h on Llama-2-13B's templates (1.5 s each on 2 cores), 40 s on tiny-llama;
+    # longer searches are what time_limit_s is for. A GA of no generation is no search.
+    generations: int = option(30, 1, 10_000)
+    time_limit_s: float = option(0.0, 0.0, 86_400.0)  # wall-time budget per template, 0 = none; a day at most
+    group_size: int = option(4, choices=(1, 2, 4))
+    polish_rounds: int = option(20, 0, 1000)  # assignment rounds per polish (each ~0.2 s on a 32x32 CT)
+    max_hop_slack: float = option(0.02, 0.0, 1.0)  # fraction of byte-hops given up, at most, to lower max hops
+    executor: str = option("process", choices=EXECUTORS)
+    workers: int = option(0, 0, 1024)  # 0 = CPU count; 1024 is above any one host's cores
+    pins: tuple[str, ...] = option(())
+    progress: bool = option(True)
+    executor_override: Executor | None = internal()  # run-time wiring, never parsed or printed
 
-    def __post_init__(self) -> None:
-        if self.executor not in EXECUTORS:
-            raise ValueError(f"executor must be one of {', '.join(EXECUTORS)}")
-        if self.population < 4 or self.generations < 0 or self.group_size not in (1, 2, 4):
-            raise ValueError("population >= 4, generations >= 0 and group_size in 1, 2, 4 required")
+    def check(self) -> None:
         for pin in self.pins:
             _parse_pin(pin)
-
-    def spec(self) -> str:
-        """Pipeline text of the options; ``executor_override`` is run-time wiring, never printed."""
-        return Pass.spec(replace(self, executor_override=None))
 
     def run(self, program, target):
         layout = program.layout
@@ -71,7 +68,7 @@ class GaPlacement(Pass):
         own = None
         executor = self.executor_override
         if executor is None and self.executor != "serial" and workers > 1:
-            own = executor = (ProcessPoolExecutor if self.executor == "process" else ThreadPoolExecutor)(workers)
+            own = executor = (worker_pool if self.executor == "process" else ThreadPoolExecutor)(workers)
         logs = {}
         configs = [
             GaConfig(

@@ -7,7 +7,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from primal_compiler.codegen.kvmap import build_kv_map, occupancy
-from primal_compiler.passmgr import Pass
+from primal_compiler.passmgr import CONTEXT_RANGE, Pass, option
+from primal_compiler.target.spec import MAX_SCRATCHPAD_BYTES
 
 
 @dataclass(frozen=True)
@@ -25,19 +26,14 @@ class KvRing(Pass):
     requires = frozenset({"placed"})
     provides = frozenset({"kv"})
 
-    context: int = 2048
-    batch: int = 1
-    chunk_tokens: int = 32
-    reserve_bytes: int = 2048
+    context: int = option(2048, *CONTEXT_RANGE)
+    batch: int = option(1, 1, 1024)  # 128x the seed's batch 8; the KV capacity check bounds it further
+    chunk_tokens: int = option(32, *CONTEXT_RANGE)
+    reserve_bytes: int = option(2048, 0, MAX_SCRATCHPAD_BYTES)  # at most the largest scratchpad a target may have
 
-    def __post_init__(self) -> None:
-        for name in ("context", "batch", "chunk_tokens"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1")
+    def check(self) -> None:
         if self.context % self.chunk_tokens:
             raise ValueError(f"context {self.context} is not a multiple of chunk_tokens {self.chunk_tokens}")
-        if self.reserve_bytes < 0:
-            raise ValueError("reserve_bytes must be >= 0")
 
     def run(self, program, target):
         model, layout = program.model, program.layout

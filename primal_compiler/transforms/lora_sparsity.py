@@ -27,7 +27,7 @@ from primal_compiler.errors import InputError
 from primal_compiler.frontend.weights import ModelWeights, check_lora, load_onnx_weights, load_peft_adapter
 from primal_compiler.ir.tiles import ROLE_CODES, Macro, Part, TileTable
 from primal_compiler.mapping.lower import Geometry
-from primal_compiler.passmgr import Pass
+from primal_compiler.passmgr import SEED_RANGE, Pass, option
 from primal_compiler.transforms.lower_tiles import geometry
 
 
@@ -40,14 +40,10 @@ class LoraSparsity(Pass):
     requires = frozenset({"tiles"})
     provides = frozenset({"lora-sparsity"})
 
-    weights: str = ""  # ONNX file holding the model with unmerged LoRA
-    adapter: str = ""  # PEFT adapter directory (adapter_config.json + adapter_model.safetensors)
-    zero_fraction: float = 0.0  # synthetic: mask this fraction of LoRA tiles, sampled with ``seed``
-    seed: int = 0
-
-    def __post_init__(self) -> None:
-        if not 0.0 <= self.zero_fraction <= 1.0:
-            raise ValueError(f"zero_fraction must be in [0, 1], got {self.zero_fraction}")
+    weights: str = option("")  # ONNX file holding the model with unmerged LoRA
+    adapter: str = option("")  # PEFT adapter directory (adapter_config.json + adapter_model.safetensors)
+    zero_fraction: float = option(0.0, 0.0, 1.0)  # synthetic: mask this fraction of LoRA tiles, sampled with ``seed``
+    seed: int = option(0, *SEED_RANGE)
 
     def run(self, program, target):
         where = f"pass {self.name}"

@@ -9,7 +9,7 @@ import numpy as np
 from primal_compiler.ir.model import Precision
 from primal_compiler.ir.tiles import Macro
 from primal_compiler.mapping.lower import Geometry, lower_model
-from primal_compiler.passmgr import Pass
+from primal_compiler.passmgr import Pass, option
 
 
 @dataclass(frozen=True)
@@ -24,10 +24,11 @@ class LowerTiles(Pass):
     summary = "lower matrices to RRAM/SRAM tiles with mixed precision"
     provides = frozenset({"tiles"})
 
-    base_bits: int = 4
-    lora_bits: int = 8
-    lm_head_bits: int = 16
-    embed_bits: int = 16
+    # 1..32 bits, the widths the IR's Precision admits (32 = FP32).
+    base_bits: int = option(4, 1, 32)
+    lora_bits: int = option(8, 1, 32)
+    lm_head_bits: int = option(16, 1, 32)
+    embed_bits: int = option(16, 1, 32)
 
     def run(self, program, target):
         precision = Precision(

@@ -9,7 +9,7 @@ from primal_compiler.mapping.blocking import apply_placement
 from primal_compiler.mapping.curves import CURVES
 from primal_compiler.mapping.hops import layout_hops
 from primal_compiler.mapping.instance import HUB_POLICIES, hub_slots
-from primal_compiler.passmgr import Pass
+from primal_compiler.passmgr import Pass, option
 
 
 @dataclass(frozen=True)
@@ -24,11 +24,7 @@ class OrderingPass(Pass):
     requires = frozenset({"blocked"})
     provides = frozenset({"placed"})
 
-    hubs: str = "median"
-
-    def __post_init__(self) -> None:
-        if self.hubs not in HUB_POLICIES:
-            raise ValueError(f"hubs must be one of {', '.join(HUB_POLICIES)}, got {self.hubs!r}")
+    hubs: str = option("median", choices=HUB_POLICIES)
 
     def run(self, program, target):
         layout = program.layout

@@ -8,7 +8,7 @@ import numpy as np
 
 from primal_compiler.codegen.power import gate, pipeline_configs
 from primal_compiler.isa.opcodes import Opcode
-from primal_compiler.passmgr import Pass
+from primal_compiler.passmgr import Pass, option
 
 
 @dataclass(frozen=True)
@@ -27,8 +27,8 @@ class Srpg(Pass):
     requires = frozenset({"stream"})
     provides = frozenset({"power-schedule"})
 
-    gating: bool = True
-    pipeline_config: bool = True
+    gating: bool = option(True)
+    pipeline_config: bool = option(True)
 
     def run(self, program, target):
         stream = program.stream

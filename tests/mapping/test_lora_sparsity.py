@@ -178,5 +178,5 @@ def test_synthetic_zero_fraction_masks_a_seeded_sample(tiny_model, target):
     assert np.array_equal(runs[0].tiles.zero, runs[1].tiles.zero)
     assert not np.array_equal(runs[0].tiles.zero, runs[2].tiles.zero)
     assert "synthetic" in runs[0].records[-1].details["source"]
-    with pytest.raises(InputError, match="zero_fraction must be in"):
+    with pytest.raises(InputError, match="zero_fraction must be >= 0.0 and <= 1.0"):
         compile_model(tiny_model, target, "lower-tiles,lora-sparsity{zero_fraction=1.5}")

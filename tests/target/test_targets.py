@@ -336,7 +336,7 @@ def test_missing_file(tmp_path):
     path = tmp_path / "nowhere.toml"
     err = _error(path)
     _assert_one_line(err, path, None)
-    assert err.problem == "file not found"
+    assert err.problem == "no such target file"
 
 
 def test_unknown_bundled_name_lists_the_bundled_ones():
@@ -493,3 +493,80 @@ def test_every_key_is_documented(cls):
     doc = (REPO / "docs" / "targets.md").read_text(encoding="utf-8")
     for info in schema(cls):
         assert f"`{info.key}`" in doc, f"{info.key} missing from docs/targets.md"
+
+
+# --------------------------------------------------------------------------- sizes and files
+
+
+@pytest.mark.parametrize("cls", [PrimalTarget, GpuTarget])
+def test_every_integer_key_has_an_upper_bound(cls):
+    for info in schema(cls):
+        if info.type is int:
+            assert "le" in info.rules or "choices" in info.rules, f"{info.key} has no upper bound"
+
+
+@pytest.mark.parametrize(
+    ("table", "key", "line", "expected"),
+    [
+        ("ct", "mesh_cols", "mesh_cols = 100000", "must be <= 255, got 100000"),
+        ("ct", "mesh_rows", "mesh_rows = 256", "must be <= 255, got 256"),
+        ("system", "num_cts", "num_cts = 1_000_000_000", "must be <= 65534"),
+        ("system", "ct_grid_cols", "ct_grid_cols = 70000", "must be <= 65534"),
+        ("system", "num_cts", "num_cts = 60000", "60000 CTs x 1024 PEs = 61,440,000 PEs exceeds the package limit"),
+        ("rram", "rows", "rows = 1_000_000", "must be <= 4096"),
+        ("rram", "adc_sample_rate_hz", "adc_sample_rate_hz = 1" + "0" * 400, "must be <= 1000000000000"),
+        ("router", "scratchpad_bytes", "scratchpad_bytes = 1_099_511_627_776", "must be <= 16777216"),
+        ("rram", "mvm_latency_cycles", "mvm_latency_cycles = 9_223_372_036_854_775_807", "must be <= 1000000"),
+    ],
+)
+def test_sizes_are_bounded_up_front(tmp_path, table, key, line, expected):
+    path = _variant(tmp_path, _replace_line(SEVEN_TEXT, key, line, table))
+    err = _error(path)
+    _assert_one_line(err, path, f"{table}.{key}")
+    assert expected in err.problem
+
+
+def test_the_largest_allowed_sizes_load():
+    t = with_overrides(load_target("primal-7nm"), {"ct.mesh_rows": 255, "ct.mesh_cols": 255, "system.num_cts": 258})
+    assert t.ct.pes == 65_025 and t.system.num_cts * t.ct.pes <= 1 << 24
+
+
+def test_a_model_too_large_for_any_package_is_refused_before_lowering(tmp_path):
+    from primal_compiler.api import compile_model
+    from primal_compiler.frontend import load_model
+
+    path = _variant(tmp_path, 'extends = "primal-7nm"\nname = "dot"\n[rram]\nrows = 1\ncols = 1\n'
+                              "rows_active_per_read = 1\nadcs_per_macro = 1\nmvm_latency_cycles = 8\n", "dot.toml")
+    with pytest.raises(InputError, match=r"llama2-70b: needs 69,499,617,280 RRAM tiles .* more than the 16,777,216 PEs"):
+        compile_model(load_model("llama2-70b"), load_target(path), "lower-tiles")
+
+
+def test_target_files_are_read_as_regular_utf8_files(tmp_path):
+    import os
+
+    bad = _variant(tmp_path, "")
+    bad.write_bytes(SEVEN_TEXT.encode("utf-8").replace(b"seed: 256x256", b"seed: \xff"))
+    err = _error(bad)
+    _assert_one_line(err, bad, None)
+    assert err.problem.startswith("is not UTF-8 text")
+    fifo = tmp_path / "fifo.toml"
+    os.mkfifo(fifo)
+    assert "is a FIFO" in _error(fifo).problem  # refused by stat, never opened (which would block)
+    (tmp_path / "dir.toml").mkdir()
+    assert "is a directory" in _error(tmp_path / "dir.toml").problem
+    deep = _variant(tmp_path, "a = " + "[" * 5000 + "]" * 5000 + "\n", "deep.toml")
+    assert "nested too deeply" in _error(deep).problem
+    nul = _variant(tmp_path, 'extends = "primal\\u0000x"\nname = "n"\n', "nul.toml")
+    assert "NUL" in str(_error(nul))
+
+
+def test_a_gpu_target_is_refused_where_a_primal_target_is_needed():
+    from primal_compiler.target import load_primal_target, require_primal
+
+    assert isinstance(load_primal_target("primal-5nm"), PrimalTarget)
+    with pytest.raises(InputError) as info:
+        load_primal_target("h100")
+    assert info.value.where == "h100" and "is a gpu target" in info.value.problem
+    assert "primal-7nm" in info.value.problem and "\n" not in str(info.value)
+    with pytest.raises(InputError, match="here: is a gpu target"):
+        require_primal(load_target("h100"), "here")

@@ -1,0 +1,77 @@
+"""argparse ``type=`` callables that validate a command-line flag where it is parsed.
+
+A flag that sets a pass option (``--batch`` is ``kv-ring``'s ``batch``) takes that option's declared
+range (:func:`option_arg`), so the command line and pipelines accept the same values; any other
+bounded flag states its own range (:func:`int_arg`, :func:`float_arg`). A bad value raises
+``argparse.ArgumentTypeError``: argparse prints the usage and one error line naming the flag and
+exits with code 2. Pass classes are imported only when such a flag is given, so building the parser
+stays cheap.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+from typing import Callable, TypeVar
+
+T = TypeVar("T", int, float)
+
+
+def int_arg(lo: int, hi: int) -> Callable[[str], int]:
+    """An integer flag in ``lo..hi``."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer, got {_shown(text)}") from None
+        return _in_range(value, lo, hi, text)
+
+    return parse
+
+
+def float_arg(lo: float, hi: float) -> Callable[[str], float]:
+    """A finite number flag in ``lo..hi``."""
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a number, got {_shown(text)}") from None
+        if not math.isfinite(value):
+            raise argparse.ArgumentTypeError(f"must be a finite number, got {_shown(text)}")
+        return _in_range(value, lo, hi, text)
+
+    return parse
+
+
+def pipeline_arg(text: str) -> str:
+    """A ``-p`` pipeline: anything but blank (an empty pipeline compiles nothing); resolved later."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("empty pipeline; give passes such as lower-tiles,blocking,zcurve-order "
+                                         "or a bundled name (default, fast, thorough)")
+    return text
+
+
+def option_arg(pass_name: str, opt: str) -> Callable[[str], int | float]:
+    """A flag that sets int or float option ``opt`` of pass ``pass_name``: that option's declared range."""
+
+    def parse(text: str) -> int | float:
+        import primal_compiler.transforms  # noqa: F401  (registers every pass)
+        from primal_compiler.passmgr import REGISTRY, option_fields
+
+        f, kind = next((f, kind) for f, kind in option_fields(REGISTRY[pass_name]) if f.name == opt)
+        lo, hi = f.metadata["range"]
+        return (int_arg if kind is int else float_arg)(lo, hi)(text)
+
+    return parse
+
+
+def _in_range(value: T, lo: float, hi: float, text: str) -> T:
+    if not lo <= value <= hi:
+        raise argparse.ArgumentTypeError(f"must be >= {lo} and <= {hi}, got {_shown(text)}")
+    return value
+
+
+def _shown(text: str, limit: int = 40) -> str:
+    return repr(text if len(text) <= limit else text[: limit - 3] + "...")
