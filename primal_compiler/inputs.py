@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import os
 import stat
+import tomllib
 from pathlib import Path
+from typing import Any
 
 from primal_compiler.errors import InputError
 
@@ -42,6 +44,8 @@ def regular_file(path: str | os.PathLike, limit_bytes: int, what: str = "file") 
         raise InputError(where, f"no such {what}") from None
     except OSError as exc:
         raise InputError(where, f"cannot read: {exc.strerror or exc}") from None
+    except ValueError:  # a NUL byte in the path
+        raise InputError(repr(str(path)), f"is not a valid path for a {what}") from None
     if stat.S_ISDIR(st.st_mode):
         raise InputError(where, f"is a directory, not a {what}")
     if not stat.S_ISREG(st.st_mode):
@@ -74,3 +78,14 @@ def read_text(path: str | os.PathLike, limit_bytes: int = TEXT_LIMIT_BYTES, what
         return data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
         raise InputError(str(path), f"is not UTF-8 text (byte {exc.start}: {data[exc.start:exc.start + 1]!r})") from None
+
+
+def read_toml(path: str | os.PathLike, what: str = "file") -> dict[str, Any]:
+    """The tables of a TOML file read by :func:`read_text`; a syntax error or absurd nesting is an ``InputError``."""
+    text = read_text(path, TEXT_LIMIT_BYTES, what)
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise InputError(str(path), f"invalid TOML: {exc}") from None
+    except RecursionError:
+        raise InputError(str(path), "invalid TOML: arrays or tables nested too deeply") from None

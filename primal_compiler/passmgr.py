@@ -24,14 +24,13 @@ from __future__ import annotations
 import dataclasses
 import re
 import time
-import tomllib
 from dataclasses import dataclass, field, fields
 from numbers import Integral, Real
 from pathlib import Path
 from typing import Any, ClassVar, get_type_hints
 
 from primal_compiler.errors import InputError
-from primal_compiler.inputs import TEXT_LIMIT_BYTES, read_text
+from primal_compiler.inputs import read_toml
 from primal_compiler.resources import bundled
 from primal_compiler.target.loader import require_primal
 
@@ -308,16 +307,11 @@ def print_pipeline(passes: tuple[Pass, ...]) -> str:
 def load_pipeline_file(path: Path) -> tuple[Pass, ...]:
     """Passes of a TOML pipeline: optional ``description`` (a string) and ``[[pass]]`` tables with ``name`` and options.
 
-    The file is read through :func:`primal_compiler.inputs.read_text` (a regular UTF-8 file within
+    The file is read through :func:`primal_compiler.inputs.read_toml` (a regular UTF-8 file within
     ``TEXT_LIMIT_BYTES``); every problem is one :class:`InputError` naming the file.
     """
     where = str(path)
-    try:
-        data = tomllib.loads(read_text(path, TEXT_LIMIT_BYTES, "pipeline file"))
-    except tomllib.TOMLDecodeError as exc:
-        raise InputError(where, f"invalid TOML: {exc}") from None
-    except RecursionError:
-        raise InputError(where, "invalid TOML: arrays or tables nested too deeply") from None
+    data = read_toml(path, "pipeline file")
     unknown = set(data) - {"description", "pass"}
     if unknown:
         raise InputError(where, f"unknown key(s) {', '.join(sorted(unknown))}; a pipeline has description and [[pass]]")

@@ -238,7 +238,9 @@ def test_pipeline_files_are_read_as_regular_utf8_files(tmp_path, monkeypatch):
         resolve_pipeline(str(tmp_path / "missing.toml"))
     big = tmp_path / "big.toml"
     big.write_text('[[pass]]\nname = "lower-tiles"\n' + "#" * 200 + "\n")
-    monkeypatch.setattr(passmgr, "TEXT_LIMIT_BYTES", 100)
+    from primal_compiler import inputs
+
+    monkeypatch.setattr(inputs, "TEXT_LIMIT_BYTES", 100)
     with pytest.raises(InputError, match="a pipeline file may be at most 100 bytes"):
         resolve_pipeline(str(big))
 

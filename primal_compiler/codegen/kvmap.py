@@ -101,6 +101,9 @@ def build_kv_map(
                                 f"{fewest} CTs hold {held}; largest context at batch {batch} is "
                                 f"{per_seq // batch * chunk_tokens} tokens, largest batch at context {context} is "
                                 f"{per_seq // chunks}")
+    if units and (units - 1) // (fewest * routers_per_ct) > np.iinfo(np.uint16).max:
+        raise InputError(where, f"{units} KV chunks per layer need more than 65,536 chunk slots per router (the "
+                                f"ISA's 16-bit slot field); use larger chunk_tokens")
     snake = snake_routers(*mesh)
     u = np.arange(units, dtype=np.int64)
     cts, pes, slots = [], [], []

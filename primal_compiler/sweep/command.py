@@ -22,6 +22,8 @@ from primal_compiler.sweep.load import MAX_POINTS
 
 def add_parser(sub) -> argparse.ArgumentParser:
     """Register ``sweep`` on an argparse subparsers object."""
+    from primal_compiler.argtypes import float_arg, int_arg
+
     sp = sub.add_parser("sweep", help="compile and replay every point of a design-space sweep into Parquet",
                         description="Run a sweep spec (docs/sweep.md) on a local process pool or a Dask cluster; "
                                     "rows are appended to RESULTS as points finish and a rerun resumes.")
@@ -30,17 +32,17 @@ def add_parser(sub) -> argparse.ArgumentParser:
     where = sp.add_mutually_exclusive_group()
     where.add_argument("--scheduler", default=None, help="run on a Dask cluster: tcp://HOST:PORT")
     where.add_argument("--scheduler-file", default=None, help="run on the Dask cluster of this scheduler file")
-    sp.add_argument("--connect-timeout", type=float, default=10.0, metavar="S",
+    sp.add_argument("--connect-timeout", type=float_arg(0.0, 3600.0), default=10.0, metavar="S",
                     help="seconds to wait for the Dask scheduler (default 10)")
-    sp.add_argument("--workers", type=int, default=None,
+    sp.add_argument("--workers", type=int_arg(1, 1024), default=None,
                     help="local worker processes (default: CPU count); with Dask, at most this many points at once")
-    sp.add_argument("--flush-every", type=float, default=1.0, metavar="S",
+    sp.add_argument("--flush-every", type=float_arg(0.0, 3600.0), default=1.0, metavar="S",
                     help="write finished rows at least every S seconds (default 1; 0 = as each point finishes)")
     sp.add_argument("--plot", action="store_true", help="draw RESULTS/pareto.png and RESULTS/sensitivity.png")
     sp.add_argument("--x", default="tokens_per_s", help="Pareto x metric, METRIC[:max|:min] (default tokens_per_s)")
     sp.add_argument("--y", default="tokens_per_j", help="Pareto y metric, METRIC[:max|:min] (default tokens_per_j)")
     sp.add_argument("--no-progress", action="store_true", help="no progress bar")
-    sp.add_argument("--max-points", type=int, default=MAX_POINTS, metavar="N",
+    sp.add_argument("--max-points", type=int_arg(1, 10**12), default=MAX_POINTS, metavar="N",
                     help=f"refuse a spec of more than N points (default {MAX_POINTS:,})")
     sp.set_defaults(func=cmd_sweep)
     return sp

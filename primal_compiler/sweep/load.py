@@ -34,12 +34,11 @@ point runs.
 from __future__ import annotations
 
 import math
-import tomllib
 from pathlib import Path
 from typing import Any
 
 from primal_compiler.errors import InputError
-from primal_compiler.inputs import TEXT_LIMIT_BYTES, read_text
+from primal_compiler.inputs import read_toml
 from primal_compiler.sweep.metrics import DEFAULT_METRICS, check_metric
 from primal_compiler.sweep.spec import (
     DEFAULTS, FIELDS, GA_EXECUTORS, SWEEP_KEYS, Grid, SweepSpec, _coerce_option, _kind, _target_ref, resolve,
@@ -53,16 +52,10 @@ MAX_POINTS = 100_000
 def load_spec(path: str | Path, max_points: int = MAX_POINTS) -> SweepSpec:
     """Read and fully validate a spec file; :class:`InputError` naming the file and key on any problem.
 
-    The file is read as :func:`primal_compiler.inputs.read_text` reads it (a regular UTF-8 file of at most
+    The file is read as :func:`primal_compiler.inputs.read_toml` reads it (a regular UTF-8 file of at most
     ``TEXT_LIMIT_BYTES``); a spec of more than ``max_points`` points is refused before any point is expanded.
     """
-    where = str(path)
-    text = read_text(path, TEXT_LIMIT_BYTES, "sweep spec")
-    try:
-        raw = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise InputError(where, f"invalid TOML: {exc}") from None
-    return spec_from_dict(raw, where, max_points)
+    return spec_from_dict(read_toml(path, "sweep spec"), str(path), max_points)
 
 
 def spec_from_dict(raw: dict[str, Any], where: str = "<spec>", max_points: int = MAX_POINTS) -> SweepSpec:
@@ -196,11 +189,11 @@ class _Checker:
         return value
 
     def target(self, ref: str, label: str):
-        from primal_compiler.target import load_target
+        from primal_compiler.target import load_primal_target
 
         if ref not in self._targets:
             try:
-                self._targets[ref] = load_target(_target_ref(ref, self.base))
+                self._targets[ref] = load_primal_target(_target_ref(ref, self.base))
             except InputError as exc:
                 self.fail(label, str(exc))
         return self._targets[ref]

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from primal_compiler.errors import InputError
-from primal_compiler.inputs import TEXT_LIMIT_BYTES, read_text
+from primal_compiler.inputs import read_toml
 from primal_compiler.resources import bundled
 from primal_compiler.target.spec import KINDS, RULE_KEYS, PrimalTarget, Target, type_hints
 
@@ -158,24 +158,13 @@ def _resolve(ref: str | Path, base_dir: Path | None, where: str) -> Path:
     raise InputError(where, f"unknown target {text!r}; bundled targets: {names} (or give a path to a .toml file)")
 
 
-def _read_toml(path: Path) -> dict[str, Any]:
-    """Tables of a target file read through :func:`primal_compiler.inputs.read_text` (regular, UTF-8, size-limited)."""
-    text = read_text(path, TEXT_LIMIT_BYTES, "target file")
-    try:
-        return tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise InputError(str(path), f"invalid TOML: {exc}") from None
-    except RecursionError:
-        raise InputError(str(path), "invalid TOML: arrays or tables nested too deeply") from None
-
-
 def _load_merged(path: Path, chain: tuple[Path, ...]) -> tuple[dict[str, Any], dict[str, str]]:
     """Raw tables of ``path`` with its ``extends`` chain merged in, and which file gave each key."""
     key = path.resolve()
     if key in chain:
         loop = " -> ".join(p.name for p in (*chain, key))
         raise InputError(str(path), f"{_EXTENDS}: cycle {loop}")
-    raw = _read_toml(path)
+    raw = read_toml(path, "target file")
     prov: dict[str, str] = {}
     if _EXTENDS not in raw:
         _record(raw, "", str(path), prov)
