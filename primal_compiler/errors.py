@@ -10,3 +10,9 @@ class InputError(Exception):
         super().__init__(f"{where}: {problem}")
         self.where = where
         self.problem = problem
+
+
+def one_line(exc: BaseException | str, limit: int = 300) -> str:
+    """``exc``'s message with its whitespace (newlines included) collapsed, cut at ``limit`` characters."""
+    text = " ".join(str(exc).split()) or (type(exc).__name__ if isinstance(exc, BaseException) else "")
+    return text if len(text) <= limit else text[: limit - 3] + "..."

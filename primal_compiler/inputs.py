@@ -28,6 +28,11 @@ PROGRAM_LIMIT_BYTES = 8192 * MIB
 ONNX_LIMIT_BYTES = 2048 * MIB
 
 
+def _a(what: str) -> str:
+    """``what`` with its indefinite article ("an ONNX model", "a target file")."""
+    return ("an " if what[:1].lower() in "aeiou" else "a ") + what
+
+
 def regular_file(path: str | os.PathLike, limit_bytes: int, what: str = "file") -> Path:
     """``path`` as a Path if it names a readable regular file of at most ``limit_bytes`` (symlinks followed).
 
@@ -37,7 +42,7 @@ def regular_file(path: str | os.PathLike, limit_bytes: int, what: str = "file") 
     p = Path(path)
     where = str(path) or "''"
     if not str(path):
-        raise InputError(where, f"empty path where a {what} was expected")
+        raise InputError(where, f"empty path where {_a(what)} was expected")
     try:
         st = p.stat()
     except FileNotFoundError:
@@ -45,14 +50,14 @@ def regular_file(path: str | os.PathLike, limit_bytes: int, what: str = "file") 
     except OSError as exc:
         raise InputError(where, f"cannot read: {exc.strerror or exc}") from None
     except ValueError:  # a NUL byte in the path
-        raise InputError(repr(str(path)), f"is not a valid path for a {what}") from None
+        raise InputError(repr(str(path)), f"is not a valid path for {_a(what)}") from None
     if stat.S_ISDIR(st.st_mode):
-        raise InputError(where, f"is a directory, not a {what}")
+        raise InputError(where, f"is a directory, not {_a(what)}")
     if not stat.S_ISREG(st.st_mode):
         kind = "a FIFO" if stat.S_ISFIFO(st.st_mode) else "a device or socket"
         raise InputError(where, f"is {kind}, not a regular {what}")
     if st.st_size > limit_bytes:
-        raise InputError(where, f"is {st.st_size:,} bytes; a {what} may be at most {limit_bytes:,} bytes")
+        raise InputError(where, f"is {st.st_size:,} bytes; {_a(what)} may be at most {limit_bytes:,} bytes")
     if not os.access(p, os.R_OK):
         raise InputError(where, "cannot read: permission denied")
     return p
@@ -67,7 +72,7 @@ def read_bytes(path: str | os.PathLike, limit_bytes: int, what: str = "file") ->
     except OSError as exc:
         raise InputError(str(path), f"cannot read: {exc.strerror or exc}") from None
     if len(data) > limit_bytes:  # grew while we read it
-        raise InputError(str(path), f"is over {limit_bytes:,} bytes; a {what} may be at most that")
+        raise InputError(str(path), f"is over {limit_bytes:,} bytes; {_a(what)} may be at most that")
     return data
 
 

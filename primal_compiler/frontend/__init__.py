@@ -11,10 +11,10 @@ from primal_compiler.ir.model import Model
 
 
 def load_model(spec: str, lora: str | None = None) -> Model:
-    """A built-in name or an ONNX path, with the adapters of ``lora`` attached."""
+    """A built-in name or an ONNX path, with the adapters of ``lora`` attached; bad input is an InputError."""
     if spec.lower() in BUILTIN:
         model = load_builtin(spec)
-    elif spec.endswith(".onnx") or Path(spec).exists():
+    elif spec.endswith(".onnx") or _exists(spec):
         from primal_compiler.frontend.onnx_import import load_onnx
 
         model = load_onnx(Path(spec))
@@ -23,6 +23,14 @@ def load_model(spec: str, lora: str | None = None) -> Model:
     if lora:
         model = attach_lora(model, lora)
     return model
+
+
+def _exists(spec: str) -> bool:
+    """Whether ``spec`` names something on disk (a name too long or otherwise unusable as a path does not)."""
+    try:
+        return bool(spec) and Path(spec).exists()
+    except (OSError, ValueError):
+        return False
 
 
 __all__ = ["InputError", "load_model"]

@@ -17,6 +17,7 @@ from primal_compiler.ir.model import (
     NormKind,
     Positional,
     Role,
+    check_size,
 )
 
 
@@ -54,7 +55,12 @@ def builtin_names() -> tuple[str, ...]:
 
 
 def build_model(cfg: ArchConfig, name: str, source: str = "builtin") -> Model:
-    """Model IR for an architecture config; deterministic and weight-free."""
+    """Model IR for an architecture config; deterministic and weight-free.
+
+    Sizes over the IR's limits are an :class:`InputError` (the :class:`Model` checks them; the layer count
+    is checked first, so an absurd config never loops over 10^12 layers).
+    """
+    check_size(f"model {name}", "decoder layers", cfg.num_layers)
     head_dim = cfg.hidden_size // cfg.num_heads
     attn = Attention(cfg.num_heads, cfg.num_kv_heads, head_dim)
     h, f = cfg.hidden_size, cfg.intermediate_size
@@ -104,5 +110,6 @@ def load_builtin(name: str) -> Model:
     """The built-in model called ``name``; an unknown name is an :class:`InputError`."""
     cfg = BUILTIN.get(name.lower())
     if cfg is None:
-        raise InputError(name, f"unknown built-in model; choose one of {', '.join(BUILTIN)} or give an .onnx file")
+        choices = ", ".join(BUILTIN)
+        raise InputError(name or "''", f"unknown built-in model; choose one of {choices} or give an .onnx file")
     return build_model(cfg, name.lower())

@@ -23,8 +23,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from primal_compiler.frontend.onnx_graph import GraphIndex, attr
-from primal_compiler.frontend.onnx_project import PatternError, Projection
+from primal_compiler.frontend.onnx_graph import GraphIndex, PatternError, attr
+from primal_compiler.frontend.onnx_project import Projection
 from primal_compiler.ir.model import Activation, NormKind, Role
 
 FUSED_ATTENTION = {("", "Attention"), ("com.microsoft", "MultiHeadAttention"), ("com.microsoft", "GroupQueryAttention")}

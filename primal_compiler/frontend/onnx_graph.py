@@ -6,12 +6,20 @@ who produces or consumes a tensor, which initializer a value really is
 inline constant (shape vectors, scalars such as the LoRA scale), and the
 reachable region from a tensor when walking the data flow forward or
 backward without crossing a set of barrier nodes or any shape computation.
+
+Work is bounded: the walks of one recognition follow at most
+:data:`WALK_LIMIT` edges in all, after which the graph is refused with a
+:class:`PatternError` instead of being searched for minutes. The MLP
+assignment walks back along the residual stream, so a decoder needs about
+4 L^2 steps: a 1024-layer one with decomposed norms about half the limit
+(7 s), a 126-layer one 1%.
 """
 
 from __future__ import annotations
 
+import math
 import struct
-from collections import defaultdict, deque
+from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,6 +27,8 @@ from pathlib import Path
 import numpy as np
 import onnx
 from onnx import TensorProto, numpy_helper
+
+from primal_compiler.inputs import regular_file
 
 # Ops that pass a value through unchanged in the sense that matters here
 # (same data, maybe another layout or dtype).
@@ -28,7 +38,15 @@ SHAPE_OPS = frozenset({"Shape", "Size"})
 # Largest constant (in elements) the frontend will ever decode.
 SMALL_CONST = 64
 
-_ITEMSIZE = {TensorProto.FLOAT: 4, TensorProto.FLOAT16: 2, TensorProto.BFLOAT16: 2, TensorProto.DOUBLE: 8}
+ITEMSIZE = {TensorProto.FLOAT: 4, TensorProto.FLOAT16: 2, TensorProto.BFLOAT16: 2, TensorProto.DOUBLE: 8}
+#: Edges all walks of one recognition may follow (about 15 s at worst).
+WALK_LIMIT = 1 << 23
+#: Largest external-data file looked at: 1 TiB, above a 405B-parameter model in fp16 (810 GB).
+EXTERNAL_LIMIT_BYTES = 1 << 40
+
+
+class PatternError(Exception):
+    """The graph is not a decoder this frontend understands (turned into InputError)."""
 
 
 @dataclass(frozen=True)
@@ -50,6 +68,7 @@ class GraphIndex:
         self.inits: dict[str, TensorProto] = {t.name: t for t in graph.initializer}
         self.graph_inputs = {i.name for i in graph.input} - set(self.inits)
         self.graph_outputs = [o.name for o in graph.output]
+        self.steps = 0  # edges followed by walks so far, against WALK_LIMIT
         self.producer: dict[str, int] = {}
         self.consumers: dict[str, list[int]] = defaultdict(list)
         for i, node in enumerate(self.nodes):
@@ -59,6 +78,10 @@ class GraphIndex:
             for inp in node.input:
                 if inp:
                     self.consumers[inp].append(i)
+        # the walks' adjacency, node to node (shape ops are never entered)
+        self._preds = [[self.producer[x] for x in n.input if x in self.producer] for n in self.nodes]
+        self._succs = [[c for o in n.output if o for c in self.consumers.get(o, ())] for n in self.nodes]
+        self._shape_op = [n.op_type in SHAPE_OPS for n in self.nodes]
 
     # ------------------------------------------------------------------ values
 
@@ -137,7 +160,7 @@ class GraphIndex:
             if node is not None and node.op_type in ("Cast", "Identity"):
                 return self.const(node.input[0])
             return None
-        if int(np.prod(tensor.dims, dtype=np.int64)) > SMALL_CONST:
+        if any(d < 0 for d in tensor.dims) or math.prod(tensor.dims) > SMALL_CONST:
             return None
         if tensor.data_location == TensorProto.EXTERNAL:
             return None
@@ -217,24 +240,8 @@ class GraphIndex:
 
         The walk never enters a barrier node or a shape op (Shape/Size).
         """
-        reached: set[int] = set()
-        hit: set[int] = set()
-        queue = deque(starts)
-        seen_tensors: set[str] = set()
-        while queue:
-            tensor = queue.popleft()
-            if tensor in seen_tensors:
-                continue
-            seen_tensors.add(tensor)
-            for i in self.consumers.get(tensor, ()):
-                if i in barriers:
-                    hit.add(i)
-                    continue
-                if i in reached or self.nodes[i].op_type in SHAPE_OPS:
-                    continue
-                reached.add(i)
-                queue.extend(o for o in self.nodes[i].output if o)
-        return reached, hit
+        stack = [i for t in starts for i in self.consumers.get(t, ())]
+        return self._walk(stack, self._succs, barriers, None)
 
     def backward(
         self, starts: Iterable[str], barriers: frozenset[int] | set[int], stop: set[int] | None = None
@@ -244,30 +251,50 @@ class GraphIndex:
         Never crosses a barrier, a shape op, or a node in ``stop`` (which is
         recorded as reached but not expanded).
         """
+        stack = [self.producer[t] for t in starts if t in self.producer]
+        return self._walk(stack, self._preds, barriers, stop)
+
+    def _walk(
+        self, stack: list[int], next_of: list[list[int]], barriers: frozenset[int] | set[int], stop: set[int] | None
+    ) -> tuple[set[int], set[int]]:
+        """Depth-first from ``stack`` along ``next_of``; every edge followed counts against WALK_LIMIT."""
         reached: set[int] = set()
         hit: set[int] = set()
-        queue = deque(starts)
-        seen_tensors: set[str] = set()
-        while queue:
-            tensor = queue.popleft()
-            if tensor in seen_tensors:
-                continue
-            seen_tensors.add(tensor)
-            i = self.producer.get(tensor)
-            if i is None:
-                continue
+        shape_op = self._shape_op
+        steps = len(stack)
+        while stack:
+            i = stack.pop()
             if i in barriers:
                 hit.add(i)
-                continue
-            if i in reached or self.nodes[i].op_type in SHAPE_OPS:
-                continue
-            reached.add(i)
-            if stop is not None and i in stop:
-                continue
-            queue.extend(x for x in self.nodes[i].input if x)
+            elif i not in reached and not shape_op[i]:
+                reached.add(i)
+                if stop is None or i not in stop:
+                    stack.extend(next_of[i])
+                    steps += len(next_of[i])
+        self._spend(steps)
         return reached, hit
 
+    def _spend(self, steps: int) -> None:
+        self.steps += steps
+        if self.steps > WALK_LIMIT:
+            raise PatternError(
+                f"graph too irregular to recognise: its walks would follow over {WALK_LIMIT:,} edges"
+            )
+
     # ------------------------------------------------------------------ tied weights
+
+    def external_file(self, tensor: TensorProto) -> Path | None:
+        """The regular file holding an external tensor's data; None when it is absent.
+
+        Anything else at that path (a directory, a FIFO, a device) is an :class:`InputError`
+        naming it, never opened. The location itself was checked on loading (``onnx_check``:
+        relative, inside the model's directory).
+        """
+        location = next(e.value for e in tensor.external_data if e.key == "location")
+        path = self.base_dir / location
+        if not path.exists() and not path.is_symlink():
+            return None
+        return regular_file(path, EXTERNAL_LIMIT_BYTES, "external data file")
 
     def element(self, name: str, flat_index: int) -> bytes | None:
         """The bytes of one element of initializer ``name``; None when unreadable.
@@ -278,18 +305,17 @@ class GraphIndex:
         tensor = self.inits.get(name)
         if tensor is None:
             return None
-        size = _ITEMSIZE.get(tensor.data_type)
+        size = ITEMSIZE.get(tensor.data_type)
         if size is None:
             return None
         if tensor.data_location == TensorProto.EXTERNAL:
-            info = {e.key: e.value for e in tensor.external_data}
-            location = info.get("location")
-            if not location:
+            path = self.external_file(tensor)
+            if path is None:
                 return None
-            path = self.base_dir / location
+            offset = int(next((e.value for e in tensor.external_data if e.key == "offset"), 0))
             try:
                 with open(path, "rb") as fh:
-                    fh.seek(int(info.get("offset", 0)) + flat_index * size)
+                    fh.seek(offset + flat_index * size)
                     data = fh.read(size)
             except OSError:
                 return None

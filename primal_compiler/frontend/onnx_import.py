@@ -1,11 +1,13 @@
 """ONNX -> graph IR: :func:`load_onnx` recognises a decoder-only transformer.
 
-Shapes only. The file is read with ``load_external_data=False``, so a model
-whose external-data files are absent imports all the same; weight bytes are
-never decoded. The only values read are small inline constants: shape
-vectors (to find the head size), scalars (the LoRA scale, the position
-offset, the norm epsilon), RoPE's inverse frequencies (``rope_theta``, see
-``onnx_params``), and the tied-head sample described below.
+Shapes only. The file is read and checked by ``onnx_check`` (a regular file
+of at most 2 GiB, onnx's checker, no cycles, at most 2^20 nodes) without its
+external data, so a model whose external-data files are absent imports all
+the same; weight bytes are never decoded. The only values read are small
+inline constants: shape vectors (to find the head size), scalars (the LoRA
+scale, the position offset, the norm epsilon), RoPE's inverse frequencies
+(``rope_theta``, see ``onnx_params``), and the tied-head sample described
+below.
 
 Recognition works on graph structure, never on initializer or node names
 (exporters emit ``onnx::MatMul_886`` or ``val_57``); see ``onnx_decoder``
@@ -44,7 +46,11 @@ or their decompositions, ``MatMulNBits`` weights, model-local functions
 (inlined first). Rejected with an :class:`InputError`: attention ops with
 fused weights (com.microsoft ``Attention``), parallel attention+MLP blocks,
 extra projections on the hidden size, positions that are neither learned
-nor rotary (ALiBi).
+nor rotary (ALiBi), a LoRA scale that is not a finite number, sizes over the
+IR's limits (``ir.model.SIZE_LIMITS``; the layer count is checked as soon as
+the attention blocks are found), graphs whose recognition would follow
+more than ``onnx_graph.WALK_LIMIT`` edges, a projection serving two places,
+layers that differ in attention geometry.
 """
 
 from __future__ import annotations
@@ -55,19 +61,13 @@ from pathlib import Path
 import onnx
 
 from primal_compiler.errors import InputError
+from primal_compiler.errors import one_line
+from primal_compiler.frontend.onnx_check import read_onnx
 from primal_compiler.frontend.onnx_decoder import Decoder, Layer
-from primal_compiler.frontend.onnx_graph import GraphIndex, Weight, attr
+from primal_compiler.frontend.onnx_graph import GraphIndex, PatternError, Weight, attr
 from primal_compiler.frontend.onnx_params import ONNX_DEFAULT_EPS, NormRef, norm_ref, rope_theta
-from primal_compiler.frontend.onnx_project import PatternError, Projection, find_weight_matmuls, pair_lora
-from primal_compiler.ir.model import (
-    Attention,
-    DecoderLayer,
-    Linear,
-    LoRA,
-    Model,
-    Positional,
-    Role,
-)
+from primal_compiler.frontend.onnx_project import Projection, find_weight_matmuls, pair_lora
+from primal_compiler.ir.model import SIZE_LIMITS, Attention, DecoderLayer, Linear, LoRA, Model, Positional, Role
 
 TIE_SAMPLES = 16
 DEFAULT_ROPE_THETA = 10000.0  # Llama's base, used when no inverse-frequency constant is found
@@ -97,32 +97,24 @@ def load_onnx(path: str | Path) -> Model:
 
 
 def recognise_onnx(path: str | Path) -> Recognised:
-    """:func:`load_onnx` plus the graph, the projection of every (layer, role), the tables and norms."""
+    """:func:`load_onnx` plus the graph, the projection of every (layer, role), the tables and norms.
+
+    The file passes ``onnx_check.read_onnx`` first (type, size, onnx's checker, no cycles); nothing but
+    an :class:`InputError` leaves this function.
+    """
     path = Path(path)
     where = str(path)
-    if not path.exists():
-        raise InputError(where, "no such file")
-    if path.is_dir():
-        raise InputError(where, "is a directory, not an ONNX file")
-    try:
-        model = onnx.load(str(path), load_external_data=False)
-    except Exception as exc:  # noqa: BLE001 - protobuf/onnx raise many types
-        raise InputError(where, f"not a readable ONNX model ({type(exc).__name__}: {_first_line(exc)})") from None
-    if not model.graph.node:
-        raise InputError(where, "not an ONNX model with a graph (no nodes; truncated or not ONNX)")
+    model = read_onnx(path)
     try:
         return _recognise(model, path)
     except PatternError as exc:
         raise InputError(where, str(exc)) from None
     except InputError:
         raise
+    except RecursionError:
+        raise InputError(where, "cannot analyse the graph (nested too deeply)") from None
     except Exception as exc:  # noqa: BLE001 - a malformed graph must not surface as a traceback
-        raise InputError(where, f"cannot analyse the graph ({type(exc).__name__}: {_first_line(exc)})") from None
-
-
-def _first_line(exc: Exception) -> str:
-    text = str(exc).strip().splitlines()
-    return text[0][:200] if text else "no detail"
+        raise InputError(where, f"cannot analyse the graph ({type(exc).__name__}: {one_line(exc, 200)})") from None
 
 
 def _recognise(model: onnx.ModelProto, path: Path) -> Recognised:
@@ -138,10 +130,14 @@ def _recognise(model: onnx.ModelProto, path: Path) -> Recognised:
     cores = sorted(dec.cores(), key=lambda c: c.anchor)
     if not cores:
         raise PatternError("no decoder layers found (no attention: no Softmax between two activation MatMuls)")
+    if len(cores) > SIZE_LIMITS["decoder layers"]:  # checked before the walks, which grow with the square of it
+        limit = SIZE_LIMITS["decoder layers"]
+        raise PatternError(f"decoder layers {len(cores):,} is over the limit of {limit:,} (docs/frontend.md)")
     layers = [_attention_layer(dec, core) for core in cores]
     hidden = layers[0].attn[0].in_features
     embed, pos, lm_head = _embeddings_and_head(dec, hidden, layers)
     _assign_mlp(dec, layers, lm_head)
+    _check_one_role_each(layers, lm_head)
     emb_table = embed[1]
     vocab = emb_table.rows
 
@@ -158,6 +154,10 @@ def _recognise(model: onnx.ModelProto, path: Path) -> Recognised:
         for which, tensor, kind in ((0, attn_in, attn_norm), (1, mlp_in, mlp_norm)):
             if kind is not None:
                 norms[(n, which)] = norm_ref(g, dec.norm_region(tensor, stops), hidden)
+    shapes = sorted({(layer.num_heads, layer.num_kv_heads, layer.head_dim) for layer in layers})
+    if len(shapes) > 1:  # the KV ring, the ISA and the replay lay out every layer's attention as one
+        seen = "; ".join(f"{h} heads, {kv} kv heads, head size {d}" for h, kv, d in shapes)
+        raise PatternError(f"unsupported model: its layers differ in attention geometry ({seen})")
     head_in = g.canonical(lm_head.x)
     final_norm = dec.norm_before(head_in, stops)
     if final_norm is not None:
@@ -168,21 +168,25 @@ def _recognise(model: onnx.ModelProto, path: Path) -> Recognised:
 
     positional, npos, max_pos = _positional(g, pos)
     ir_layers = tuple(_to_ir(i, layer) for i, layer in enumerate(layers))
-    ir = Model(
-        name=path.stem,
-        hidden_size=hidden,
-        vocab_size=vocab,
-        layers=ir_layers,
-        positional=positional,
-        norm=final_norm,
-        tie_word_embeddings=_tied(g, emb_table, lm_head),
-        max_position_embeddings=max_pos,
-        num_pos_embeddings=npos,
-        lm_head_bias=lm_head.bias,
-        source=_source(model),
-        norm_eps=eps if eps is not None else ONNX_DEFAULT_EPS,
-        rope_theta=theta if theta is not None and positional == Positional.ROPE else DEFAULT_ROPE_THETA,
-    )
+    tied = _tied(g, emb_table, lm_head)
+    try:
+        ir = Model(
+            name=path.stem,
+            hidden_size=hidden,
+            vocab_size=vocab,
+            layers=ir_layers,
+            positional=positional,
+            norm=final_norm,
+            tie_word_embeddings=tied,
+            max_position_embeddings=max_pos,
+            num_pos_embeddings=npos,
+            lm_head_bias=lm_head.bias,
+            source=_source(model),
+            norm_eps=eps if eps is not None else ONNX_DEFAULT_EPS,
+            rope_theta=theta if theta is not None and positional == Positional.ROPE else DEFAULT_ROPE_THETA,
+        )
+    except InputError as exc:  # a size over the IR's limits, reported against the file
+        raise PatternError(exc.problem) from None
     found = {
         (i, p.role): p for i, layer in enumerate(layers) for p in (*layer.attn, layer.o, *layer.mlp_in, layer.mlp_out)
     }
@@ -231,6 +235,17 @@ def _assign_mlp(dec: Decoder, layers: list[Layer], lm_head: Projection) -> None:
             raise PatternError(f"unsupported decoder layer {i}: no MLP found after the attention output projection")
         layer.activation, layer.mlp_in = dec.activation(layer.mlp_in)
         layer.mlp_out.role = Role.FC2 if layer.mlp_in[0].role == Role.FC1 else Role.DOWN
+
+
+def _check_one_role_each(layers: list[Layer], lm_head: Projection) -> None:
+    """Every projection serves one place (a graph wired otherwise has no decoder reading)."""
+    owner = {lm_head.node: "the LM head"}
+    for i, layer in enumerate(layers):
+        for p in (*layer.attn, layer.o, *layer.mlp_in, layer.mlp_out):
+            if p.node in owner:
+                shape, first = f"{p.in_features}x{p.out_features}", owner[p.node]
+                raise PatternError(f"unsupported structure: one {shape} projection serves {first} and layer {i}")
+            owner[p.node] = f"layer {i}"
 
 
 def _embedding_gathers(g: GraphIndex) -> list[int]:

@@ -16,14 +16,11 @@ reported as its rank (scale 1).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
-from primal_compiler.frontend.onnx_graph import SHAPE_OPS, TRANSPARENT, GraphIndex, attr
+from primal_compiler.frontend.onnx_graph import SHAPE_OPS, TRANSPARENT, GraphIndex, PatternError, attr
 from primal_compiler.ir.model import Role
-
-
-class PatternError(Exception):
-    """The graph is not a decoder this frontend understands (turned into InputError)."""
 
 
 @dataclass
@@ -73,30 +70,35 @@ def _only_consumer(g: GraphIndex, tensor: str) -> int | None:
     return users[0] if len(users) == 1 else None
 
 
-def _follow_to_base(g: GraphIndex, tensor: str, by_node: dict[int, Projection]) -> Projection | None:
-    """The projection whose (biased) output ``tensor`` is, through transparent ops and bias/LoRA Adds."""
-    for _ in range(16):
+FOLLOW_LIMIT = 64  # tensors one search for a LoRA's base projection may look at
+
+
+def _follow_to_base(
+    g: GraphIndex, tensor: str, by_node: dict[int, Projection], exclude: tuple[int, ...]
+) -> Projection | None:
+    """The projection (not one in ``exclude``) whose (biased) output ``tensor`` is, through transparent ops
+    and bias/LoRA Adds: a depth-first search, left operand first, of at most ``FOLLOW_LIMIT`` tensors."""
+    stack, seen = [tensor], set()
+    while stack and len(seen) < FOLLOW_LIMIT:
+        tensor = stack.pop()
+        if tensor in seen:
+            continue
+        seen.add(tensor)
         i = g.producer.get(tensor)
-        if i is None:
-            return None
+        if i is None or i in exclude:
+            continue
         if i in by_node:
             return by_node[i]
         node = g.nodes[i]
-        if node.op_type in TRANSPARENT:
-            tensor = node.input[0]
+        if node.op_type in TRANSPARENT and node.input:
+            stack.append(node.input[0])
         elif node.op_type == "Add":
             # bias Add: one side is a constant vector; LoRA Add: follow the left side first
             consts = [x for x in node.input if g.vector_len(x) is not None]
             if len(consts) == 1:
-                tensor = next(x for x in node.input if x != consts[0])
+                stack.extend(x for x in node.input if x != consts[0])
             else:
-                for x in node.input:
-                    base = _follow_to_base(g, x, by_node)
-                    if base is not None:
-                        return base
-                return None
-        else:
-            return None
+                stack.extend(reversed(node.input))
     return None
 
 
@@ -116,16 +118,18 @@ def pair_lora(g: GraphIndex, raw: list[Projection]) -> list[Projection]:
         if add is None:
             continue
         others = [x for x in g.nodes[add].input if not _depends_on(g, x, b.node)]
-        candidates = [by_node[n] for n in by_node if n not in (a.node, b.node)]
         base = None
         for other in others:
-            base = _follow_to_base(g, other, {p.node: p for p in candidates})
+            base = _follow_to_base(g, other, by_node, (a.node, b.node))
             if base is not None:
                 break
         if base is None or (base.in_features, base.out_features) != (a.in_features, b.out_features):
             continue
         if base.lora is not None:
             raise PatternError("a projection carries several LoRA adapters, which is not supported")
+        if not math.isfinite(scale):
+            raise PatternError(f"the LoRA adapter on the {base.in_features}x{base.out_features} projection at "
+                               f"node {g.nodes[base.node].name or base.node} is scaled by {scale}, not a finite number")
         base.lora = (rank, round(scale * rank, 6))
         base.lora_nodes = (a.node, b.node)
         adapters.update((a.node, b.node))

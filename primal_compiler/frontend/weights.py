@@ -9,14 +9,10 @@ W is ``in x out``, a LoRA adapter is A (``in x r``) and B (``r x out``) with
   that :func:`~primal_compiler.frontend.onnx_import.recognise_onnx` found
   (never by initializer name), undoing a ``Transpose`` in front of the
   weight and Gemm's ``transB``. External-data files are read when present;
-  an absent one is an :class:`InputError` (shape-only import still works).
+  an absent one is an :class:`InputError` (shape-only import still works),
+  and so is a weight, bias, embedding or norm holding a NaN or an infinity.
 * :func:`load_peft_adapter` reads a PEFT adapter directory
-  (``adapter_config.json`` + ``adapter_model.safetensors``) with the
-  ``safetensors`` numpy API. Module names map to roles through
-  ``lora_spec.ALIASES`` (GPT-2's ``mlp.c_proj`` is fc2, ``attn.c_proj`` o).
-  PEFT stores ``lora_A.weight`` as ``r x in`` and ``lora_B.weight`` as
-  ``out x r`` for Linear and GPT-2 Conv1D layers alike; both are transposed
-  here.
+  (``adapter_config.json`` + ``adapter_model.safetensors``; see ``peft``).
 * :func:`check_lora` compares loaded LoRA factors with a model: the same
   roles, the same layers, the shapes the model expects.
 
@@ -25,21 +21,16 @@ Every problem is a one-line :class:`InputError` naming the file.
 
 from __future__ import annotations
 
-import json
 import math
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from primal_compiler.errors import InputError
-from primal_compiler.frontend.lora_spec import ALIASES, LAYER_ROLES
+from primal_compiler.errors import InputError, one_line
+from primal_compiler.frontend.lora_spec import LAYER_ROLES
 from primal_compiler.ir.model import Model, Role
-
-ADAPTER_CONFIG = "adapter_config.json"
-ADAPTER_WEIGHTS = "adapter_model.safetensors"
 
 
 @dataclass(frozen=True, eq=False)
@@ -145,20 +136,47 @@ def _tensor_behind(g, name: str) -> tuple[Any, bool]:
 
 
 def _read(g, tensor, label: str, where: str) -> np.ndarray:
+    """An initializer as float32; absent external data and values that are not finite are InputErrors."""
     from onnx import TensorProto, numpy_helper
 
+
     if tensor.data_location == TensorProto.EXTERNAL:
-        info = {e.key: e.value for e in tensor.external_data}
-        location = info.get("location", "")
-        if not location or not (g.base_dir / location).is_file():
+        if g.external_file(tensor) is None:
+            location = next(e.value for e in tensor.external_data if e.key == "location")
             raise InputError(
                 where, f"{label}: initializer {tensor.name!r} is in external data file {location!r}, which is absent"
             )
+        tensor = _sized(tensor, label, where)
     try:
-        return numpy_helper.to_array(tensor, base_dir=str(g.base_dir)).astype(np.float32)
+        value = numpy_helper.to_array(tensor, base_dir=str(g.base_dir)).astype(np.float32)
     except Exception as exc:  # noqa: BLE001 - onnx raises many types for unreadable data
-        detail = f"{type(exc).__name__}: {_first_line(exc)}"
+        detail = f"{type(exc).__name__}: {one_line(exc, 200)}"
         raise InputError(where, f"{label}: cannot read initializer {tensor.name!r} ({detail})") from None
+    if not np.isfinite(value).all():
+        raise InputError(where, f"{label}: initializer {tensor.name!r} holds NaN or infinite values")
+    return value
+
+
+def _sized(tensor, label: str, where: str):
+    """An external float tensor with the ``length`` its shape needs, so no read goes past its bytes."""
+    from onnx import TensorProto
+
+    from primal_compiler.frontend.onnx_graph import ITEMSIZE
+
+    size = ITEMSIZE.get(tensor.data_type)
+    if size is None:
+        return tensor  # onnx reads at most the rest of a file already checked to be regular and bounded
+    need = math.prod(tensor.dims) * size
+    info = {e.key: e.value for e in tensor.external_data}
+    if "length" in info:
+        if int(info["length"]) != need:
+            raise InputError(where, f"{label}: initializer {tensor.name!r} has {int(info['length']):,} bytes of "
+                                    f"external data, its shape needs {need:,}")
+        return tensor
+    sized = TensorProto()
+    sized.CopyFrom(tensor)
+    sized.external_data.add(key="length", value=str(need))
+    return sized
 
 
 def _matmul_weight(g, node_index: int, shape: tuple[int, int], label: str, where: str) -> np.ndarray:
@@ -222,162 +240,18 @@ def _attr(node, name: str, default: int = 0) -> int:
     return default
 
 
-def _first_line(exc: Exception) -> str:
-    text = str(exc).strip().splitlines()
-    return text[0][:200] if text else "no detail"
-
-
 def _dims(shape) -> str:
     return "x".join(str(int(d)) for d in shape)
 
 
 # --------------------------------------------------------------------------- PEFT adapters
 
-# base_model.model.model.layers.3.self_attn.q_proj.lora_A.weight (optionally lora_A.<adapter>.weight)
-_LORA_KEY = re.compile(r"^(?P<module>.+)\.lora_(?P<part>[AB])(?:\.(?P<adapter>[^.]+))?\.weight$")
-_LAYER_PATH = re.compile(r"(?:^|\.)(?:layers|h|blocks|layer)\.(?P<index>\d+)\.(?P<path>.+)$")
-
 
 def load_peft_adapter(path: str | Path) -> ModelWeights:
-    """LoRA A (``in x r``) and B (``r x out``) per ``(layer, role)`` from a PEFT adapter directory."""
-    directory = Path(path)
-    if not directory.exists():
-        raise InputError(str(directory), "no such adapter directory")
-    if not directory.is_dir():
-        expected = f"{ADAPTER_CONFIG} + {ADAPTER_WEIGHTS}"
-        raise InputError(str(directory), f"not a directory; expected a PEFT adapter directory ({expected})")
-    config_path, weights_path = directory / ADAPTER_CONFIG, directory / ADAPTER_WEIGHTS
-    if not config_path.is_file():
-        raise InputError(str(config_path), "missing: a PEFT adapter directory needs adapter_config.json")
-    if not weights_path.is_file():
-        hint = " (only the pickled adapter_model.bin is there; re-save with safe_serialization=True)" if (
-            directory / "adapter_model.bin").exists() else ""
-        raise InputError(str(weights_path), f"missing: a PEFT adapter directory needs {ADAPTER_WEIGHTS}{hint}")
-    config = _adapter_config(config_path)
-    tensors = _safetensors(weights_path)
-    where = str(weights_path)
+    """LoRA A (``in x r``) and B (``r x out``) per ``(layer, role)`` from a PEFT adapter directory (``peft``)."""
+    from primal_compiler.frontend.peft import load_peft_adapter as load
 
-    factors: dict[tuple[int, Role], dict[str, Any]] = {}
-    for key, value in tensors.items():
-        if ".lora_embedding_" in key:
-            raise InputError(where, f"adapter targets an embedding ({key}); only layer projections can have LoRA")
-        m = _LORA_KEY.match(key)
-        if m is None:
-            continue  # lora_B.bias, DoRA magnitudes, modules_to_save copies: not LoRA factors
-        module = m["module"]
-        leaf = module.rsplit(".", 1)[-1]
-        lm = _LAYER_PATH.search(module)
-        role = _role_of(leaf, lm["path"] if lm else "")
-        if lm is None or role is None:
-            raise InputError(where, f"adapter targets {leaf} ({module}), which is not a decoder-layer projection")
-        entry = factors.setdefault((int(lm["index"]), role), {"module": module})
-        if entry["module"] != module:
-            both = f"modules {entry['module']} and {module}"
-            raise InputError(where, f"{both} both map to layer {lm['index']} {role.value}")
-        if value.ndim != 2:
-            raise InputError(where, f"{key} has shape {list(value.shape)}, expected a matrix")
-        entry[m["part"]] = value
-    if not factors:
-        raise InputError(where, "no LoRA weights (no *.lora_A.weight / *.lora_B.weight tensors)")
-
-    out: dict[tuple[int, Role], ProjectionWeights] = {}
-    for (layer, role), entry in factors.items():
-        label = f"layer {layer} {role.value}"
-        if "A" not in entry or "B" not in entry:
-            missing = "lora_A" if "A" not in entry else "lora_B"
-            raise InputError(where, f"{label} ({entry['module']}) has no {missing}")
-        a, b = entry["A"].T, entry["B"].T  # PEFT: A is r x in, B is out x r
-        if a.shape[1] != b.shape[0]:
-            raise InputError(where, f"{label} lora_A has rank {a.shape[1]} but lora_B has rank {b.shape[0]}")
-        rank = a.shape[1]
-        if config["rank_default"] and rank != config["r"]:
-            raise InputError(where, f"{label} lora_A has rank {rank}, adapter_config.json says r={config['r']}")
-        alpha = _pattern(config["alpha_pattern"], entry["module"], config["lora_alpha"])
-        scale = alpha / math.sqrt(rank) if config["use_rslora"] else alpha / rank
-        out[(layer, role)] = ProjectionWeights(
-            a=np.ascontiguousarray(a), b=np.ascontiguousarray(b), scale=float(scale), module=entry["module"]
-        )
-    return ModelWeights(where, "adapter", out)
-
-
-def _adapter_config(path: Path) -> dict[str, Any]:
-    where = str(path)
-    try:
-        raw = json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise InputError(where, f"not readable JSON ({type(exc).__name__}: {str(exc).splitlines()[0][:200]})") from None
-    if not isinstance(raw, dict):
-        raise InputError(where, "not a JSON object")
-    kind = raw.get("peft_type", "LORA")
-    if str(kind).upper() != "LORA":
-        raise InputError(where, f"peft_type is {kind}, not LORA")
-    r, alpha = raw.get("r"), raw.get("lora_alpha", raw.get("r"))
-    if isinstance(r, bool) or not isinstance(r, int) or r < 1:
-        raise InputError(where, f"r must be a positive integer, got {r!r}")
-    if isinstance(alpha, bool) or not isinstance(alpha, (int, float)):
-        raise InputError(where, f"lora_alpha must be a number, got {alpha!r}")
-    rank_pattern = raw.get("rank_pattern") or {}
-    alpha_pattern = raw.get("alpha_pattern") or {}
-    if not isinstance(rank_pattern, dict) or not isinstance(alpha_pattern, dict):
-        raise InputError(where, "rank_pattern and alpha_pattern must be JSON objects")
-    return {
-        "r": r,
-        "lora_alpha": float(alpha),
-        "rank_default": not rank_pattern,  # every module has rank r unless a pattern overrides it
-        "alpha_pattern": alpha_pattern,
-        "use_rslora": bool(raw.get("use_rslora", False)),
-    }
-
-
-def _pattern(patterns: dict[str, Any], module: str, default: float) -> float:
-    """PEFT's per-module override: the first pattern matching the end of the module name."""
-    for key, value in patterns.items():
-        try:
-            hit = re.match(rf"(.*\.)?{key}$", module) is not None
-        except re.error:
-            hit = module == key or module.endswith("." + key)
-        if hit:
-            return float(value)
-    return default
-
-
-def _safetensors(path: Path) -> dict[str, np.ndarray]:
-    """The LoRA tensors of a safetensors file as float32 (bfloat16 through ml_dtypes, which onnx installs).
-
-    Other tensors (``modules_to_save`` copies of whole layers) are never decoded.
-    """
-    try:
-        import ml_dtypes  # noqa: F401  (registers bfloat16 with numpy)
-    except ImportError:  # pragma: no cover - onnx depends on it
-        pass
-    try:
-        from safetensors import safe_open
-    except ImportError:  # pragma: no cover - a declared dependency
-        raise InputError(str(path), "reading adapters needs the safetensors package") from None
-    out = {}
-    try:
-        with safe_open(str(path), framework="np") as fh:
-            for key in fh.keys():
-                if ".lora_" in key:
-                    out[key] = np.asarray(fh.get_tensor(key)).astype(np.float32)
-    except Exception as exc:  # noqa: BLE001 - SafetensorError, TypeError for unknown dtypes, OSError
-        detail = f"{type(exc).__name__}: {_first_line(exc)}"
-        raise InputError(str(path), f"not a readable safetensors file ({detail})") from None
-    return out
-
-
-def _role_of(leaf: str, path: str) -> Role | None:
-    """The role of a PEFT module leaf name; ``path`` (e.g. ``mlp.c_proj``) disambiguates GPT-2's c_proj."""
-    if leaf == "c_proj" and path.split(".")[0] == "mlp":
-        return Role.FC2
-    roles = ALIASES.get(leaf)
-    if roles is not None:
-        return roles[0] if len(roles) == 1 else None
-    try:
-        role = Role(leaf)
-    except ValueError:
-        return None
-    return role if role in LAYER_ROLES else None
+    return load(path)
 
 
 # --------------------------------------------------------------------------- checks

@@ -9,12 +9,42 @@ hashable, comparable and safe to share between passes. Shapes follow the
 Parameter counts follow the Hugging Face convention (embeddings, norms and
 biases included; a tied LM head is counted once), so they can be compared
 with published model sizes.
+
+Size limits (:data:`SIZE_LIMITS`) are checked when a :class:`Model` is built,
+so every front end (ONNX files, built-in architectures, ``--lora``) passes
+through them before any pass allocates anything; a model over a limit is an
+:class:`~primal_compiler.errors.InputError` that names the limit. Each limit
+is several times the largest published dense decoder (Llama-3.1-405B: hidden
+16,384, FFN 53,248, 128 heads, 126 layers, 4.06e11 parameters; Gemma 3:
+vocabulary 262,144), and the parameter limit keeps ``primal inspect`` within
+about 15 s and 1.2 GB (Llama-2-70B: 1.8 s, 0.26 GB). ``docs/frontend.md``
+lists them.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
+
+from primal_compiler.errors import InputError
+
+#: The largest value each size may take.
+SIZE_LIMITS: dict[str, int] = {
+    "decoder layers": 1024,
+    "hidden size": 1 << 16,  # 65,536
+    "projection width": 1 << 18,  # 262,144: in or out features of any projection (FFN width, fused qkv), a head size
+    "attention heads": 1024,  # query or key/value heads
+    "vocabulary": 1 << 21,  # 2,097,152
+    "positions": 1 << 24,  # 16,777,216: max_position_embeddings, rows of a learned position table
+    "parameters": 1 << 39,  # 5.5e11, base and LoRA together
+}
+
+
+def check_size(where: str, what: str, value: int) -> None:
+    """Raise ``InputError(where, ...)`` naming the limit when ``value`` is over ``SIZE_LIMITS[what]``."""
+    limit = SIZE_LIMITS[what]
+    if value > limit:
+        raise InputError(where, f"{what} {value:,} is over the limit of {limit:,} (docs/frontend.md)")
 
 
 class Role(StrEnum):
@@ -200,6 +230,22 @@ class Model:
             raise ValueError(f"model {self.name!r}: hidden_size and vocab_size must be positive")
         if not (self.norm_eps > 0 and self.rope_theta > 1):
             raise ValueError(f"model {self.name!r}: norm_eps must be > 0 and rope_theta > 1")
+        self._check_sizes()
+
+    def _check_sizes(self) -> None:
+        """Every size against :data:`SIZE_LIMITS` (an ``InputError`` where the model's name is ``where``)."""
+        where = f"model {self.name}"
+        check_size(where, "decoder layers", len(self.layers))
+        check_size(where, "hidden size", self.hidden_size)
+        check_size(where, "vocabulary", self.vocab_size)
+        check_size(where, "positions", max(self.max_position_embeddings, self.num_pos_embeddings))
+        for layer in self.layers:
+            att = layer.attention
+            check_size(where, "attention heads", max(att.num_heads, att.num_kv_heads))
+            check_size(where, "projection width", att.head_dim)
+            for lin in layer.linears:
+                check_size(where, "projection width", max(lin.in_features, lin.out_features))
+        check_size(where, "parameters", self.base_params + self.lora_params)
 
     @property
     def num_layers(self) -> int:

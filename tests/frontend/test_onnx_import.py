@@ -17,6 +17,7 @@ import pytest
 from primal_compiler.errors import InputError
 from primal_compiler.frontend.onnx_import import load_onnx
 from primal_compiler.ir.model import Positional, Role
+from tests.frontend.decoders import fused_decoder
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "onnx"
 ALL = sorted(p.stem for p in FIXTURES.glob("*.onnx"))
@@ -182,7 +183,7 @@ def _assert_input_error(path: Path):
 
 def test_missing_file(tmp_path):
     err = _assert_input_error(tmp_path / "nope.onnx")
-    assert "no such file" in err.problem
+    assert "no such ONNX model" in err.problem
 
 
 def test_directory(tmp_path):
@@ -227,8 +228,10 @@ def test_graph_without_decoder(tmp_path):
 def test_unsupported_attention_variant(tmp_path):
     model = onnx.load(str(FIXTURES / "llama_torchscript.onnx"))
     softmax = next(n for n in model.graph.node if n.op_type == "Softmax")
-    fused = onnx.helper.make_node("Attention", ["x", "w", "b"], ["y"], domain="com.microsoft", num_heads=4)
+    w, b = (t.name for t in model.graph.initializer[:2])
+    fused = onnx.helper.make_node("Attention", [softmax.input[0], w, b], ["y"], domain="com.microsoft", num_heads=4)
     model.graph.node.insert(list(model.graph.node).index(softmax), fused)
+    model.opset_import.append(onnx.helper.make_opsetid("com.microsoft", 1))
     path = tmp_path / "fused.onnx"
     onnx.save(model, str(path))
     err = _assert_input_error(path)
@@ -286,61 +289,8 @@ def test_weights_behind_explicit_transpose(tmp_path):
 
 
 def _fused_attention_decoder(path: Path, *, parallel: bool = False, rope: bool = True) -> None:
-    """A hand-built opset-23 decoder: RMSNormalization, RotaryEmbedding, the ONNX Attention op, tanh Gelu.
-
-    3 layers, hidden 64, 8 query heads, 2 kv heads, MLP 96, vocabulary 100.
-    ``parallel`` makes it a GPT-J style block (MLP reads the attention's input).
-    """
-    from math import prod
-
-    from onnx import TensorProto, helper
-
-    layers, hidden, heads, kv_heads, inter, vocab = 3, 64, 8, 2, 96, 100
-    head_dim = hidden // heads
-    inits, nodes = [], []
-
-    def weight(name, *dims):
-        inits.append(helper.make_tensor(name, TensorProto.FLOAT, list(dims), [0.0] * prod(dims)))
-        return name
-
-    def node(op, inputs, output, **attrs):
-        nodes.append(helper.make_node(op, inputs, [output], **attrs))
-
-    node("Gather", [weight("E", vocab, hidden), "ids"], "h0")
-    weight("cos", 64, head_dim // 2)
-    weight("sin", 64, head_dim // 2)
-    h = "h0"
-    for i in range(layers):
-        p = f"l{i}_"
-        node("RMSNormalization", [h, weight(p + "n1", hidden)], p + "x", axis=-1)
-        for r, out in (("q", hidden), ("k", kv_heads * head_dim), ("v", kv_heads * head_dim)):
-            node("MatMul", [p + "x", weight(p + "W" + r, hidden, out)], p + r)
-        for r in ("q", "k"):
-            if rope:
-                node(
-                    "RotaryEmbedding",
-                    [p + r, "cos", "sin", "pos"],
-                    p + r + "r",
-                    num_heads=heads if r == "q" else kv_heads,
-                )
-            else:
-                node("Identity", [p + r], p + r + "r")
-        node("Attention", [p + "qr", p + "kr", p + "v"], p + "a", q_num_heads=heads, kv_num_heads=kv_heads)
-        node("MatMul", [p + "a", weight(p + "Wo", hidden, hidden)], p + "o")
-        node("Add", [h, p + "o"], p + "h1")
-        node("RMSNormalization", [p + "h1", weight(p + "n2", hidden)], p + "y", axis=-1)
-        node("MatMul", [p + ("x" if parallel else "y"), weight(p + "W1", hidden, inter)], p + "f")
-        node("Gelu", [p + "f"], p + "g", approximate="tanh")
-        node("MatMul", [p + "g", weight(p + "W2", inter, hidden)], p + "d")
-        node("Add", [p + "h1", p + "d"], p + "h2")
-        h = p + "h2"
-    node("RMSNormalization", [h, weight("nf", hidden)], "hf", axis=-1)
-    node("MatMul", ["hf", weight("H", hidden, vocab)], "logits")
-    ids = helper.make_tensor_value_info("ids", TensorProto.INT64, ["b", "s"])
-    pos = helper.make_tensor_value_info("pos", TensorProto.INT64, ["b", "s"])
-    logits = helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["b", "s", vocab])
-    graph = helper.make_graph(nodes, "fused", [ids, pos], [logits], inits)
-    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 23)]), str(path))
+    """3 layers, hidden 64, 8 query heads, 2 kv heads, MLP 96, vocabulary 100 (``decoders.fused_decoder``)."""
+    onnx.save(fused_decoder(parallel=parallel, rope=rope), str(path))
 
 
 def test_fused_attention_op_and_opset23_ops(tmp_path):

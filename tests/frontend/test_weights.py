@@ -168,7 +168,7 @@ def test_external_data_is_read_and_its_absence_is_an_input_error(tmp_path):
 
 
 def test_onnx_errors(tmp_path, tiny):
-    with pytest.raises(InputError, match="no such file"):
+    with pytest.raises(InputError, match="no such ONNX model"):
         load_onnx_weights(tmp_path / "missing.onnx")
     weights = load_onnx_weights(FIXTURES / "llama_lora_qkvo_r8_dynamo.onnx", base=False)
     other = load_onnx(FIXTURES / "llama_lora_qv_r4_torchscript.onnx")

@@ -1,0 +1,223 @@
+"""PEFT LoRA adapter directories: ``adapter_config.json`` + ``adapter_model.safetensors``, read as LoRA factors.
+
+:func:`load_peft_adapter` reads the factors with the ``safetensors`` numpy
+API. Module names map to roles through ``lora_spec.ALIASES`` (GPT-2's
+``mlp.c_proj`` is fc2, ``attn.c_proj`` o). PEFT stores ``lora_A.weight`` as
+``r x in`` and ``lora_B.weight`` as ``out x r`` for Linear and GPT-2 Conv1D
+layers alike; both are transposed here into the IR's ``in x r`` and ``r x out``.
+
+Everything is checked before it is used, each problem a one-line
+:class:`InputError` naming the file: both files must be regular files
+(``inputs.regular_file``: a FIFO or a device is never opened), the config
+UTF-8 JSON of at most 64 MiB and the weights at most
+:data:`ADAPTER_LIMIT_BYTES`; ``r`` and every ``rank_pattern`` value a positive
+integer, ``lora_alpha`` and every ``alpha_pattern`` value a positive finite
+number, ``use_rslora`` a boolean, pattern keys module names (PEFT allows
+regular expressions there; they are refused rather than run, since a
+user's pattern could take exponential time); every LoRA tensor finite (a NaN
+or an infinity is refused naming the tensor).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from primal_compiler.errors import InputError, one_line
+from primal_compiler.frontend.lora_spec import ALIASES, LAYER_ROLES
+from primal_compiler.frontend.weights import ModelWeights, ProjectionWeights
+from primal_compiler.inputs import TEXT_LIMIT_BYTES, read_text, regular_file
+from primal_compiler.ir.model import Role
+
+ADAPTER_CONFIG = "adapter_config.json"
+ADAPTER_WEIGHTS = "adapter_model.safetensors"
+#: Largest adapter weights file: 64 GiB, above r=256 on every projection of a 405B-parameter model in fp16 (20 GB).
+ADAPTER_LIMIT_BYTES = 64 << 30
+
+# base_model.model.model.layers.3.self_attn.q_proj.lora_A.weight (optionally lora_A.<adapter>.weight)
+_LORA_KEY = re.compile(r"^(?P<module>.+)\.lora_(?P<part>[AB])(?:\.(?P<adapter>[^.]+))?\.weight$")
+_LAYER_PATH = re.compile(r"(?:^|\.)(?:layers|h|blocks|layer)\.(?P<index>[0-9]{1,6})\.(?P<path>.+)$")
+_MODULE_NAME = re.compile(r"\^?[A-Za-z0-9_.]+")
+
+
+def load_peft_adapter(path: str | Path) -> ModelWeights:
+    """LoRA A (``in x r``) and B (``r x out``) per ``(layer, role)`` from a PEFT adapter directory."""
+    if not str(path):
+        raise InputError("''", "empty path where a PEFT adapter directory was expected")
+    directory = Path(path)
+    if not _present(directory):
+        raise InputError(str(directory), "no such adapter directory")
+    if not directory.is_dir():
+        expected = f"{ADAPTER_CONFIG} + {ADAPTER_WEIGHTS}"
+        raise InputError(str(directory), f"not a directory; expected a PEFT adapter directory ({expected})")
+    config_path, weights_path = directory / ADAPTER_CONFIG, directory / ADAPTER_WEIGHTS
+    if not _present(config_path):
+        raise InputError(str(config_path), "missing: a PEFT adapter directory needs adapter_config.json")
+    if not _present(weights_path):
+        hint = " (only the pickled adapter_model.bin is there; re-save with safe_serialization=True)" if (
+            directory / "adapter_model.bin").exists() else ""
+        raise InputError(str(weights_path), f"missing: a PEFT adapter directory needs {ADAPTER_WEIGHTS}{hint}")
+    config = _adapter_config(config_path)
+    tensors = _safetensors(weights_path)
+    where = str(weights_path)
+
+    factors: dict[tuple[int, Role], dict[str, Any]] = {}
+    for key, value in tensors.items():
+        if ".lora_embedding_" in key:
+            raise InputError(where, f"adapter targets an embedding ({key}); only layer projections can have LoRA")
+        m = _LORA_KEY.match(key)
+        if m is None:
+            continue  # lora_B.bias, DoRA magnitudes, modules_to_save copies: not LoRA factors
+        module = m["module"]
+        leaf = module.rsplit(".", 1)[-1]
+        lm = _LAYER_PATH.search(module)
+        role = _role_of(leaf, lm["path"] if lm else "")
+        if lm is None or role is None:
+            raise InputError(where, f"adapter targets {leaf} ({module}), which is not a decoder-layer projection")
+        entry = factors.setdefault((int(lm["index"]), role), {"module": module})
+        if entry["module"] != module:
+            both = f"modules {entry['module']} and {module}"
+            raise InputError(where, f"{both} both map to layer {lm['index']} {role.value}")
+        if value.ndim != 2:
+            raise InputError(where, f"{key} has shape {list(value.shape)}, expected a matrix")
+        entry[m["part"]] = value
+    if not factors:
+        raise InputError(where, "no LoRA weights (no *.lora_A.weight / *.lora_B.weight tensors)")
+
+    out: dict[tuple[int, Role], ProjectionWeights] = {}
+    for (layer, role), entry in factors.items():
+        label = f"layer {layer} {role.value}"
+        if "A" not in entry or "B" not in entry:
+            missing = "lora_A" if "A" not in entry else "lora_B"
+            raise InputError(where, f"{label} ({entry['module']}) has no {missing}")
+        a, b = entry["A"].T, entry["B"].T  # PEFT: A is r x in, B is out x r
+        if a.shape[1] != b.shape[0]:
+            raise InputError(where, f"{label} lora_A has rank {a.shape[1]} but lora_B has rank {b.shape[0]}")
+        rank = a.shape[1]
+        if rank < 1:
+            raise InputError(where, f"{label} lora_A has rank 0")
+        if config["rank_default"] and rank != config["r"]:
+            raise InputError(where, f"{label} lora_A has rank {rank}, adapter_config.json says r={config['r']}")
+        alpha = _pattern(config["alpha_pattern"], entry["module"], config["lora_alpha"])
+        scale = alpha / math.sqrt(rank) if config["use_rslora"] else alpha / rank
+        out[(layer, role)] = ProjectionWeights(
+            a=np.ascontiguousarray(a), b=np.ascontiguousarray(b), scale=float(scale), module=entry["module"]
+        )
+    return ModelWeights(where, "adapter", out)
+
+
+def _present(path: Path) -> bool:
+    """Whether anything (a dangling symlink included) is at ``path``; a path the system refuses is an InputError."""
+    try:
+        return path.exists() or path.is_symlink()
+    except (OSError, ValueError) as exc:  # a name too long, a NUL byte
+        raise InputError(str(path), f"cannot read: {getattr(exc, 'strerror', None) or exc}") from None
+
+
+def _adapter_config(path: Path) -> dict[str, Any]:
+    where = str(path)
+    text = read_text(path, TEXT_LIMIT_BYTES, "adapter config")
+    try:
+        raw = json.loads(text)
+    except (ValueError, RecursionError) as exc:  # JSONDecodeError, an integer of over 4300 digits, deep nesting
+
+        raise InputError(where, f"not readable JSON ({type(exc).__name__}: {one_line(exc, 200)})") from None
+    if not isinstance(raw, dict):
+        raise InputError(where, "not a JSON object")
+    kind = raw.get("peft_type", "LORA")
+    if str(kind).upper() != "LORA":
+        raise InputError(where, f"peft_type is {kind}, not LORA")
+    r, alpha = raw.get("r"), raw.get("lora_alpha", raw.get("r"))
+    _check_rank(where, "r", r)
+    _check_alpha(where, "lora_alpha", alpha)
+    rank_pattern = raw.get("rank_pattern") or {}
+    alpha_pattern = raw.get("alpha_pattern") or {}
+    if not isinstance(rank_pattern, dict) or not isinstance(alpha_pattern, dict):
+        raise InputError(where, "rank_pattern and alpha_pattern must be JSON objects")
+    for name, patterns, check in (("rank_pattern", rank_pattern, _check_rank),
+                                  ("alpha_pattern", alpha_pattern, _check_alpha)):
+        for key, value in patterns.items():
+            if not _MODULE_NAME.fullmatch(key):
+                raise InputError(where, f"{name} key {key!r} is not a module name (regular expressions are "
+                                        "not supported)")
+            check(where, f"{name}[{key!r}]", value)
+    rslora = raw.get("use_rslora", False)
+    if not isinstance(rslora, bool):
+        raise InputError(where, f"use_rslora must be true or false, got {rslora!r}")
+    return {
+        "r": r,
+        "lora_alpha": float(alpha),
+        "rank_default": not rank_pattern,  # every module has rank r unless a pattern overrides it
+        "alpha_pattern": {key: float(value) for key, value in alpha_pattern.items()},
+        "use_rslora": rslora,
+    }
+
+
+def _check_rank(where: str, what: str, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise InputError(where, f"{what} must be a positive integer, got {value!r}")
+
+
+def _check_alpha(where: str, what: str, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+        raise InputError(where, f"{what} must be a positive finite number, got {value!r}")
+
+
+def _pattern(patterns: dict[str, float], module: str, default: float) -> float:
+    """PEFT's per-module override: the first key naming ``module`` or a dotted suffix of it (``^`` anchors)."""
+    for key, value in patterns.items():
+        if module == key.lstrip("^") or (not key.startswith("^") and module.endswith("." + key)):
+            return value
+    return default
+
+
+def _safetensors(path: Path) -> dict[str, np.ndarray]:
+    """The LoRA tensors of a safetensors file as float32 (bfloat16 through ml_dtypes, which onnx installs).
+
+    Other tensors (``modules_to_save`` copies of whole layers) are never decoded. A LoRA tensor holding
+    a NaN or an infinity is an :class:`InputError` naming it.
+    """
+    try:
+        import ml_dtypes  # noqa: F401  (registers bfloat16 with numpy)
+    except ImportError:  # pragma: no cover - onnx depends on it
+        pass
+    try:
+        from safetensors import safe_open
+    except ImportError:  # pragma: no cover - a declared dependency
+        raise InputError(str(path), "reading adapters needs the safetensors package") from None
+    regular_file(path, ADAPTER_LIMIT_BYTES, "adapter weights file")
+    out = {}
+    try:
+        with safe_open(str(path), framework="np") as fh:
+            for key in fh.keys():
+                if ".lora_" in key:
+                    out[key] = np.asarray(fh.get_tensor(key)).astype(np.float32)
+    except Exception as exc:  # noqa: BLE001 - SafetensorError, TypeError for unknown dtypes, OSError
+
+        detail = f"{type(exc).__name__}: {one_line(exc, 200)}"
+        raise InputError(str(path), f"not a readable safetensors file ({detail})") from None
+    for key, value in out.items():
+        if not np.isfinite(value).all():
+            raise InputError(str(path), f"{key} holds NaN or infinite values")
+    return out
+
+
+def _role_of(leaf: str, path: str) -> Role | None:
+    """The role of a PEFT module leaf name; ``path`` (e.g. ``mlp.c_proj``) disambiguates GPT-2's c_proj."""
+    if leaf == "c_proj" and path.split(".")[0] == "mlp":
+        return Role.FC2
+    roles = ALIASES.get(leaf)
+    if roles is not None:
+        return roles[0] if len(roles) == 1 else None
+    try:
+        role = Role(leaf)
+    except ValueError:
+        return None
+    return role if role in LAYER_ROLES else None
+
+
