@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from primal_compiler import api
+from primal_compiler.baselines.family import DEFAULT, Selection, family_for_program
 from primal_compiler.executor.metrics import metrics
 from primal_compiler.executor.replay import replay
 from primal_compiler.ir.program import Program
@@ -53,6 +54,7 @@ class Study:
     context: int = 2048
     batch8_context: int = 256  # the largest context whose KV space holds 8 sequences on the default target
     zero_fraction: float = 0.245  # seed: ~35% of LoRA matrices are >70% sparse -> 0.35 x 0.7 of blocks all zero
+    baselines: Selection = DEFAULT  # the GPU baseline family shown beside every replayed row
 
 
 class Runner:
@@ -80,6 +82,7 @@ class Runner:
         meta, arrays = api.program_file(program, target)
         m = metrics(replay(meta, arrays, program.stream, target))
         m["h100"] = api.h100_for(meta, m)
+        m["baselines"] = family_for_program(meta, m, self.study.baselines)
         return m
 
     def place(self, order: str, lower: str = "lower-tiles") -> Program:
@@ -115,7 +118,8 @@ def reproduce(study: Study, say: Callable[[str], None] = lambda s: None) -> list
     sram_share = (base["power_breakdown_w"]["sram_dcim"] + base["static_by_domain_w"]["sram_dcim"]) / base["power_w"]
     return [
         _row("PRIMAL tokens/J (batch 1, decode)", base["tokens_per_j"], SEED["tokens_per_j"], True),
-        _row("H100 tokens/J (baseline model)", g["tokens_per_j"], SEED["h100_tokens_per_j"]),
+        _row("H100 tokens/J (baseline model)", g["tokens_per_j"], SEED["h100_tokens_per_j"],
+             note="the seed's comparison point: FP16 H100 roofline, baselines/h100.py"),
         _row("energy efficiency PRIMAL/H100", base["tokens_per_j"] / g["tokens_per_j"], SEED["efficiency_ratio"], True,
              "fitted: sram.leakage_uw"),
         _row("PRIMAL throughput, batch 1 (tokens/s)", base["tokens_per_s"], SEED["tokens_per_s"], True),
@@ -140,7 +144,25 @@ def reproduce(study: Study, say: Callable[[str], None] = lambda s: None) -> list
         _row("mixed precision (4-bit base, FP16 head) vs uniform 8-bit: tokens/J gain",
              zcurve["tokens_per_j"] / uniform["tokens_per_j"], SEED["mixed_precision_gain"], note="both Z-curve placed"),
         _row("SRAM-DCIM share of power (decode)", sram_share, SEED["sram_power_share"]),
+        *_family_rows(base, "batch 1", energy=True),
+        *_family_rows(b8, f"batch 8, context {s.batch8_context}", energy=False),
     ]
+
+
+def _family_rows(m: dict, where: str, energy: bool) -> list[dict]:
+    """PRIMAL over each baseline-family member (engine-profile model; the seed has no such figure)."""
+    fam = m.get("baselines") or {"members": []}
+    rows = []
+    for e in fam["members"]:
+        if "error" in e:
+            continue
+        name = f"{fam['gpu']} {e['label']}"
+        rows.append(_row(f"throughput PRIMAL/{name}, {where}", m["tokens_per_s"] / e["tokens_per_s"], None,
+                         note="GPU baseline family, engine-profile model"))
+        if energy:
+            rows.append(_row(f"energy efficiency PRIMAL/{name}, {where}", m["tokens_per_j"] / e["tokens_per_j"], None,
+                             note="GPU baseline family, engine-profile model"))
+    return rows
 
 
 def calibrate(study: Study, say: Callable[[str], None] = lambda s: None) -> dict:

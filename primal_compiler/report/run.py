@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from primal_compiler.baselines.family import render_family
+
 
 def human_time(seconds: float) -> str:
     """Seconds as s, ms or us with a sensible number of digits."""
@@ -41,9 +43,13 @@ def render_run(report: dict) -> str:
     for name, a, b, c in rows:
         lines.append(f"{name:<34}{a:>14}" + (f"{b:>14}{c:>14}" if g else ""))
     if g:
-        lines.append("(advantage: how many times better PRIMAL is; below 1 the H100 is better)")
+        lines.append("(advantage: how many times better PRIMAL is; below 1 the H100 is better. H100: the seed's "
+                     "comparison point, an FP16 roofline at MBU 0.6 (baselines/h100.py); the family below prices engines and precisions)")
     else:
         lines.append(f"(no H100 baseline: {gpu_note})")
+    family = render_family(report.get("baselines"), m, report.get("h100"))
+    if family:
+        lines += [""] + family
     h, x, p = m["hops"], m["hops"]["inter_ct"], m["hops"]["mapped"]
     lines += ["", f"hops, decode step (on-CT legs): max {h['max_hops']}, mean {h['mean_hops']:.2f}, "
                   f"traffic-weighted {h['weighted_hops']:.2f} over {h['transfers']:,} legs",

@@ -36,6 +36,7 @@ from primal_compiler.target.spec import KINDS, RULE_KEYS, PrimalTarget, Target, 
 __all__ = [
     "bundled_targets",
     "load_primal_target",
+    "load_table",
     "load_target",
     "parse_override",
     "require_primal",
@@ -56,6 +57,18 @@ def load_target(name_or_path: str | Path) -> Target:
     path = _resolve(name_or_path, base_dir=None, where=str(name_or_path))
     raw, prov = _load_merged(path, chain=())
     return _build_target(raw, prov, str(path))
+
+
+def load_table(cls: type, path: str | Path, what: str) -> Any:
+    """Load one TOML file into spec dataclass ``cls`` with the target files' strictness (GPU engine profiles).
+
+    Missing, unknown or mistyped keys, values outside a field's rules and the
+    class's cross-field problems raise :class:`InputError` naming ``path`` and the key.
+    """
+    raw = read_toml(Path(path), what)
+    prov: dict[str, str] = {}
+    _record(raw, "", str(path), prov)
+    return _build(cls, raw, "", prov, str(path))
 
 
 def load_primal_target(name_or_path: str | Path) -> PrimalTarget:

@@ -373,6 +373,7 @@ class GpuMemorySpec(_Table):
     hbm_capacity_bytes: int = _f("bytes", "HBM capacity", gt=0, le=1 << 50)
     hbm_bandwidth_bytes_per_s: int = _f("bytes/s", "peak HBM bandwidth", gt=0, le=MAX_BYTES_PER_S)
     usable_fraction: float = _f("fraction", "share of HBM the serving engine may fill with weights, adapters and KV cache", gt=0, le=1)
+    stream_bandwidth_fraction: float = _f("fraction", "best achieved / peak HBM bandwidth of a large streaming kernel (the engine-profile model's memory roof)", gt=0, le=1)
 
 
 @dataclass(frozen=True)
@@ -381,7 +382,7 @@ class GpuComputeSpec(_Table):
 
     fp16_dense_flop_per_s: int = _f("FLOP/s", "dense FP16 tensor-core peak (no structured sparsity)", gt=0, le=MAX_OPS_PER_S)
     bf16_dense_flop_per_s: int = _f("FLOP/s", "dense BF16 tensor-core peak", gt=0, le=MAX_OPS_PER_S)
-    fp8_dense_flop_per_s: int = _f("FLOP/s", "dense FP8 tensor-core peak", gt=0, le=MAX_OPS_PER_S)
+    fp8_dense_flop_per_s: int = _f("FLOP/s", "dense FP8 tensor-core peak; 0 = no FP8 tensor cores (no FP8 or W4A8 kernels)", ge=0, le=MAX_OPS_PER_S)
     int8_dense_op_per_s: int = _f("OP/s", "dense INT8 tensor-core peak", gt=0, le=MAX_OPS_PER_S)
     sm_count: int = _f("count", "streaming multiprocessors", ge=1, le=100_000)
 
@@ -394,6 +395,8 @@ class GpuPowerSpec(_Table):
     idle_w: float = _f("W", "board power idle with a model resident (CUDA context held)", ge=0)
     decode_power_w: float = _f("W", "average board power during memory-bound decode", gt=0)
     prefill_power_w: float = _f("W", "average board power during compute-bound prefill", gt=0)
+    memory_dynamic_w: float = _f("W", "board power above idle per unit of HBM utilisation (achieved / peak bandwidth); engine-profile model", ge=0)
+    compute_dynamic_w: float = _f("W", "board power above idle per unit of tensor-core utilisation (achieved / dense peak of the data type); engine-profile model", ge=0)
 
     def _problems(self) -> Iterator[Problem]:
         if self.idle_w >= self.tdp_w:

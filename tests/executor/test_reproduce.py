@@ -21,12 +21,26 @@ def test_rows_pair_ours_with_the_seed(rows):
     assert len(rows) >= 15
     for r in rows:
         assert set(r) == {"metric", "ours", "seed", "ratio", "calibrated", "note"}
+        if r["seed"] is None:  # the GPU baseline family: the seed has no such figure
+            assert "baseline family" in r["note"] and r["ratio"] is None and not r["calibrated"]
+            continue
         assert r["seed"] in SEED.values()
         assert r["ratio"] == pytest.approx(r["ours"] / r["seed"])
     calibrated = [r["metric"] for r in rows if r["calibrated"]]
     assert any("throughput PRIMAL/H100, batch 1" in m for m in calibrated)
     assert any("energy efficiency" in m for m in calibrated)
     assert not any("SRPG" in m or "hops" in m for m in calibrated)
+
+
+def test_baseline_family_rows_follow_the_default_members(rows):
+    fam = [r for r in rows if r["seed"] is None]
+    labels = ("vllm:fp16", "trtllm:fp16", "trtllm:fp8", "vllm:w4a16")
+    for label in labels:
+        assert any(f"throughput PRIMAL/h100 {label}, batch 1" in r["metric"] for r in fam)
+        assert any(f"energy efficiency PRIMAL/h100 {label}, batch 1" in r["metric"] for r in fam)
+    by = {r["metric"]: r["ours"] for r in fam}
+    # W4A16 reads a quarter of the FP16 weights: the GPU is faster, so PRIMAL's ratio is smaller.
+    assert by["throughput PRIMAL/h100 vllm:w4a16, batch 1"] < by["throughput PRIMAL/h100 vllm:fp16, batch 1"]
 
 
 def test_ablations_move_the_way_the_mechanism_says(rows):

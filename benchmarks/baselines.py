@@ -1,0 +1,69 @@
+"""Print the GPU baseline calibration table and the family on the seed's workload (docs/baselines.md).
+
+    python benchmarks/baselines.py            # Markdown: model vs every published point, then the family
+    python benchmarks/baselines.py --check    # also exit 1 if an unmarked point is outside +-15%
+
+Every number comes from primal_compiler.baselines (engine-profile model) and
+primal_compiler/baselines/measurements.toml; nothing is typed in by hand.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from primal_compiler.baselines.calibration import TOLERANCE, table
+from primal_compiler.baselines.engine import serve
+from primal_compiler.baselines.family import DEFAULT_MEMBERS
+from primal_compiler.baselines.profile import load_engine
+from primal_compiler.frontend import load_model
+from primal_compiler.target import load_target
+
+UNIT = {"ttft_s": ("TTFT", 1e3, "ms"), "itl_s": ("ITL (p50)", 1e3, "ms"),
+        "end_to_end_tokens_per_s": ("tokens/s", 1, ""), "ratio": ("tokens/s ratio", 1, "x")}
+
+
+def calibration_markdown(rows: list[dict]) -> str:
+    lines = ["| point | conditions | metric | measured | model | error | |", "|---|---|---|---|---|---|---|"]
+    for r in rows:
+        name, scale, unit = UNIT[r["metric"]]
+        mark = "within ±15%" if r["within"] else ("known miss: " + r["miss"] if r["miss"] else "**outside ±15%**")
+        lines.append(f"| `{r['id']}` | {r['conditions']} | {name} | {r['measured'] * scale:.4g}{unit} | "
+                     f"{r['model'] * scale:.4g}{unit} | {100 * r['error']:+.1f}% | {mark} |")
+    ok = [r for r in rows if not r["miss"]]
+    worst = max(abs(r["error"]) for r in ok)
+    lines.append("")
+    lines.append(f"{len(ok)} points asserted, largest error {100 * worst:.1f}%, mean |error| "
+                 f"{100 * sum(abs(r['error']) for r in ok) / len(ok):.1f}%; {len(rows) - len(ok)} known misses kept in the table.")
+    return "\n".join(lines)
+
+
+def family_markdown(model_name: str = "llama2-13b", lora: str = "q,v:8", gpu: str = "h100") -> str:
+    model, target = load_model(model_name, lora), load_target(gpu)
+    lines = [f"| {gpu} member | TTFT | ITL | tokens/s | tokens/J | decode power | memory |", "|---|---|---|---|---|---|---|"]
+    for batch, prompt in ((1, 2047), (8, 255)):
+        for m in DEFAULT_MEMBERS:
+            s = serve(model, target, load_engine(m.engine), precision=m.precision, kv_bits=m.kv_bits, batch=batch,
+                      prompt=prompt, generate=2, lora_mode="unmerged")
+            lines.append(f"| {m.label}, batch {batch}, context {prompt + 1} | {s.ttft_s * 1e3:.1f} ms | {s.itl_s * 1e3:.2f} ms | "
+                         f"{s.tokens_per_s:.1f} | {s.tokens_per_j:.3f} | {s.power_w:.0f} W | {s.memory_bytes / 1e9:.1f} GB |")
+    return "\n".join(lines)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true", help="exit 1 if an unmarked point is outside the tolerance")
+    args = parser.parse_args()
+    rows = table()
+    print(calibration_markdown(rows))
+    print()
+    print(family_markdown())
+    bad = [r["id"] for r in rows if not r["miss"] and abs(r["error"]) > TOLERANCE]
+    if args.check and bad:
+        print(f"outside ±{TOLERANCE:.0%}: {', '.join(bad)}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

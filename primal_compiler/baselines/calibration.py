@@ -1,0 +1,115 @@
+"""Published GPU measurements (``measurements.toml``) and what the engine-profile model predicts for each.
+
+:func:`load_points` reads the file strictly (unknown or missing keys, wrong
+types and unknown metrics are :class:`InputError`); :func:`predict` runs
+:func:`~primal_compiler.baselines.engine.serve` under a point's conditions and
+returns the model's value of the point's metric; :func:`table` pairs them with
+the relative error. Nothing here adjusts a constant: the points are what the
+model is checked against, not fitted to.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from pathlib import Path
+
+from primal_compiler.errors import InputError
+from primal_compiler.inputs import read_toml
+
+__all__ = ["MEASUREMENTS", "METRICS", "Point", "load_points", "predict", "table"]
+
+MEASUREMENTS = Path(__file__).resolve().parent / "measurements.toml"
+METRICS = ("ttft_s", "itl_s", "end_to_end_tokens_per_s", "ratio")
+#: Largest |model / measured - 1| a point without ``miss`` may show.
+TOLERANCE = 0.15
+
+
+@dataclass(frozen=True)
+class Point:
+    """One published number and the conditions it was measured under."""
+
+    id: str
+    metric: str
+    value: float
+    model: str
+    gpu: str
+    engine: str
+    precision: str
+    batch: int
+    prompt: int
+    generate: int
+    source: str
+    kv_bits: int = 16
+    usable_fraction: float = 0.0  # 0: the target's own
+    versus_precision: str = ""
+    versus_kv_bits: int = 16
+    miss: str = ""
+
+
+_REQUIRED = ("id", "metric", "value", "model", "gpu", "engine", "precision", "batch", "prompt", "generate", "source")
+
+
+def load_points(path: str | Path = MEASUREMENTS) -> list[Point]:
+    """Every ``[[point]]`` of ``path``, checked key by key."""
+    raw = read_toml(path, "measurements file")
+    if set(raw) != {"point"} or not isinstance(raw["point"], list):
+        raise InputError(str(path), "expected only [[point]] tables")
+    types = {f.name: f.type for f in fields(Point)}
+    out, seen = [], set()
+    for i, entry in enumerate(raw["point"]):
+        where = f"{path}: point {i + 1}"
+        unknown = sorted(set(entry) - set(types))
+        if unknown:
+            raise InputError(where, f"{unknown[0]}: unknown key (expected one of: {', '.join(types)})")
+        missing = [k for k in _REQUIRED if k not in entry]
+        if missing:
+            raise InputError(where, f"{missing[0]}: missing key")
+        for key, value in entry.items():
+            want = {"str": str, "int": int, "float": (int, float)}[types[key]]
+            if isinstance(value, bool) or not isinstance(value, want):
+                raise InputError(where, f"{key}: expected {types[key]}, got {value!r}")
+        point = Point(**{k: float(v) if types[k] == "float" else v for k, v in entry.items()})
+        if point.metric not in METRICS:
+            raise InputError(where, f"metric: must be one of {', '.join(METRICS)}, got {point.metric!r}")
+        if (point.metric == "ratio") != bool(point.versus_precision):
+            raise InputError(where, "versus_precision: required exactly when metric = \"ratio\"")
+        if point.id in seen:
+            raise InputError(where, f"id: {point.id!r} appears twice")
+        seen.add(point.id)
+        out.append(point)
+    return out
+
+
+def predict(point: Point) -> float:
+    """The model's value of ``point.metric`` under the point's conditions."""
+    from primal_compiler.baselines.engine import serve
+    from primal_compiler.baselines.profile import load_engine
+    from primal_compiler.frontend import load_model
+    from primal_compiler.target import load_target, with_overrides
+
+    gpu = load_target(point.gpu)
+    if point.usable_fraction:
+        gpu = with_overrides(gpu, {"memory.usable_fraction": point.usable_fraction})
+    model, engine = load_model(point.model), load_engine(point.engine)
+
+    def run(precision: str, kv_bits: int):
+        return serve(model, gpu, engine, precision=precision, kv_bits=kv_bits, batch=point.batch,
+                     prompt=point.prompt, generate=point.generate, lora_mode="merged")
+
+    s = run(point.precision, point.kv_bits)
+    if point.metric == "ratio":
+        return s.end_to_end_tokens_per_s / run(point.versus_precision, point.versus_kv_bits).end_to_end_tokens_per_s
+    return float(getattr(s, point.metric))
+
+
+def table(points: list[Point] | None = None) -> list[dict]:
+    """``{id, metric, measured, model, error, within, miss, source, conditions}`` per point (error = model/measured - 1)."""
+    rows = []
+    for p in load_points() if points is None else points:
+        got = predict(p)
+        error = got / p.value - 1
+        cond = (f"{p.model}, {p.gpu}, {p.engine}, {p.precision}" + (f" vs {p.versus_precision}" if p.versus_precision else "")
+                + f", KV {p.kv_bits}-bit, batch {p.batch}, {p.prompt}/{p.generate}")
+        rows.append({"id": p.id, "metric": p.metric, "measured": p.value, "model": got, "error": error,
+                     "within": abs(error) <= TOLERANCE, "miss": p.miss, "source": p.source, "conditions": cond})
+    return rows
