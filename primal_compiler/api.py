@@ -9,6 +9,8 @@ import numpy as np
 
 import primal_compiler.transforms  # noqa: F401  (registers every pass)
 from primal_compiler import __version__
+from primal_compiler.baselines.family import DEFAULT as DEFAULT_BASELINES
+from primal_compiler.baselines.family import Selection
 from primal_compiler.errors import InputError
 from primal_compiler.ir.model import Model
 from primal_compiler.ir.model_json import model_to_dict
@@ -149,22 +151,26 @@ def run_pipeline(pipeline: str, batch: int | None, context: int | None) -> str:
 
 
 def load_compiled(path: Path, target_name: str | None):
-    """(meta, arrays, stream, target) of a program file or a compile output directory."""
-    from primal_compiler.isa.container import PROGRAM_FILE, load_program
+    """(meta, arrays, stream, target, where) of a compiled program file or a compile output directory.
+
+    The one loader of run, viz and the functional replay: the file passes every check of
+    :func:`~primal_compiler.isa.container.load_program` for a compiled program (so each part can index
+    the others), then must match the target (``target_name``, default the one it names).
+    """
+    from primal_compiler.isa.container import check_target, load_program, program_path
     from primal_compiler.target import load_target
 
-    path = Path(path)
-    file = path / PROGRAM_FILE if path.is_dir() else path
-    if not file.exists():
-        raise InputError(str(path), f"no program here (expected a {PROGRAM_FILE} file or a directory holding one)")
-    meta, _, _ = load_program(file)
-    target = load_target(target_name or meta.get("target", "primal-7nm"))
-    meta, arrays, stream = load_program(file, target)
+    file = program_path(path)
+    meta, arrays, stream = load_program(file, require_compiled=True)
+    target = load_target(target_name or meta["target"])
+    check_target(str(file), meta, arrays, target)
     return meta, arrays, stream, target, str(file)
 
 
-def replay_report(meta: dict, arrays: dict, stream, target, where: str, validate: bool = True) -> dict:
-    """Replay a program and collect its metrics, hop validation and the H100 baseline for the same work."""
+def replay_report(meta: dict, arrays: dict, stream, target, where: str, validate: bool = True,
+                  baselines: Selection = DEFAULT_BASELINES) -> dict:
+    """Replay a program and collect its metrics, hop validation, the seed's H100 baseline and the GPU baseline family."""
+    from primal_compiler.baselines.family import family_for_program
     from primal_compiler.executor.metrics import metrics
     from primal_compiler.executor.replay import replay
     from primal_compiler.executor.validate import validate_hops
@@ -175,6 +181,7 @@ def replay_report(meta: dict, arrays: dict, stream, target, where: str, validate
     if validate:
         report["validation"] = validate_hops(rp, where)
     report["h100"] = h100_for(meta, report["metrics"])
+    report["baselines"] = family_for_program(meta, report["metrics"], baselines)
     return report
 
 

@@ -18,14 +18,14 @@ import threading
 import traceback
 from pathlib import Path
 
-from primal_compiler.errors import InputError
+from primal_compiler.errors import InputError, one_line
 from primal_compiler.outdir import check_destination, output_file
 
 
 def _target(name: str):
-    from primal_compiler.target import load_target
+    from primal_compiler.target import load_primal_target
 
-    return load_target(name)
+    return load_primal_target(name)
 
 
 def cmd_inspect(args) -> None:
@@ -67,10 +67,11 @@ def _model_inputs(model: str) -> tuple[str, ...]:
 
 
 def _is_program(spec: str) -> bool:
-    from primal_compiler.isa.container import PROGRAM_FILE
+    """A compile output directory, a ``.primal`` path, or any regular file starting with the program magic."""
+    from primal_compiler.isa.container import PROGRAM_FILE, is_program_file
 
     path = Path(spec)
-    return (path.is_dir() and (path / PROGRAM_FILE).exists()) or spec.endswith(".primal")
+    return (path.is_dir() and (path / PROGRAM_FILE).exists()) or spec.endswith(".primal") or is_program_file(path)
 
 
 def _token_ids(text: str) -> list[int]:
@@ -124,9 +125,12 @@ def cmd_run(args) -> None:
     from primal_compiler import api
     from primal_compiler.report.run import render_run
 
+    from primal_compiler.baselines.family import selection
+
     if args.functional:
         cmd_run_functional(args)
         return
+    chosen = selection(args.baseline_gpu, args.baselines)  # checked before any compile or replay
     if _is_program(args.model):
         if args.lora or args.pipeline or args.output is not None:
             raise InputError(args.model, "--lora, -p and -o apply when compiling a model; this is a compiled program")
@@ -155,15 +159,17 @@ def cmd_run(args) -> None:
             where = str(Path(args.output) / PROGRAM_FILE)
             meta, arrays, stream = load_program(where, target)
             print(f"wrote {args.output}/ (program.primal, placement, summary.json, records.json)", file=sys.stderr)
-    report = api.replay_report(meta, arrays, stream, target, where, validate=not args.no_validate)
+    report = api.replay_report(meta, arrays, stream, target, where, validate=not args.no_validate,
+                               baselines=chosen)
     print(json.dumps(report, indent=2, sort_keys=True) if args.json else render_run(report))
 
 
 def cmd_reproduce(args) -> None:
+    from primal_compiler.baselines.family import selection
     from primal_compiler.report.reproduce import Study, calibrate, render_reproduce, reproduce
 
     study = Study(model=args.model, lora=args.lora, target=args.target, pipeline=args.pipeline, context=args.context,
-                  batch8_context=args.batch8_context)
+                  batch8_context=args.batch8_context, baselines=selection(args.baseline_gpu, args.baselines))
 
     def say(line: str) -> None:
         print(line, file=sys.stderr, flush=True)
@@ -203,11 +209,10 @@ def cmd_targets(args) -> None:
 
 
 def cmd_disasm(args) -> None:
-    from primal_compiler.isa.container import PROGRAM_FILE, load_program
+    from primal_compiler.isa.container import load_program, program_path
     from primal_compiler.isa.text import disasm
 
-    path = Path(args.program)
-    text = disasm(*load_program(path / PROGRAM_FILE if path.is_dir() else path))
+    text = disasm(*load_program(program_path(args.program)))
     if args.output is None:
         sys.stdout.write(text)
     else:
@@ -216,13 +221,11 @@ def cmd_disasm(args) -> None:
 
 
 def cmd_asm(args) -> None:
+    from primal_compiler.inputs import PROGRAM_LIMIT_BYTES, read_text
     from primal_compiler.isa.container import save_program
     from primal_compiler.isa.text import asm
 
-    try:
-        text = Path(args.text).read_text(encoding="utf-8-sig")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(args.text, f"cannot read: {getattr(exc, 'strerror', None) or exc}") from None
+    text = read_text(args.text, PROGRAM_LIMIT_BYTES, "program text")
     meta, arrays, stream = asm(text, where=args.text)
     check_destination(args.output, args.force, directory=False, inputs=(args.text,))
     save_program(args.output, meta, arrays, stream)
@@ -230,6 +233,9 @@ def cmd_asm(args) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from primal_compiler.argtypes import option_arg, pipeline_arg
+    from primal_compiler.baselines.command import add_family_args
+
     p = argparse.ArgumentParser(prog="primal", description="PRIMAL mapping compiler and cost simulator")
     p.add_argument("--debug", action="store_true", help="print the traceback of an internal error")
     sub = p.add_subparsers(dest="command", required=True)
@@ -246,7 +252,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     sp = sub.add_parser("compile", help="compile a model to a placed PRIMAL program")
     model_args(sp)
-    sp.add_argument("-p", "--pipeline", default="default", help="bundled pipeline, .toml file or pipeline text")
+    sp.add_argument("-p", "--pipeline", type=pipeline_arg, default="default",
+                    help="bundled pipeline, .toml file or pipeline text")
     sp.add_argument("-o", "--output", required=True, help="output directory (new, or an earlier output with --force)")
     sp.add_argument("--force", action="store_true", help="replace OUT if it is an earlier primal compile output")
     sp.add_argument("--verify", action="store_true", help="verify the IR after every pass")
@@ -256,11 +263,14 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("model", help="a compile output directory or program.primal, or a model to compile first")
     sp.add_argument("--lora", default=None, help="adapters when compiling a model, e.g. q,v:8")
     sp.add_argument("--target", default=None, help="target (default: the program's own, or primal-7nm)")
-    sp.add_argument("-p", "--pipeline", default=None, help="pipeline when compiling a model (default: default)")
+    sp.add_argument("-p", "--pipeline", type=pipeline_arg, default=None,
+                    help="pipeline when compiling a model (default: default)")
     sp.add_argument("-o", "--output", default=None, help="when compiling a model, also write the program here")
     sp.add_argument("--force", action="store_true", help="replace -o OUT (an earlier primal output) or --save-logits F")
-    sp.add_argument("--batch", type=int, default=None, help="sequences sharing the KV space (compile time)")
-    sp.add_argument("--context", type=int, default=None, help="context tokens per sequence (compile time)")
+    sp.add_argument("--batch", type=option_arg("kv-ring", "batch"), default=None,
+                    help="sequences sharing the KV space (compile time)")
+    sp.add_argument("--context", type=option_arg("kv-ring", "context"), default=None,
+                    help="context tokens per sequence (compile time)")
     sp.add_argument("--no-validate", action="store_true", help="skip checking stream hops against the mapping")
     sp.add_argument("--json", action="store_true", help="print one JSON object")
     fn = sp.add_argument_group("functional replay (execute the stream numerically, docs/functional.md)")
@@ -268,33 +278,39 @@ def build_parser() -> argparse.ArgumentParser:
     fn.add_argument("--weights", default=None, help="the model's ONNX file (base weights, and its LoRA if unmerged)")
     fn.add_argument("--adapter", default=None, help="a PEFT adapter directory whose LoRA replaces the file's")
     fn.add_argument("--prompt", default=None, help="prompt token ids, e.g. 1,2,3,4")
-    fn.add_argument("--generate", type=int, default=1, help="tokens to generate greedily")
+    fn.add_argument("--generate", type=option_arg("codegen", "steps"), default=1,
+                    help="tokens to generate greedily")
     fn.add_argument("--precision", default="exact", choices=("exact", "hardware"))
     fn.add_argument("--save-logits", default=None, help="write the logits of every step to this .npy file")
+    add_family_args(sp)
     sp.set_defaults(func=cmd_run)
 
     sp = sub.add_parser("reproduce", help="the seed's result table: ours (replayed), the seed's, the ratio")
     sp.add_argument("--model", default="llama2-13b")
     sp.add_argument("--lora", default="q,v:8")
     sp.add_argument("--target", default="primal-7nm")
-    sp.add_argument("-p", "--pipeline", default="default", help="pipeline of the main placement")
-    sp.add_argument("--context", type=int, default=2048)
-    sp.add_argument("--batch8-context", type=int, default=256, help="context of the batch-8 row (must fit 8 sequences)")
+    sp.add_argument("-p", "--pipeline", type=pipeline_arg, default="default", help="pipeline of the main placement")
+    sp.add_argument("--context", type=option_arg("kv-ring", "context"), default=2048)
+    sp.add_argument("--batch8-context", type=option_arg("kv-ring", "context"), default=256,
+                    help="context of the batch-8 row (must fit 8 sequences)")
     sp.add_argument("--calibrate", action="store_true", help="print the fitted values of the calibrated constants")
     sp.add_argument("--json", action="store_true", help="rows as JSON objects")
+    add_family_args(sp)
     sp.set_defaults(func=cmd_reproduce)
 
+    from primal_compiler.baselines.command import add_parser as add_baseline
     from primal_compiler.sweep.command import add_parser as add_sweep
     from primal_compiler.viz.command import add_parser as add_viz
 
     add_viz(sub)
     add_sweep(sub)
+    add_baseline(sub)
 
     sp = sub.add_parser("map", help="compare placement strategies (hops) for a model")
     model_args(sp)
-    sp.add_argument("--context", type=int, default=2048)
-    sp.add_argument("--seed", type=int, default=0)
-    sp.add_argument("--generations", type=int, default=30)
+    sp.add_argument("--context", type=option_arg("blocking", "context"), default=2048)
+    sp.add_argument("--seed", type=option_arg("ga-placement", "seed"), default=0)
+    sp.add_argument("--generations", type=option_arg("ga-placement", "generations"), default=30)
     sp.add_argument("--json", action="store_true")
     sp.set_defaults(func=cmd_map)
 
@@ -325,10 +341,6 @@ def _on_sigterm(signum: int, frame: object) -> None:
     raise Terminated()
 
 
-def _one_line(text: str) -> str:
-    return " ".join(line.strip() for line in text.splitlines() if line.strip())
-
-
 def _run(argv: list[str] | None) -> int:
     args = None
     try:
@@ -336,7 +348,7 @@ def _run(argv: list[str] | None) -> int:
         args.func(args)
         sys.stdout.flush()
     except InputError as exc:
-        print(f"primal: {_one_line(str(exc))}", file=sys.stderr)
+        print(f"primal: {one_line(exc, 2000)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("primal: interrupted", file=sys.stderr)
@@ -354,7 +366,7 @@ def _run(argv: list[str] | None) -> int:
         debug = bool(getattr(args, "debug", False))
         if debug:
             traceback.print_exc()
-        print(f"primal: internal error ({type(exc).__name__}: {_one_line(str(exc))[:300]}); please report it "
+        print(f"primal: internal error ({type(exc).__name__}: {one_line(exc)}); please report it "
               "with the command line" + ("" if debug else " (rerun with --debug for the traceback)"),
               file=sys.stderr)
         return 70

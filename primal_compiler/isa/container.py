@@ -1,4 +1,4 @@
-"""The versioned binary program file (``program.primal``) and the legality check of a stream.
+"""The versioned binary program file (``program.primal``): writing it, and loading it through every check.
 
 Layout (all integers little-endian; details in ``docs/isa.md``)::
 
@@ -12,30 +12,35 @@ Layout (all integers little-endian; details in ``docs/isa.md``)::
     end 32 bytes  sha256 of every byte before it
 
 Guarantees: :func:`save_program` writes atomically and byte-identically for
-identical input, and refuses a stream that :func:`validate_stream` rejects;
-:func:`load_program` returns exactly what was saved or raises
-:class:`~primal_compiler.errors.InputError` naming the file and the field, and
-never returns an illegal stream.
+identical input, and refuses (writing nothing) whatever :func:`load_program`
+would refuse: an illegal stream (:mod:`~primal_compiler.isa.legality`), and for
+a compiled program (meta ``format`` "primal-program") anything
+:mod:`~primal_compiler.isa.schema` rejects. :func:`load_program` returns
+exactly what was saved or raises :class:`~primal_compiler.errors.InputError`
+naming the file and the field; it never returns an illegal stream, nor a
+compiled program whose parts disagree, so every consumer (executor, hop
+validation, viz, functional replay, disasm) can index one part with another.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
-import re
 import secrets
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, BinaryIO, NamedTuple
+from typing import Any, BinaryIO
 
 import numpy as np
 
 from primal_compiler.errors import InputError
-from primal_compiler.isa.opcodes import (
-    ALL_PES, ARG_ENUM_MASK, CONTROLLER, NONE16, NONE32, RECORD, ActFn, BufKind, DmacOp, Flag, Opcode, ReduceOp,
-)
+from primal_compiler.inputs import PROGRAM_LIMIT_BYTES, regular_file
+from primal_compiler.isa.legality import array_problem, validate_stream
+from primal_compiler.isa.opcodes import RECORD
+from primal_compiler.isa.schema import check_compiled, is_compiled, tiles_issue
 from primal_compiler.isa.stream import Section, Stream
 
 MAGIC = b"PRIMALPG"
@@ -45,171 +50,9 @@ ALIGN = 32  # payload offset of every array, and the payload start, are multiple
 _PREAMBLE = np.dtype([("magic", "S8"), ("version", "<u4"), ("header_len", "<u8"), ("payload_len", "<u8")])
 _TRAILER = 32
 STREAM_ARRAYS = ("stream.records", "stream.group_ptr", "stream.group_ct", "stream.group_pe")
-META_INTS = ("num_cts", "mesh_rows", "mesh_cols", "num_layers")  # meta keys the legality check needs
-NAME = re.compile(r"[A-Za-z0-9_.:/+=@-]+")  # array and section names: no whitespace, text-safe
 _RECORD_DESCR = [list(f) for f in RECORD.descr]
-_FLAG_BITS = sum(int(f) for f in Flag)
-_STREAM_DTYPES = {"group_ptr": np.dtype("<i8"), "group_ct": np.dtype("<u2"), "group_pe": np.dtype("<u2")}
-
-
-class Problem(NamedTuple):
-    """First illegality found: ``kind`` is meta/stream/record/group/section, ``index`` its position."""
-
-    kind: str
-    index: int
-    message: str
-
-
-# --------------------------------------------------------------------------- legality
-
-
-def array_problem(name: object, dtype: np.dtype) -> str | None:
-    """Why an array of ``dtype`` cannot be stored under ``name`` (None if it can): NAME, plain numbers."""
-    if not isinstance(name, str) or not NAME.fullmatch(name):
-        return f"array name {name!r} must be non-empty and made of letters, digits and _.:/+=@-"
-    if name.startswith("stream."):
-        return f"array name {name!r}: the prefix 'stream.' is reserved for the instruction stream"
-    if dtype.kind not in "biufc" or dtype.fields is not None or dtype.subdtype is not None:
-        return f"array {name}: dtype {dtype} is not a plain number type (bool, int, uint, float, complex)"
-    return None
-
-
-def stream_problem(stream: Stream, meta: Mapping[str, Any]) -> Problem | None:
-    """The first illegal thing in ``stream`` under ``meta`` (see docs/isa.md, 'Legality'), or None."""
-    return _meta_problem(meta) or _structure_problem(stream) or _record_problem(stream, meta) \
-        or _group_problem(stream, meta) or _section_problem(stream)
-
-
-def validate_stream(stream: Stream, meta: Mapping[str, Any], where: str = "<stream>") -> None:
-    """Raise ``InputError(where, ...)`` naming the record/group/section and field of the first illegality."""
-    problem = stream_problem(stream, meta)
-    if problem is not None:
-        raise InputError(where, problem.message)
-
-
-def _meta_problem(meta: Mapping[str, Any]) -> Problem | None:
-    if not isinstance(meta, Mapping):
-        return Problem("meta", 0, f"meta: expected a JSON object, got {type(meta).__name__}")
-    for key in META_INTS:
-        value = meta.get(key)
-        if type(value) is not int:
-            return Problem("meta", 0, f"meta {key}: expected an integer, got {value!r}")
-        low = 0 if key == "num_layers" else 1
-        if not low <= value < NONE16:
-            return Problem("meta", 0, f"meta {key}: {value} is outside {low}..{NONE16 - 1}")
-    if meta["mesh_rows"] * meta["mesh_cols"] >= ALL_PES:
-        return Problem("meta", 0, f"meta mesh_rows*mesh_cols: {meta['mesh_rows'] * meta['mesh_cols']} >= {ALL_PES}")
-    return None
-
-
-def _structure_problem(s: Stream) -> Problem | None:
-    rec = s.records
-    if not isinstance(rec, np.ndarray) or rec.dtype != RECORD or rec.ndim != 1:
-        return Problem("stream", 0, "stream records: expected a 1-D array of the IPCN RECORD dtype")
-    for name, dtype in _STREAM_DTYPES.items():
-        a = getattr(s, name)
-        if not isinstance(a, np.ndarray) or a.dtype != dtype or a.ndim != 1:
-            return Problem("stream", 0, f"stream {name}: expected a 1-D {dtype} array")
-    ptr = s.group_ptr
-    if len(ptr) == 0 or ptr[0] != 0 or np.any(np.diff(ptr) < 0) or ptr[-1] != len(s.group_ct):
-        return Problem("stream", 0, f"stream group_ptr: must start at 0, never decrease and end at {len(s.group_ct)}")
-    if len(s.group_pe) != len(s.group_ct):
-        return Problem("stream", 0, f"stream group_pe: {len(s.group_pe)} members but group_ct has {len(s.group_ct)}")
-    return None
-
-
-def _first(bad: np.ndarray) -> tuple[int, str] | None:
-    """Index of the first true entry and a note on how many more there are."""
-    hits = np.flatnonzero(bad)
-    if len(hits) == 0:
-        return None
-    return int(hits[0]), (f" (and {len(hits) - 1} more)" if len(hits) > 1 else "")
-
-
-def _record_checks(r: np.ndarray, meta: Mapping[str, Any], num_groups: int) -> Iterator[tuple[str, np.ndarray, Any]]:
-    """(field, mask of bad records, describe(value, opcode name)) in field order, computed lazily."""
-    num_cts, pes, layers = meta["num_cts"], meta["mesh_rows"] * meta["mesh_cols"], meta["num_layers"]
-    op, ct, pe = r["op"], r["ct"], r["pe"]
-    yield "op", ~np.isin(op, list(Opcode)), lambda v, o: f"{v} is not an opcode (0..{len(Opcode) - 1})"
-    yield "flags", (r["flags"] & (0xFF ^ _FLAG_BITS)) != 0, \
-        lambda v, o: f"{v:#x} sets bits outside {'|'.join(f.name for f in Flag)}"
-    pg = (op == Opcode.PG_ON) | (op == Opcode.PG_OFF)
-    yield "ct", (ct >= num_cts) & (ct != CONTROLLER), lambda v, o: f"{v} >= num_cts {num_cts}"
-    yield "ct", pg & (ct == CONTROLLER), lambda v, o: f"{o} gates a CT, not the controller"
-    whole = (pe == ALL_PES) & (pg | (ct == CONTROLLER))
-    yield "pe", (pe >= pes) & ~whole, lambda v, o: (
-        f"ALL_PES on {o} (only PG_ON, PG_OFF and controller records)" if v == ALL_PES
-        else f"{v} >= mesh_rows*mesh_cols {pes}")
-    yield "dst_ct", (r["dst_ct"] >= num_cts) & (r["dst_ct"] != NONE16) & (r["dst_ct"] != CONTROLLER), \
-        lambda v, o: f"{v} >= num_cts {num_cts}"
-    yield "dst_pe", (r["dst_pe"] >= pes) & (r["dst_pe"] != NONE16), lambda v, o: f"{v} >= mesh_rows*mesh_cols {pes}"
-    yield "layer", (r["layer"] > layers) & (r["layer"] != NONE16), lambda v, o: f"{v} > num_layers {layers}"
-    for field in ("src_buf", "dst_buf"):
-        tag = r[field]
-        yield field, ((tag >> 12) >= len(BufKind)) & (tag != NONE16), \
-            lambda v, o: f"{v:#06x} has buffer kind {v >> 12}, not a BufKind (0..{len(BufKind) - 1})"
-    grouped = (op == Opcode.BCAST) | (op == Opcode.REDUCE)
-    group = r["group"]
-    yield "group", grouped & (group == NONE32), lambda v, o: f"{o} needs a group"
-    yield "group", ~grouped & (group != NONE32), lambda v, o: f"{v} on {o}: only BCAST and REDUCE use a group"
-    yield "group", (group >= num_groups) & (group != NONE32), lambda v, o: f"{v} >= num_groups {num_groups}"
-    yield "count", r["count"] == 0, lambda v, o: "0, must be >= 1"
-    for opcode, enum in ((Opcode.ACT, ActFn), (Opcode.DMAC, DmacOp), (Opcode.REDUCE, ReduceOp)):
-        yield "arg", (op == opcode) & ~np.isin(r["arg"] & ARG_ENUM_MASK[opcode], list(enum)), \
-            lambda v, o, e=enum: f"{v} is not in {e.__name__} (0..{len(e) - 1}) for {o}"
-
-
-def _record_problem(s: Stream, meta: Mapping[str, Any]) -> Problem | None:
-    r = s.records
-    for field, bad, describe in _record_checks(r, meta, s.num_groups):
-        hit = _first(bad)
-        if hit is not None:
-            i, more = hit
-            code = int(r["op"][i])
-            name = Opcode(code).name if code in Opcode._value2member_map_ else f"opcode {code}"
-            return Problem("record", i, f"record {i} field {field}: {describe(int(r[field][i]), name)}{more}")
-    return None
-
-
-def _group_problem(s: Stream, meta: Mapping[str, Any]) -> Problem | None:
-    num_cts, pes = meta["num_cts"], meta["mesh_rows"] * meta["mesh_cols"]
-    ct, pe = s.group_ct, s.group_pe
-    for field, bad, describe in (
-        ("ct", (ct >= num_cts) & (ct != CONTROLLER), lambda v: f"{v} >= num_cts {num_cts}"),
-        ("pe", (pe >= pes) & ~((pe == ALL_PES) & (ct == CONTROLLER)), lambda v: f"{v} >= mesh_rows*mesh_cols {pes}"),
-    ):
-        hit = _first(bad)
-        if hit is not None:
-            j, more = hit
-            g = int(np.searchsorted(s.group_ptr, j, side="right")) - 1
-            value = int((ct if field == "ct" else pe)[j])
-            member = j - int(s.group_ptr[g])
-            return Problem("group", g, f"group {g} member {member} field {field}: {describe(value)}{more}")
-    return None
-
-
-def _section_problem(s: Stream) -> Problem | None:
-    stop, names = 0, set()
-    for k, sec in enumerate(s.sections):
-        if not isinstance(sec, Section) or not isinstance(sec.name, str) or not NAME.fullmatch(sec.name):
-            return Problem("section", k, f"section {k}: name {getattr(sec, 'name', sec)!r} is empty or not text-safe")
-        if sec.name in names:
-            return Problem("section", k, f"section {k} {sec.name}: the name is used twice")
-        names.add(sec.name)
-        if type(sec.start) is not int or type(sec.stop) is not int or sec.stop < sec.start:
-            return Problem("section", k, f"section {k} {sec.name}: start {sec.start!r} and stop {sec.stop!r} "
-                                         "must be ints with start <= stop")
-        if sec.start > stop:
-            return Problem("record", stop, f"record {stop}: in no section (gap before section {sec.name})")
-        if sec.start < stop:
-            return Problem("section", k, f"section {k} {sec.name}: starts at {sec.start}, overlapping the previous one")
-        stop = sec.stop
-    if stop < len(s):
-        return Problem("record", stop, f"record {stop}: in no section (sections must cover all {len(s)} records)")
-    if stop > len(s):
-        last = len(s.sections) - 1
-        return Problem("section", last, f"section {s.sections[last].name}: stops at {stop} > {len(s)} records")
-    return None
+_STREAM_DTYPES = {"stream.group_ptr": np.dtype("<i8"), "stream.group_ct": np.dtype("<u2"),
+                  "stream.group_pe": np.dtype("<u2")}
 
 
 # --------------------------------------------------------------------------- writing
@@ -236,8 +79,9 @@ def atomic_open(path: str | os.PathLike) -> Iterator[BinaryIO]:
 def save_program(path: str | os.PathLike, meta: dict, arrays: Mapping[str, np.ndarray], stream: Stream) -> None:
     """Write one program file atomically and deterministically.
 
-    ``meta`` must be plain JSON holding the integers of :data:`META_INTS`; raises
-    ``InputError(path, ...)`` (writing nothing) if it is not, or if the stream or an array is illegal.
+    ``meta`` must be plain JSON holding the integers of :data:`~primal_compiler.isa.legality.META_INTS`;
+    raises ``InputError(path, ...)`` (writing nothing) if it is not, if the stream or an array is
+    illegal, or if a compiled program's parts fail :func:`~primal_compiler.isa.schema.check_compiled`.
     """
     where = str(path)
     validate_stream(stream, meta, where)
@@ -248,6 +92,8 @@ def save_program(path: str | os.PathLike, meta: dict, arrays: Mapping[str, np.nd
         if problem is not None:
             raise InputError(where, problem)
         plain[name] = np.asarray(a, dtype=a.dtype.newbyteorder("<"), order="C")
+    if is_compiled(meta):
+        check_compiled(meta, plain, stream, where)
     columns = (stream.records, stream.group_ptr, stream.group_ct, stream.group_pe)
     stored = {name: np.asarray(a, order="C") for name, a in zip(STREAM_ARRAYS, columns)} | plain
     table, offset = [], 0
@@ -282,11 +128,39 @@ def save_program(path: str | os.PathLike, meta: dict, arrays: Mapping[str, np.nd
 # --------------------------------------------------------------------------- reading
 
 
-def load_program(path: str | os.PathLike, target=None) -> tuple[dict, dict[str, np.ndarray], Stream]:
+def program_path(path: str | os.PathLike) -> Path:
+    """The program file ``path`` names: itself, or the :data:`PROGRAM_FILE` of a compile output directory."""
+    p = Path(path)
+    if p.is_dir():
+        if not (p / PROGRAM_FILE).exists():
+            raise InputError(str(p), f"no program here (expected a {PROGRAM_FILE} file or a directory holding one)")
+        return p / PROGRAM_FILE
+    return p
+
+
+def is_program_file(path: str | os.PathLike) -> bool:
+    """Whether ``path`` is a regular file starting with :data:`MAGIC` (never opens a FIFO or device)."""
+    p = Path(path)
+    try:
+        if not p.is_file():
+            return False
+        with open(p, "rb") as f:
+            return f.read(len(MAGIC)) == MAGIC
+    except OSError:
+        return False
+
+
+def load_program(path: str | os.PathLike, target=None,
+                 require_compiled: bool = False) -> tuple[dict, dict[str, np.ndarray], Stream]:
     """(meta, arrays, stream) of a program file, checked byte by byte; InputError(path, ...) on any problem.
 
-    With ``target`` (anything with ``.name`` and ``.content_hash``) the file must
-    have been compiled for exactly that target (``meta['target']``, ``meta['target_hash']``).
+    Checks, in order: the file (a regular file of at most PROGRAM_LIMIT_BYTES), magic, version, length,
+    sha256, the header (JSON without NaN or infinities; every array entry's name, dtype, shape, offset and
+    size within the payload, no two overlapping), the stream's legality, and for a compiled program (meta
+    ``format`` "primal-program", or any file when ``require_compiled``) every key, array and section
+    :mod:`~primal_compiler.isa.schema` names. With ``target`` (anything with ``.name`` and
+    ``.content_hash``; a PRIMAL target also has ``.ct``, ``.rram``, ``.sram``) the file must have been
+    compiled for exactly that target (:func:`check_target`).
     """
     where = str(path)
     data = _read(path)
@@ -308,30 +182,72 @@ def load_program(path: str | os.PathLike, target=None) -> tuple[dict, dict[str, 
     if hashlib.sha256(memoryview(data)[:-_TRAILER]).digest() != bytes(data[-_TRAILER:]):
         raise InputError(where, "checksum: sha256 mismatch, the file is corrupted")
     try:
-        header = json.loads(bytes(data[_PREAMBLE.itemsize:start]).decode("utf-8"))
-        meta, table, sections = header["meta"], header["arrays"], header["sections"]
-        stored = {e["name"]: _array(data, start, int(pre["payload_len"]), e) for e in table}
-        if len(stored) != len(table):
-            raise ValueError("an array name is used twice")
-        stream = Stream(*(stored.pop(name) for name in STREAM_ARRAYS),
-                        tuple(Section(name, begin, stop) for name, begin, stop in sections))
-    except (ValueError, TypeError, KeyError, UnicodeDecodeError) as exc:
+        meta, stored, stream = _parse_header(data, start, int(pre["payload_len"]))
+    except (ValueError, TypeError, KeyError, UnicodeDecodeError, OverflowError) as exc:
         raise InputError(where, f"header: {exc}") from None
+    except RecursionError:
+        raise InputError(where, "header: JSON nested too deeply") from None
     validate_stream(stream, meta, where)
+    if require_compiled or is_compiled(meta):
+        check_compiled(meta, stored, stream, where)
     if target is not None:
-        _check_target(where, meta, target)
+        check_target(where, meta, stored, target)
     return meta, stored, stream
 
 
 def _read(path: str | os.PathLike) -> bytearray:
     """The whole file in one writable buffer, so the arrays viewing it are writable."""
+    p = regular_file(path, PROGRAM_LIMIT_BYTES, "program file")
     try:
-        with open(path, "rb") as f:
+        with open(p, "rb") as f:
             data = bytearray(os.fstat(f.fileno()).st_size)
             got = f.readinto(data)
     except OSError as exc:
         raise InputError(str(path), f"cannot read: {exc.strerror}") from None
     return data[:got] if got < len(data) else data
+
+
+def plain_json(text: str) -> Any:
+    """``json.loads`` refusing NaN, Infinity and numbers too large for a float (ValueError)."""
+    def number(token: str) -> float:
+        value = float(token)
+        if not math.isfinite(value):
+            raise ValueError(f"number {token[:20]} is out of range")
+        return value
+
+    def constant(name: str) -> None:
+        raise ValueError(f"{name} is not a JSON number")
+
+    return json.loads(text, parse_float=number, parse_constant=constant)
+
+
+_HEADER_KEYS, _ENTRY_KEYS = ["arrays", "meta", "sections"], ["dtype", "name", "nbytes", "offset", "shape"]
+
+
+def _parse_header(data: bytearray, start: int, payload_len: int) -> tuple[dict, dict[str, np.ndarray], Stream]:
+    """Meta, named arrays and stream of the header at ``data[28:start]``; ValueError/TypeError on a bad entry."""
+    header = plain_json(bytes(data[_PREAMBLE.itemsize:start]).decode("utf-8"))
+    if not isinstance(header, dict) or sorted(header) != _HEADER_KEYS:
+        raise ValueError(f"expected a JSON object with exactly the keys {', '.join(_HEADER_KEYS)}")
+    meta, table, sections = header["meta"], header["arrays"], header["sections"]
+    if not isinstance(table, list) or not all(isinstance(e, dict) and sorted(e) == _ENTRY_KEYS for e in table):
+        raise ValueError(f"arrays: expected a list of objects with exactly the keys {', '.join(_ENTRY_KEYS)}")
+    if not isinstance(sections, list) or not all(isinstance(s, list) and len(s) == 3 for s in sections):
+        raise ValueError("sections: expected a list of [name, start, stop]")
+    stored, end = {}, 0
+    for e in table:
+        if not isinstance(e["name"], str) or e["name"] in stored:
+            raise ValueError(f"array name {e['name']!r} is not a string or is used twice")
+        stored[e["name"]] = _array(data, start, payload_len, e)
+        if e["offset"] < end:
+            raise ValueError(f"{e['name']}: offset {e['offset']} overlaps the array before it (which ends at {end})")
+        end = e["offset"] + e["nbytes"]
+    missing = [name for name in STREAM_ARRAYS if name not in stored]
+    if missing:
+        raise ValueError(f"no array {missing[0]} (the instruction stream)")
+    stream = Stream(*(stored.pop(name) for name in STREAM_ARRAYS),
+                    tuple(Section(name, begin, stop) for name, begin, stop in sections))
+    return meta, stored, stream
 
 
 def _array(data: bytearray, start: int, payload_len: int, entry: dict) -> np.ndarray:
@@ -342,23 +258,36 @@ def _array(data: bytearray, start: int, payload_len: int, entry: dict) -> np.nda
             raise ValueError("stream.records: dtype is not the IPCN record layout of this format version")
         dtype = RECORD
     else:
+        if not isinstance(entry["dtype"], str):
+            raise ValueError(f"{name}: dtype {entry['dtype']!r} is not a dtype string")
         dtype = np.dtype(entry["dtype"])
         if dtype.str != entry["dtype"] or dtype.byteorder == ">":
             raise ValueError(f"{name}: dtype {entry['dtype']!r} is not a canonical little-endian dtype string")
-        problem = None if name in STREAM_ARRAYS else array_problem(name, dtype)
+        want = _STREAM_DTYPES.get(name)
+        problem = array_problem(name, dtype) if want is None else \
+            None if dtype == want else f"{name}: dtype {entry['dtype']!r}, expected {want.str!r}"
         if problem is not None:
             raise ValueError(problem)
-    if not all(type(n) is int and n >= 0 for n in [*shape, offset, nbytes]):
+    if not isinstance(shape, list) or not all(type(n) is int and n >= 0 for n in [*shape, offset, nbytes]):
         raise ValueError(f"{name}: shape, offset and nbytes must be non-negative integers")
-    size = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
-    if nbytes != size or offset % ALIGN or offset + nbytes > payload_len:
+    fits = len(shape) <= 32 and nbytes == math.prod(shape) * dtype.itemsize
+    if not fits or offset % ALIGN or offset + nbytes > payload_len:
         raise ValueError(f"{name}: {nbytes} bytes at offset {offset} do not fit shape {shape} or the payload")
     count = nbytes // dtype.itemsize
     return np.frombuffer(data, dtype=dtype, count=count, offset=start + offset).reshape(shape)
 
 
-def _check_target(where: str, meta: Mapping[str, Any], target) -> None:
+def check_target(where: str, meta: Mapping[str, Any], arrays: Mapping[str, np.ndarray], target) -> None:
+    """InputError unless ``meta`` names ``target`` (name and content hash) and its PE mesh (``target.ct``),
+    and a compiled program's tile table is what lowering its ``model_ir`` for ``target`` gives."""
     name, digest = meta.get("target"), meta.get("target_hash")
     if name != target.name or digest != target.content_hash:
         raise InputError(where, f"target: compiled for target {name} (hash {str(digest)[:16]}), "
                                 f"not {target.name} (hash {target.content_hash[:16]})")
+    ct = getattr(target, "ct", None)
+    if ct is not None and (meta["mesh_rows"], meta["mesh_cols"]) != (ct.mesh_rows, ct.mesh_cols):
+        raise InputError(where, f"meta mesh_rows, mesh_cols: {meta['mesh_rows']}x{meta['mesh_cols']}, but target "
+                                f"{target.name} has {ct.mesh_rows}x{ct.mesh_cols} PEs per CT")
+    issue = tiles_issue(meta, arrays, target) if is_compiled(meta) else None
+    if issue is not None:
+        raise InputError(where, issue.message)

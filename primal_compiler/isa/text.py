@@ -12,11 +12,21 @@ Syntax (one item per line; full reference with an example in ``docs/isa.md``)::
     .section NAME                    the records that follow belong to section NAME
     OPCODE ct=C pe=P field=value...  one record; fields holding their unused value may be left out
 
+The first line ``disasm`` writes, ``; PRIMAL IPCN program: N records, G groups,
+S sections``, is checked when present: text that holds fewer (a truncated file)
+or more is refused naming line 1 (delete or fix that line after editing the
+program on purpose).
+
 Guarantees: ``asm(disasm(m, a, s))`` returns equal metadata, arrays and
 stream (so binary -> text -> binary is byte-identical) and ``disasm`` of that
-is the same text; ``asm`` raises ``InputError(where, "line N: ...")`` naming the
-line of any malformed, unknown or out-of-range item, and of the record, group
-or section that :func:`~primal_compiler.isa.container.validate_stream` rejects.
+is the same text; ``asm`` returns only programs that
+:func:`~primal_compiler.isa.container.load_program` accepts once saved, and
+raises ``InputError(where, "line N: ...")`` naming the line of any malformed,
+unknown or out-of-range item, of the record, group or section that
+:func:`~primal_compiler.isa.legality.validate_stream` rejects, and for a
+compiled program (meta ``format`` "primal-program") of the key, ``.data`` array
+or section :mod:`~primal_compiler.isa.schema` rejects (a missing section names
+the last line).
 """
 
 from __future__ import annotations
@@ -24,6 +34,8 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import math
+import re
 from collections.abc import Mapping
 from enum import IntEnum
 from typing import Any
@@ -31,10 +43,12 @@ from typing import Any
 import numpy as np
 
 from primal_compiler.errors import InputError
-from primal_compiler.isa.container import FORMAT_VERSION, array_problem, stream_problem, validate_stream
+from primal_compiler.isa.container import FORMAT_VERSION, plain_json
+from primal_compiler.isa.legality import array_problem, stream_problem, validate_stream
 from primal_compiler.isa.opcodes import (
     ALL_PES, ARG_ENUM_MASK, CONTROLLER, NONE16, NONE32, RECORD, ActFn, BufKind, DmacOp, Flag, Opcode, ReduceOp, buf, buf_name, empty,
 )
+from primal_compiler.isa.schema import compiled_issue, is_compiled
 from primal_compiler.isa.stream import Section, Stream
 
 ORDER = ("ct", "pe", "dst_ct", "dst_pe", "layer", "src_buf", "dst_buf", "group", "count", "nbytes", "arg", "flags")
@@ -47,6 +61,7 @@ _WORDS = {("ct", "ctl"): CONTROLLER, ("dst_ct", "ctl"): CONTROLLER, ("pe", "all"
 _B64_LINE = 76
 _OPCODE_OF = {int(o): o for o in Opcode}
 _OPCODE_NAMED = {o.name: o for o in Opcode}
+_COUNTS = re.compile(r"; PRIMAL IPCN program: (\d+) records, (\d+) groups, (\d+) sections")
 
 
 # --------------------------------------------------------------------------- disassembler
@@ -55,9 +70,12 @@ _OPCODE_NAMED = {o.name: o for o in Opcode}
 def disasm(meta: Mapping[str, Any], arrays: Mapping[str, np.ndarray], stream: Stream) -> str:
     """The canonical text of a program; InputError if the stream or an array is illegal."""
     validate_stream(stream, meta, "<disasm>")
+    try:
+        meta_text = json.dumps(meta, sort_keys=True, separators=(",", ":"), allow_nan=False)
+    except (TypeError, ValueError, RecursionError) as exc:
+        raise InputError("<disasm>", f"meta: not plain JSON ({exc})") from None
     out = [f"; PRIMAL IPCN program: {len(stream)} records, {stream.num_groups} groups, {len(stream.sections)} sections",
-           f".primal {FORMAT_VERSION}",
-           ".meta " + json.dumps(meta, sort_keys=True, separators=(",", ":"), allow_nan=False)]
+           f".primal {FORMAT_VERSION}", ".meta " + meta_text]
     for name in sorted(arrays):
         a = np.asarray(arrays[name])
         problem = array_problem(name, a.dtype)
@@ -128,6 +146,8 @@ class _Assembler:
         self.meta: dict | None = None
         self.meta_line = 0
         self.arrays: dict[str, np.ndarray] = {}
+        self.array_lines: dict[str, int] = {}
+        self.counts: tuple[int, int, int] | None = None  # declared by disasm's first line
         self.data: tuple[str, np.dtype, list[int], int, list[str]] | None = None  # open .data block
         self.group_sizes: list[int] = []
         self.group_members: list[tuple[int, int]] = []
@@ -143,6 +163,8 @@ class _Assembler:
         lines = text.split("\n")
         if lines[-1] == "":
             lines.pop()  # the newline ending the last line
+        declared = _COUNTS.fullmatch(lines[0].strip()) if lines else None
+        self.counts = tuple(int(n) for n in declared.groups()) if declared else None
         for self.line, raw in enumerate(lines, 1):
             line = raw.strip()
             if not line or line.startswith(";"):
@@ -162,7 +184,7 @@ class _Assembler:
             raise self.fail(f".data {self.data[0]} is not closed by .end", self.data[3])
         if self.meta is None:
             raise self.fail("no .meta line")
-        return self.finish()
+        return self.finish(len(lines))
 
     def version(self, line: str) -> None:
         if line.split()[0] != ".primal":
@@ -179,9 +201,13 @@ class _Assembler:
             if self.meta is not None:
                 raise ValueError(f".meta given twice (first on line {self.meta_line})")
             try:
-                self.meta = json.loads(rest, parse_constant=_no_constant)
+                self.meta = plain_json(rest)
             except json.JSONDecodeError as exc:
                 raise ValueError(f".meta: invalid JSON ({exc.msg} at column {exc.colno})") from None
+            except ValueError as exc:
+                raise ValueError(f".meta: {exc}") from None
+            except RecursionError:
+                raise ValueError(".meta: JSON nested too deeply") from None
             if not isinstance(self.meta, dict):
                 raise ValueError(".meta: expected a JSON object")
             self.meta_line = self.line
@@ -211,12 +237,14 @@ class _Assembler:
             raise ValueError(f".data {name}: bad DTYPE {dtype_text!r} or SHAPE {shape_text!r}") from None
         if dtype.str != dtype_text or dtype.byteorder == ">":
             raise ValueError(f".data {name}: DTYPE {dtype_text!r} is not a canonical little-endian dtype (e.g. <i4)")
-        if not isinstance(shape, list) or not all(type(n) is int and n >= 0 for n in shape):
+        if not isinstance(shape, list) or len(shape) > 32 or not all(type(n) is int and 0 <= n < 1 << 62
+                                                                      for n in shape):
             raise ValueError(f".data {name}: SHAPE {shape_text!r} is not a list of non-negative integers")
         problem = array_problem(name, dtype)
         if problem is not None:
             raise ValueError(problem)
         self.data = (name, dtype, shape, self.line, [])
+        self.array_lines[name] = self.line
 
     def data_line(self, line: str) -> None:
         if line != ".end":
@@ -229,7 +257,7 @@ class _Assembler:
             raw = base64.b64decode("".join(chunks), validate=True)
         except binascii.Error as exc:
             raise self.fail(f".data {name}: bad base64 ({exc})", start) from None
-        need = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        need = math.prod(shape) * dtype.itemsize
         if len(raw) != need:
             raise self.fail(f".data {name}: {len(raw)} bytes, shape {shape} of {dtype.str} needs {need}", start)
         self.arrays[name] = np.frombuffer(bytearray(raw), dtype=dtype).reshape(shape)
@@ -268,7 +296,7 @@ class _Assembler:
         self.rows.append((int(op), values["flags"], *(values[f] for f in ORDER[:-1])))
         self.row_lines.append(self.line)
 
-    def finish(self) -> tuple[dict, dict[str, np.ndarray], Stream]:
+    def finish(self, last: int) -> tuple[dict, dict[str, np.ndarray], Stream]:
         records = np.array(self.rows, dtype=RECORD) if self.rows else np.zeros(0, RECORD)
         members = np.array(self.group_members, dtype=np.uint16).reshape(-1, 2)
         sizes = np.array(self.group_sizes, dtype=np.int64)
@@ -276,16 +304,22 @@ class _Assembler:
         stops = [start for _, start, _ in self.sections[1:]] + [len(records)]
         sections = tuple(Section(name, start, stop) for (name, start, _), stop in zip(self.sections, stops))
         stream = Stream(records, ptr, members[:, 0].copy(), members[:, 1].copy(), sections)
+        held = (len(records), len(sizes), len(sections))
+        if self.counts is not None and self.counts != held:
+            raise self.fail("the first line declares {} records, {} groups, {} sections but the text holds {}, {}, {} "
+                            "(truncated? after editing on purpose, fix or delete this line)"
+                            .format(*self.counts, *held), 1)
         problem = stream_problem(stream, self.meta)
         if problem is not None:
             lines = {"record": self.row_lines, "group": self.group_lines, "section": [s[2] for s in self.sections]}
             line = lines[problem.kind][problem.index] if problem.kind in lines else self.meta_line
             raise self.fail(problem.message, line)
+        issue = compiled_issue(self.meta, self.arrays, stream) if is_compiled(self.meta) else None
+        if issue is not None:
+            lines = {"array": self.array_lines, "section": {name: line for name, _, line in self.sections}}
+            raise self.fail(issue.message, last if issue.kind == "end" else
+                            lines.get(issue.kind, {}).get(issue.key, self.meta_line))
         return self.meta, self.arrays, stream
-
-
-def _no_constant(name: str) -> None:
-    raise ValueError(f".meta: {name} is not a JSON number")
 
 
 def _value(field: str, text: str, op: int) -> int:

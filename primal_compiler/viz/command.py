@@ -79,6 +79,8 @@ def cmd_viz(args) -> None:
 
 def add_parser(sub) -> None:
     """Register ``viz`` on an argparse subparsers object."""
+    from primal_compiler.argtypes import int_arg
+
     sp = sub.add_parser("viz", help="placement maps, traffic heat-maps, hop histograms, power timelines, "
                                     "a Perfetto trace and an HTML report of a compiled program")
     sp.add_argument("out", help="compile output directory (holding program.primal and records.json)")
@@ -88,6 +90,6 @@ def add_parser(sub) -> None:
                     help="a second compile output drawn beside OUT in the hop histogram")
     sp.add_argument("--format", choices=FORMATS, default="png", help="picture format (default png)")
     sp.add_argument("--target", default=None, help="target name (default: the one recorded in the program)")
-    sp.add_argument("--max-events", type=int, default=None,
-                    help=f"cap on trace events (default {200_000:,}); closer spans merge to meet it")
+    sp.add_argument("--max-events", type=int_arg(1, 2_000_000), default=None,  # Perfetto's UI loads a few million
+                    help=f"cap on trace events (default {200_000:,}, at most 2,000,000); closer spans merge to meet it")
     sp.set_defaults(func=cmd_viz)

@@ -8,7 +8,6 @@ into per-PE labels of one CT.
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,7 +15,9 @@ from pathlib import Path
 import numpy as np
 
 from primal_compiler.errors import InputError
+from primal_compiler.inputs import TEXT_LIMIT_BYTES, read_text
 from primal_compiler.ir.tiles import ROLE_CODES, Macro, Part
+from primal_compiler.isa.container import plain_json
 
 #: PE labels beyond the role indices: hub, KV-only, empty.
 HUB, KV_ONLY, EMPTY = len(ROLE_CODES), len(ROLE_CODES) + 1, len(ROLE_CODES) + 2
@@ -71,21 +72,33 @@ class VizData:
 
 
 def read_records(out: Path) -> list:
-    """The pass records of ``OUT/records.json`` ([] when the file is absent); InputError naming it if malformed."""
+    """The pass records of ``OUT/records.json`` ([] when the file is absent); InputError naming it if malformed.
+
+    Each record is an object with a string ``name`` and ``spec`` and, when present, a finite number
+    ``seconds`` (what the HTML report prints).
+    """
     path = out / "records.json"
     if not path.exists():
         return []
     try:
-        records = json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
+        records = plain_json(read_text(path, TEXT_LIMIT_BYTES, "pass-record file"))
+    except (ValueError, RecursionError) as exc:
         raise InputError(str(path), f"not a readable pass-record file ({exc})") from None
-    if not isinstance(records, list) or not all(isinstance(r, dict) and "name" in r for r in records):
-        raise InputError(str(path), "expected a JSON list of pass records with a 'name' each")
+    number = (int, float)
+    if not isinstance(records, list) or not all(
+            isinstance(r, dict) and type(r.get("name")) is str and type(r.get("spec", "")) is str
+            and (r.get("seconds") is None or type(r["seconds"]) in number) for r in records):
+        raise InputError(str(path), "expected a JSON list of pass records, each with a string 'name' and 'spec' "
+                                    "and a number 'seconds'")
     return records
 
 
 def load(out, target_name: str | None = None) -> VizData:
-    """Load and replay compile output ``out``; every failure is an InputError naming the file."""
+    """Load and replay compile output ``out`` (or a program file); every failure is an InputError naming the file.
+
+    The program comes through :func:`~primal_compiler.api.load_compiled`, so its placement, KV map and
+    mapping arrays exist and index each other, and sections ``prefill:0``/``decode:0`` end with ARGMAX.
+    """
     from primal_compiler.api import h100_for, load_compiled
     from primal_compiler.executor.metrics import metrics
     from primal_compiler.executor.replay import replay
@@ -100,13 +113,7 @@ def load(out, target_name: str | None = None) -> VizData:
     t = time.perf_counter()
     rp = replay(meta, arrays, stream, target, where)
     seconds["replay"] = time.perf_counter() - t
-    try:
-        m = metrics(rp)
-    except KeyError as exc:
-        raise InputError(where, f"cannot compute metrics: {exc.args[0]}") from None
-    for name in ("tile_ct", "tile_pe", "tile_role", "tile_macro", "ct_layer"):
-        if name not in arrays:
-            raise InputError(where, f"program file has no placement array {name!r} (compile it with a placement pass)")
+    m = metrics(rp)
     records = read_records(out) if out.is_dir() else []
     return VizData(out if out.is_dir() else out.parent, where, meta, arrays, stream, target, rp, m,
                    h100_for(meta, m), records, seconds)

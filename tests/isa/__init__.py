@@ -41,7 +41,7 @@ def small_program() -> tuple[dict, dict[str, np.ndarray], Stream]:
     b.records(2, op=Opcode.KV_APPEND, ct=2, pe=10, dst_ct=2, dst_pe=[11, 12], arg=[0, 4095], count=1, nbytes=256,
               layer=1, src_buf=buf(BufKind.ROOT, 1), dst_buf=[buf(BufKind.KV_K, 0), buf(BufKind.KV_V, 4095)])
     b.records(1, op=Opcode.REDUCE, ct=CONTROLLER, pe=ALL_PES, group=g[2], arg=ReduceOp.SUM, layer=2,
-              dst_buf=buf(BufKind.HIDDEN, HiddenBuf.LOGITS))
+              dst_ct=CONTROLLER, dst_buf=buf(BufKind.HIDDEN, HiddenBuf.LOGITS))
     b.records(3, op=Opcode.MASK, ct=1, pe=[5, 6, 7], arg=[0, 0b1010, 0xFFFFFFFF])
     b.records(1, op=Opcode.SYNC, ct=CONTROLLER, pe=ALL_PES, arg=1)
     b.records(4, op=Opcode.UNICAST, ct=[0, 1, 2, 0], pe=[0, 15, 3, 9], dst_ct=[1, 2, 0, 0], dst_pe=[0, 1, 2, 3],

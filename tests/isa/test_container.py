@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 from pathlib import Path
 from types import SimpleNamespace
@@ -15,7 +16,7 @@ from primal_compiler.errors import InputError
 from primal_compiler.isa import container
 from primal_compiler.isa.container import FORMAT_VERSION, MAGIC, load_program, save_program, validate_stream
 from primal_compiler.isa import opcodes
-from primal_compiler.isa.opcodes import ALL_PES, CONTROLLER, NONE32, BufKind, Opcode
+from primal_compiler.isa.opcodes import ALL_PES, CONTROLLER, NONE16, NONE32, BufKind, Opcode
 from primal_compiler.isa.stream import Section, Stream
 
 from . import small_program
@@ -138,8 +139,13 @@ def test_not_a_program_file(tmp_path):
     path.write_bytes(b"PK\x03\x04 a zip file, not a program")
     with pytest.raises(InputError, match="magic: not a PRIMAL program"):
         load_program(path)
-    with pytest.raises(InputError, match="cannot read"):
+    with pytest.raises(InputError, match="missing.primal: no such program file"):
         load_program(tmp_path / "missing.primal")
+    with pytest.raises(InputError, match="is a directory, not a program file"):
+        load_program(tmp_path)
+    os.mkfifo(tmp_path / "fifo")
+    with pytest.raises(InputError, match="fifo: is a FIFO, not a regular program file"):  # refused, never opened
+        load_program(tmp_path / "fifo")
 
 
 def test_target_must_match(tmp_path):
@@ -175,6 +181,14 @@ ILLEGAL = [  # (record, fields, message)
     (2, {"arg": 12}, "record 2 field arg: 12 is not in ActFn (0..11) for ACT"),
     (19, {"arg": 2}, "record 19 field arg: 2 is not in DmacOp (0..1) for DMAC"),
     (14, {"arg": 9}, "record 14 field arg: 9 is not in ReduceOp (0..1) for REDUCE"),
+    # operands the executor indexes with: units of a PE, routes to a destination
+    (8, {"ct": CONTROLLER, "pe": ALL_PES}, "record 8 field ct: SMAC_RRAM runs on a PE of a CT, not the controller"),
+    (19, {"ct": CONTROLLER}, "record 19 field ct: DMAC runs on a PE of a CT, not the controller"),
+    (4, {"dst_ct": NONE16}, "record 4 field dst_ct: CONFIG needs a destination CT, got none"),
+    (4, {"dst_ct": CONTROLLER}, "record 4 field dst_ct: CONFIG writes into a CT, not the controller"),
+    (21, {"dst_ct": CONTROLLER}, "record 21 field dst_ct: KV_APPEND writes into a CT, not the controller"),
+    (23, {"dst_ct": NONE16}, "record 23 field dst_ct: REDUCE needs a destination CT or ctl, got none"),
+    (3, {"dst_pe": NONE16}, "record 3 field dst_pe: UNICAST to a CT needs a destination PE, got none"),
 ]
 
 

@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 from primal_compiler.cli import main
 from primal_compiler.errors import InputError
 from primal_compiler.isa.container import PROGRAM_FILE, load_program, save_program
+from primal_compiler.isa.legality import INTO_CT, ON_PE, ROUTED
 from primal_compiler.isa.opcodes import (
     ALL_PES, CONTROLLER, NONE16, NONE32, RECORD, ActFn, BufKind, DmacOp, Flag, Opcode, ReduceOp,
 )
@@ -147,13 +148,18 @@ def programs(draw):
     for _ in range(draw(st.integers(0, 25))):
         op = draw(st.sampled_from(Opcode))
         pg = op in (Opcode.PG_ON, Opcode.PG_OFF)
-        ct = draw(st.integers(0, num_cts - 1) if pg else st.sampled_from([CONTROLLER, *range(num_cts)]))
+        on_ct = pg or op in ON_PE
+        ct = draw(st.integers(0, num_cts - 1) if on_ct else st.sampled_from([CONTROLLER, *range(num_cts)]))
         pe = ALL_PES if pg or (ct == CONTROLLER and draw(st.booleans())) else draw(st.integers(0, pes - 1))
         group = draw(st.integers(0, len(ptr) - 2)) if op in (Opcode.BCAST, Opcode.REDUCE) else NONE32
         enum = {Opcode.ACT: ActFn, Opcode.DMAC: DmacOp, Opcode.REDUCE: ReduceOp}.get(op)
         arg = int(draw(st.sampled_from(enum))) if enum else draw(u32)
+        dst_ct = draw(st.sampled_from([*range(num_cts)] if op in INTO_CT else [CONTROLLER, *range(num_cts)]
+                                      if op in ROUTED else [NONE16, CONTROLLER, *range(num_cts)]))
+        needs_pe = op in ROUTED and dst_ct < num_cts
+        dst_pe = draw(st.sampled_from([*range(pes)] if needs_pe else [NONE16, *range(pes)]))
         rows_.append((op, draw(st.integers(0, sum(int(f) for f in Flag))), ct, pe,
-                      draw(st.sampled_from([NONE16, *range(num_cts)])), draw(st.sampled_from([NONE16, *range(pes)])),
+                      dst_ct, dst_pe,
                       draw(st.sampled_from([NONE16, *range(layers + 1)])), draw(st.one_of(st.just(NONE16), kinds)),
                       draw(st.one_of(st.just(NONE16), kinds)), group, draw(st.integers(1, 0xFFFFFFFF)), draw(u32), arg))
     records = np.array(rows_, dtype=RECORD) if rows_ else np.zeros(0, RECORD)
@@ -218,7 +224,7 @@ def test_cli_failures_exit_2_and_write_nothing(tmp_path, capsys):
     assert main(["disasm", str(tmp_path / "missing")]) == 2
     assert main(["asm", str(tmp_path / "missing.s"), "-o", str(tmp_path / "q.primal")]) == 2
     err = capsys.readouterr().err.splitlines()
-    assert len(err) == 4 and "line 6" in err[0] and "checksum" in err[1] and "missing: cannot read" in err[2]
-    assert "missing.s: cannot read" in err[3]
+    assert len(err) == 4 and "line 6" in err[0] and "checksum" in err[1] and "missing: no such program file" in err[2]
+    assert "missing.s: no such program text" in err[3]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.s", "p.primal"]
     assert not any("Traceback" in line for line in err)
