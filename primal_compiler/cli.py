@@ -67,11 +67,12 @@ def _model_inputs(model: str) -> tuple[str, ...]:
 
 
 def _is_program(spec: str) -> bool:
-    """A compile output directory, a ``.primal`` path, or any regular file starting with the program magic."""
-    from primal_compiler.isa.container import PROGRAM_FILE, is_program_file
+    """A directory (a model is never one: without a program file it is refused as such), a ``.primal`` path,
+    or any regular file starting with the program magic."""
+    from primal_compiler.isa.container import is_program_file
 
     path = Path(spec)
-    return (path.is_dir() and (path / PROGRAM_FILE).exists()) or spec.endswith(".primal") or is_program_file(path)
+    return path.is_dir() or spec.endswith(".primal") or is_program_file(path)
 
 
 def _token_ids(text: str) -> list[int]:
@@ -227,8 +228,7 @@ def cmd_asm(args) -> None:
 
     text = read_text(args.text, PROGRAM_LIMIT_BYTES, "program text")
     meta, arrays, stream = asm(text, where=args.text)
-    check_destination(args.output, args.force, directory=False, inputs=(args.text,))
-    save_program(args.output, meta, arrays, stream)
+    save_program(args.output, meta, arrays, stream, args.force, inputs=(args.text,))
     print(f"wrote {args.output} ({len(stream)} records, {stream.num_groups} groups, {len(stream.sections)} sections)")
 
 

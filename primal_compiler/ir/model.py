@@ -23,6 +23,7 @@ lists them.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
@@ -75,9 +76,11 @@ class NormKind(StrEnum):
 
 
 class Activation(StrEnum):
-    SILU = "silu"  # gated (SwiGLU) when the layer has GATE and UP
-    GELU = "gelu"
-    GELU_NEW = "gelu_new"
+    """The MLP activation; with GATE and UP it gates: ``act(x @ W_gate) * (x @ W_up)`` (SwiGLU, GeGLU)."""
+
+    SILU = "silu"
+    GELU = "gelu"  # erf form
+    GELU_NEW = "gelu_new"  # tanh approximation (gelu_pytorch_tanh)
     RELU = "relu"
 
 
@@ -103,6 +106,9 @@ class Precision:
             value = getattr(self, name)
             if not isinstance(value, int) or not 1 <= value <= 32:
                 raise ValueError(f"precision {name} must be an integer in 1..32, got {value!r}")
+        if self.kv_bits % 8:
+            raise ValueError(f"precision kv_bits must be a multiple of 8 (the KV cache is stored in whole bytes), "
+                             f"got {self.kv_bits}")
 
 
 @dataclass(frozen=True)
@@ -222,6 +228,10 @@ class Model:
     source: str = "builtin"
     norm_eps: float = 1e-5  # epsilon of every norm (Hugging Face configs use one value per model)
     rope_theta: float = 10000.0  # RoPE base: frequency i of a head is rope_theta ** (-2i / head_dim)
+    # RoPE frequencies as the file holds them (head_dim / 2 values, any scaling scheme); when set they are
+    # the frequencies and rope_theta is only informative
+    rope_inv_freq: tuple[float, ...] = ()
+    embed_scale: float = 1.0  # token embeddings are multiplied by it before the first layer (Gemma: sqrt(hidden))
 
     def __post_init__(self) -> None:
         if not self.layers:
@@ -230,6 +240,13 @@ class Model:
             raise ValueError(f"model {self.name!r}: hidden_size and vocab_size must be positive")
         if not (self.norm_eps > 0 and self.rope_theta > 1):
             raise ValueError(f"model {self.name!r}: norm_eps must be > 0 and rope_theta > 1")
+        object.__setattr__(self, "rope_inv_freq", tuple(float(f) for f in self.rope_inv_freq))  # JSON gives a list
+        half = self.layers[0].attention.head_dim // 2
+        if self.rope_inv_freq and (len(self.rope_inv_freq) != half
+                                   or not all(math.isfinite(f) and f > 0 for f in self.rope_inv_freq)):
+            raise ValueError(f"model {self.name!r}: rope_inv_freq must hold {half} positive finite frequencies")
+        if not (math.isfinite(self.embed_scale) and self.embed_scale > 0):
+            raise ValueError(f"model {self.name!r}: embed_scale must be positive and finite, got {self.embed_scale}")
         self._check_sizes()
 
     def _check_sizes(self) -> None:

@@ -28,11 +28,9 @@ import hashlib
 import json
 import math
 import os
-import secrets
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any
 
 import numpy as np
 
@@ -42,6 +40,7 @@ from primal_compiler.isa.legality import array_problem, validate_stream
 from primal_compiler.isa.opcodes import RECORD
 from primal_compiler.isa.schema import check_compiled, is_compiled, tiles_issue
 from primal_compiler.isa.stream import Section, Stream
+from primal_compiler.outdir import output_file
 
 MAGIC = b"PRIMALPG"
 FORMAT_VERSION = 1
@@ -58,30 +57,15 @@ _STREAM_DTYPES = {"stream.group_ptr": np.dtype("<i8"), "stream.group_ct": np.dty
 # --------------------------------------------------------------------------- writing
 
 
-@contextmanager
-def atomic_open(path: str | os.PathLike) -> Iterator[BinaryIO]:
-    """A binary file that replaces ``path`` only if the block succeeds (temp file in the same directory)."""
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.{secrets.token_hex(6)}.tmp")
-    try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
-    except OSError as exc:
-        raise InputError(str(path), f"cannot write: {exc.strerror}") from None
-    try:
-        with os.fdopen(fd, "wb") as f:
-            yield f
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-
-
-def save_program(path: str | os.PathLike, meta: dict, arrays: Mapping[str, np.ndarray], stream: Stream) -> None:
+def save_program(path: str | os.PathLike, meta: dict, arrays: Mapping[str, np.ndarray], stream: Stream,
+                 force: bool = False, inputs: tuple[str, ...] = ()) -> None:
     """Write one program file atomically and deterministically.
 
     ``meta`` must be plain JSON holding the integers of :data:`~primal_compiler.isa.legality.META_INTS`;
     raises ``InputError(path, ...)`` (writing nothing) if it is not, if the stream or an array is
     illegal, or if a compiled program's parts fail :func:`~primal_compiler.isa.schema.check_compiled`.
+    An existing ``path`` is replaced only with ``force``; ``path`` may not be one of ``inputs``
+    (:func:`primal_compiler.outdir.output_file`).
     """
     where = str(path)
     validate_stream(stream, meta, where)
@@ -111,7 +95,7 @@ def save_program(path: str | os.PathLike, meta: dict, arrays: Mapping[str, np.nd
     payload_len = table[-1]["offset"] + table[-1]["nbytes"]
     preamble = np.array((MAGIC, FORMAT_VERSION, len(text), payload_len), dtype=_PREAMBLE).tobytes()
     digest = hashlib.sha256()
-    with atomic_open(path) as f:
+    with output_file(path, force, inputs=inputs) as f:
         def put(chunk) -> None:
             f.write(chunk)
             digest.update(chunk)

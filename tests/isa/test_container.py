@@ -306,3 +306,13 @@ def test_docs_name_everything_in_opcodes():
     names = [rf"\b{m.value}\W+`{m.name}`" for enum in enums for m in enum] + [f"`{f}`" for f in opcodes.RECORD.names]
     missing = [n for n in names if not re.search(n, text)]
     assert not missing, f"docs/isa.md lacks {missing}"
+
+
+def test_save_replaces_a_file_only_with_force(tmp_path):
+    path = tmp_path / "p.primal"
+    path.write_bytes(b"a user's file")
+    with pytest.raises(InputError, match="exists; pass --force"):
+        save_program(path, *small_program())
+    assert path.read_bytes() == b"a user's file"
+    save_program(path, *small_program(), force=True)
+    assert load_program(path)[2].records.size

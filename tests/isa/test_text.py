@@ -189,7 +189,7 @@ def test_random_legal_programs_round_trip(tmp_path_factory, program):
     text = disasm(*load_program(path))
     again = asm(text)
     assert disasm(*again) == text
-    save_program(path, *again)
+    save_program(path, *again, force=True)
     assert path.read_bytes() == data
 
 
