@@ -21,9 +21,9 @@ The steps (initializer and node names are never looked at):
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from primal_compiler.frontend.onnx_graph import GraphIndex, PatternError, attr
+from primal_compiler.frontend.onnx_graph import SHAPE_OPS, TRANSPARENT, GraphIndex, PatternError, attr
 from primal_compiler.frontend.onnx_project import Projection
 from primal_compiler.ir.model import Activation, NormKind, Role
 
@@ -271,9 +271,19 @@ class Decoder:
             return NormKind.LAYER if "Sub" in ops else NormKind.RMS
         return None
 
-    def activation(self, mlp_in: list[Projection]) -> tuple[Activation, list[Projection]]:
-        """The activation and the MLP inputs ordered (gate, up) or (fc1,); roles are set."""
+    def activation(self, mlp_in: list[Projection], mlp_out: Projection) -> tuple[Activation, list[Projection]]:
+        """The activation and the MLP inputs ordered (gate, up) or (fc1,); roles are set.
+
+        One input projection twice as wide as the output projection's input is a fused gate/up
+        (Phi-3's ``gate_up_proj``): its output must be cut in two halves by a ``Split`` or two ``Slice``
+        nodes, and it becomes two projections on column ranges of the one weight.
+        """
+        if len(mlp_in) == 1 and mlp_in[0].out_features == 2 * mlp_out.in_features:
+            return self._fused_gate_up(mlp_in[0], mlp_out.in_features)
         if len(mlp_in) == 1:
+            if mlp_in[0].out_features != mlp_out.in_features:
+                raise PatternError(f"unsupported MLP: an input projection of {mlp_in[0].out_features} outputs "
+                                   f"feeds an output projection of {mlp_out.in_features} inputs")
             reached, _ = self.hits_fwd(mlp_in[0])
             mlp_in[0].role = Role.FC1
             return self._activation_kind(reached), mlp_in
@@ -287,6 +297,62 @@ class Decoder:
         gate, up, act_nodes = (mlp_in[0], mlp_in[1], ra - rb) if only_a else (mlp_in[1], mlp_in[0], rb - ra)
         gate.role, up.role = Role.GATE, Role.UP
         return self._activation_kind(act_nodes), [gate, up]
+
+    def _fused_gate_up(self, p: Projection, width: int) -> tuple[Activation, list[Projection]]:
+        g, label = self.g, g_name(self.g, p.node)
+        if p.lora is not None:
+            raise PatternError(f"unsupported MLP: LoRA on the fused gate/up projection at node {label}")
+        halves = self.halves(p, width)
+        if halves is None:
+            raise PatternError(f"unsupported MLP: the {p.out_features}-wide fused gate/up projection at node "
+                               f"{label} is not cut in two halves of {width} by a Split or two Slices")
+        reach = [g.forward([t], self.barriers)[0] for _, t in halves]
+        acts = [{i for i in reach[k] - reach[1 - k] if g.nodes[i].op_type in ACTIVATION_OPS} for k in (0, 1)]
+        if bool(acts[0]) == bool(acts[1]):
+            raise PatternError(f"unsupported MLP: cannot tell the gate half of node {label} from the up half")
+        k = 0 if acts[0] else 1
+        parts = []
+        for role, (lo, _) in ((Role.GATE, halves[k]), (Role.UP, halves[1 - k])):
+            parts.append(replace(p, out_features=width, role=role, split=(lo, lo + width, p.out_features)))
+        return self._activation_kind(reach[k] - reach[1 - k]), parts
+
+    def halves(self, p: Projection, width: int) -> list[tuple[int, str]] | None:
+        """[(first column, tensor)] of the two halves a Split or two Slices cut ``p``'s output into."""
+        g = self.g
+        tensor, ops = g.nodes[p.node].output[0], []
+        for _ in range(8):  # through layout ops and the bias Add
+            users = [i for i in g.consumers.get(tensor, ()) if g.nodes[i].op_type not in SHAPE_OPS]
+            ops = [g.nodes[i] for i in users]
+            if len(ops) == 1 and (ops[0].op_type in TRANSPARENT or (ops[0].op_type == "Add" and p.bias)):
+                tensor = ops[0].output[0]
+                continue
+            break
+        if len(ops) == 1 and ops[0].op_type == "Split" and len(ops[0].output) == 2:
+            node = ops[0]
+            sizes = g.const(node.input[1]) if len(node.input) > 1 and node.input[1] else attr(node, "split")
+            sizes = [width, width] if sizes is None else [int(x) for x in list(sizes)]
+            if sizes == [width, width] and attr(node, "axis", 0) in (-1, 2):
+                return [(0, node.output[0]), (width, node.output[1])]
+            return None
+        if len(ops) == 2 and all(n.op_type == "Slice" for n in ops):
+            found = sorted(self._slice_range(n, 2 * width) or (-1, -1, "") for n in ops)
+            if [r[:2] for r in found] == [(0, width), (width, 2 * width)]:
+                return [(lo, t) for lo, _, t in found]
+        return None
+
+    def _slice_range(self, node, size: int) -> tuple[int, int, str] | None:
+        """(start, end, output) of a unit-step Slice of the last axis with constant bounds."""
+        inputs = list(node.input) + ["", "", ""]
+        start, end = self.g.const(inputs[1]), self.g.const(inputs[2])
+        axes, steps = self.g.const(inputs[3]) if inputs[3] else None, self.g.const(inputs[4]) if inputs[4] else None
+        if start is None or end is None or start.size != 1 or end.size != 1:
+            return None
+        if axes is not None and int(axes.reshape(-1)[0]) not in (-1, 2):
+            return None
+        if steps is not None and int(steps.reshape(-1)[0]) != 1:
+            return None
+        lo, hi = int(start.reshape(-1)[0]), int(end.reshape(-1)[0])
+        return lo, min(hi, size), node.output[0]
 
     def _activation_kind(self, nodes: set[int]) -> Activation:
         found = [self.g.nodes[i] for i in nodes]
@@ -303,3 +369,8 @@ class Decoder:
         if ops & {"Erf", "BiasGelu"}:
             return Activation.GELU
         raise PatternError(f"unsupported MLP activation (ops {', '.join(sorted(ops)) or 'none'})")
+
+
+def g_name(g: GraphIndex, node: int) -> str:
+    """A node's name for messages (its index when it has none)."""
+    return g.nodes[node].name or f"#{node}"

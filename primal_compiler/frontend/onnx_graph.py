@@ -150,17 +150,17 @@ class GraphIndex:
             return None
         return dims[-1]
 
-    def const(self, name: str) -> np.ndarray | None:
-        """Value of a small inline constant (at most ``SMALL_CONST`` elements); else None."""
+    def const(self, name: str, limit: int = SMALL_CONST) -> np.ndarray | None:
+        """Value of a small inline constant (at most ``limit`` elements); else None."""
         tensor = self.constant_tensor(name)
         if tensor is None:
             node = self.node_of(name)
             if node is not None and node.op_type == "Constant":
                 return _constant_attr_value(node)
             if node is not None and node.op_type in ("Cast", "Identity"):
-                return self.const(node.input[0])
+                return self.const(node.input[0], limit)
             return None
-        if any(d < 0 for d in tensor.dims) or math.prod(tensor.dims) > SMALL_CONST:
+        if any(d < 0 for d in tensor.dims) or math.prod(tensor.dims) > limit:
             return None
         if tensor.data_location == TensorProto.EXTERNAL:
             return None

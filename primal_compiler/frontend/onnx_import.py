@@ -5,9 +5,9 @@ of at most 2 GiB, onnx's checker, no cycles, at most 2^20 nodes) without its
 external data, so a model whose external-data files are absent imports all
 the same; weight bytes are never decoded. The only values read are small
 inline constants: shape vectors (to find the head size), scalars (the LoRA
-scale, the position offset, the norm epsilon), RoPE's inverse frequencies
-(``rope_theta``, see ``onnx_params``), and the tied-head sample described
-below.
+scale, the position offset, the norm epsilon, the embedding scale), RoPE's
+inverse-frequency table (``rope_inv_freq``, see ``onnx_params``), and the
+tied-head sample described below.
 
 Recognition works on graph structure, never on initializer or node names
 (exporters emit ``onnx::MatMul_886`` or ``val_57``); see ``onnx_decoder``
@@ -16,7 +16,10 @@ Supported: TorchScript (``dynamo=False``) and dynamo exports of torch.onnx,
 optimum exports with or without ``past_key_values``; Llama/Mistral style
 (RMSNorm, SwiGLU, RoPE, grouped-query attention), GPT-2 (fused qkv Conv1D
 as Gemm, learned positions) and OPT (q/k/v with biases, learned positions
-with an index offset); unmerged PEFT LoRA adapters.
+with an index offset); Phi-3's fused gate/up projection (``onnx_decoder``),
+Gemma's GeGLU, embedding scale and ``1 + w`` RMSNorm, any RoPE frequency
+table (Llama-3's scaling); unmerged PEFT LoRA adapters. Every node on the
+hidden-state path must belong to a recognised pattern (``onnx_guard``).
 
 Embeddings and LM head. The token embedding is the Gather on a
 ``[vocab, hidden]`` initializer whose row count equals the LM head's
@@ -63,9 +66,10 @@ import onnx
 from primal_compiler.errors import InputError
 from primal_compiler.errors import one_line
 from primal_compiler.frontend.onnx_check import read_onnx
-from primal_compiler.frontend.onnx_decoder import Decoder, Layer
+from primal_compiler.frontend.onnx_decoder import Decoder, Layer, g_name
 from primal_compiler.frontend.onnx_graph import GraphIndex, PatternError, Weight, attr
-from primal_compiler.frontend.onnx_params import ONNX_DEFAULT_EPS, NormRef, norm_ref, rope_theta
+from primal_compiler.frontend.onnx_guard import check_accounted, embed_scale
+from primal_compiler.frontend.onnx_params import ONNX_DEFAULT_EPS, NormRef, norm_ref, rope_frequencies
 from primal_compiler.frontend.onnx_project import Projection, find_weight_matmuls, pair_lora
 from primal_compiler.ir.model import SIZE_LIMITS, Attention, DecoderLayer, Linear, LoRA, Model, Positional, Role
 
@@ -89,6 +93,7 @@ class Recognised:
     embed_table: Weight  # the token embedding ``[vocab, hidden]`` as the Gather consumes it
     pos_table: Weight | None  # the learned position table (or a static export's folded ``[1, S, hidden]``)
     norms: dict[tuple[int, int], NormRef]  # (layer, 0 before attention / 1 before the MLP); (num_layers, 0) final
+    rope_unread: str | None = None  # the node whose RoPE frequencies the frontend cannot read (cos/sin caches)
 
 
 def load_onnx(path: str | Path) -> Model:
@@ -143,6 +148,7 @@ def _recognise(model: onnx.ModelProto, path: Path) -> Recognised:
 
     stops = set(_embedding_gathers(g)) | set(_residual_adds(g))
     norms: dict[tuple[int, int], NormRef] = {}
+    norm_regions: list[set[int]] = []
     for n, layer in enumerate(layers):
         dec.geometry(layer)
         attn_in, mlp_in = g.canonical(layer.attn[0].x), g.canonical(layer.mlp_in[0].x)
@@ -153,7 +159,8 @@ def _recognise(model: onnx.ModelProto, path: Path) -> Recognised:
             raise PatternError("unsupported decoder layer: no LayerNorm or RMSNorm before attention or MLP")
         for which, tensor, kind in ((0, attn_in, attn_norm), (1, mlp_in, mlp_norm)):
             if kind is not None:
-                norms[(n, which)] = norm_ref(g, dec.norm_region(tensor, stops), hidden)
+                norm_regions.append(dec.norm_region(tensor, stops))
+                norms[(n, which)] = norm_ref(g, norm_regions[-1], hidden)
     shapes = sorted({(layer.num_heads, layer.num_kv_heads, layer.head_dim) for layer in layers})
     if len(shapes) > 1:  # the KV ring, the ISA and the replay lay out every layer's attention as one
         seen = "; ".join(f"{h} heads, {kv} kv heads, head size {d}" for h, kv, d in shapes)
@@ -161,12 +168,16 @@ def _recognise(model: onnx.ModelProto, path: Path) -> Recognised:
     head_in = g.canonical(lm_head.x)
     final_norm = dec.norm_before(head_in, stops)
     if final_norm is not None:
-        norms[(len(layers), 0)] = norm_ref(g, dec.norm_region(head_in, stops), hidden)
+        norm_regions.append(dec.norm_region(head_in, stops))
+        norms[(len(layers), 0)] = norm_ref(g, norm_regions[-1], hidden)
     final_norm = final_norm or layers[-1].norm
     eps = next((r.eps for r in norms.values() if r.eps is not None), None)
-    theta = rope_theta(g, layers[0].head_dim)
-
     positional, npos, max_pos = _positional(g, pos)
+    rope = rope_frequencies(g, layers[0].head_dim) if positional == Positional.ROPE else None
+    scale, scale_node = embed_scale(g, embed[0])
+    norm_params = {x for r in norms.values() for x in (r.weight, r.bias) if x is not None}
+    embed_nodes = {embed[0]} | ({scale_node} if scale_node is not None else set())
+    check_accounted(dec, layers, lm_head, norm_regions, norm_params, embed_nodes)
     ir_layers = tuple(_to_ir(i, layer) for i, layer in enumerate(layers))
     tied = _tied(g, emb_table, lm_head)
     try:
@@ -183,7 +194,9 @@ def _recognise(model: onnx.ModelProto, path: Path) -> Recognised:
             lm_head_bias=lm_head.bias,
             source=_source(model),
             norm_eps=eps if eps is not None else ONNX_DEFAULT_EPS,
-            rope_theta=theta if theta is not None and positional == Positional.ROPE else DEFAULT_ROPE_THETA,
+            rope_theta=rope.theta if rope is not None else DEFAULT_ROPE_THETA,
+            rope_inv_freq=rope.inv_freq if rope is not None else (),
+            embed_scale=scale,
         )
     except InputError as exc:  # a size over the IR's limits, reported against the file
         raise PatternError(exc.problem) from None
@@ -191,7 +204,10 @@ def _recognise(model: onnx.ModelProto, path: Path) -> Recognised:
         (i, p.role): p for i, layer in enumerate(layers) for p in (*layer.attn, layer.o, *layer.mlp_in, layer.mlp_out)
     }
     found[(len(layers), Role.LM_HEAD)] = lm_head
-    return Recognised(ir, g, found, embed[1], pos[1] if pos is not None else None, norms)
+    unread = None
+    if positional == Positional.ROPE and rope is None:  # RotaryEmbedding ops with cos/sin caches
+        unread = next((g_name(g, i) for i, n in enumerate(g.nodes) if n.op_type == "RotaryEmbedding"), "RoPE")
+    return Recognised(ir, g, found, embed[1], pos[1] if pos is not None else None, norms, unread)
 
 
 def _attention_layer(dec: Decoder, core) -> Layer:
@@ -233,19 +249,20 @@ def _assign_mlp(dec: Decoder, layers: list[Layer], lm_head: Projection) -> None:
     for i, layer in enumerate(layers):
         if not layer.mlp_in or layer.mlp_out is None:
             raise PatternError(f"unsupported decoder layer {i}: no MLP found after the attention output projection")
-        layer.activation, layer.mlp_in = dec.activation(layer.mlp_in)
+        layer.activation, layer.mlp_in = dec.activation(layer.mlp_in, layer.mlp_out)
         layer.mlp_out.role = Role.FC2 if layer.mlp_in[0].role == Role.FC1 else Role.DOWN
 
 
 def _check_one_role_each(layers: list[Layer], lm_head: Projection) -> None:
     """Every projection serves one place (a graph wired otherwise has no decoder reading)."""
-    owner = {lm_head.node: "the LM head"}
+    owner = {(lm_head.node, None): "the LM head"}
     for i, layer in enumerate(layers):
         for p in (*layer.attn, layer.o, *layer.mlp_in, layer.mlp_out):
-            if p.node in owner:
-                shape, first = f"{p.in_features}x{p.out_features}", owner[p.node]
+            key = (p.node, p.split)  # a fused gate/up serves twice, on two column ranges
+            if key in owner:
+                shape, first = f"{p.in_features}x{p.out_features}", owner[key]
                 raise PatternError(f"unsupported structure: one {shape} projection serves {first} and layer {i}")
-            owner[p.node] = f"layer {i}"
+            owner[key] = f"layer {i}"
 
 
 def _embedding_gathers(g: GraphIndex) -> list[int]:

@@ -10,8 +10,9 @@ Found by structure, like everything in the frontend (names are never looked at):
   gives the scale as the ``Mul`` by a ``[hidden]`` constant, the bias as the
   ``Add`` of a ``[hidden]`` constant and epsilon as the ``Add`` of a scalar
   constant that feeds the ``Sqrt`` (or ``Reciprocal``/``Pow``/``Div``);
-* the RoPE base comes from the inverse frequencies ``theta ** (-2i / d)``:
-  a constant of ``head_dim / 2`` elements that a ``Cos`` depends on.
+* RoPE's inverse frequencies are the constant of ``head_dim / 2`` elements
+  that every ``Cos``/``Sin`` depends on, read as they are (any scaling
+  scheme); the base is reported from them.
 
 :func:`read_tables` then decodes the tensors so found (token and position
 embeddings, norm scales and biases) as float32.
@@ -24,7 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from primal_compiler.errors import InputError
-from primal_compiler.frontend.onnx_graph import GraphIndex, attr
+from primal_compiler.frontend.onnx_graph import GraphIndex, PatternError, attr
 
 NORM_OPS = {"LayerNormalization": (1, 2), "SimplifiedLayerNormalization": (1, None), "RMSNormalization": (1, None),
             "SkipLayerNormalization": (2, 3), "SkipSimplifiedLayerNormalization": (2, None)}
@@ -39,11 +40,13 @@ class NormRef:
     weight: str | None
     bias: str | None
     eps: float | None
+    offset: float = 0.0  # the scale is ``weight + offset`` (Gemma's RMSNorm multiplies by 1 + w)
 
 
 def norm_ref(g: GraphIndex, region: set[int], hidden: int) -> NormRef:
     """The scale, bias and epsilon of the norm whose nodes are ``region``."""
     weight = bias = eps = None
+    offset = 0.0
     for i in sorted(region):
         node = g.nodes[i]
         slots = NORM_OPS.get(node.op_type)
@@ -52,17 +55,33 @@ def norm_ref(g: GraphIndex, region: set[int], hidden: int) -> NormRef:
             inputs = list(node.input) + ["", "", "", ""]
             return NormRef(inputs[w] or None, (inputs[b] or None) if b is not None else None,
                            float(attr(node, "epsilon", ONNX_DEFAULT_EPS)))
-        if node.op_type not in ("Mul", "Add") or len(node.input) != 2:
-            continue
+        if node.op_type not in ("Mul", "Add") or len(node.input) != 2 or all(_is_constant(g, x) for x in node.input):
+            continue  # (an Add of two constants is a shifted scale, ``1 + w``)
         for x in node.input:
-            if g.vector_len(x) == hidden and _is_constant(g, x):
+            shifted = _shifted(g, x, hidden) if node.op_type == "Mul" and weight is None else None
+            if shifted is not None:
+                weight, offset = shifted
+            elif g.vector_len(x) == hidden and _is_constant(g, x):
                 if node.op_type == "Mul":
                     weight = weight or x
                 else:
                     bias = bias or x
-            elif node.op_type == "Add" and eps is None and g.scalar(x) is not None and _feeds_root(g, node):
+            elif node.op_type == "Add" and eps is None and g.scalar(x) is not None and feeds_root(g, node):
                 eps = g.scalar(x)
-    return NormRef(weight, bias, eps)
+    return NormRef(weight, bias, eps, offset)
+
+
+def _shifted(g: GraphIndex, name: str, hidden: int) -> tuple[str, float] | None:
+    """``(w, c)`` when ``name`` is ``w + c`` of a ``[hidden]`` constant ``w`` and a scalar constant ``c``."""
+    node = g.node_of(name)
+    while node is not None and node.op_type in ("Cast", "Identity"):
+        node = g.node_of(node.input[0])
+    if node is None or node.op_type != "Add" or len(node.input) != 2:
+        return None
+    for w, c in (node.input, reversed(node.input)):
+        if g.vector_len(w) == hidden and _is_constant(g, w) and g.scalar(c) is not None:
+            return w, g.scalar(c)
+    return None
 
 
 def _is_constant(g: GraphIndex, name: str) -> bool:
@@ -76,7 +95,7 @@ def _is_constant(g: GraphIndex, name: str) -> bool:
     return False
 
 
-def _feeds_root(g: GraphIndex, node) -> bool:
+def feeds_root(g: GraphIndex, node) -> bool:
     """``node``'s output reaches a Sqrt/Reciprocal/Pow/Div, maybe through Casts."""
     frontier = list(node.output)
     for _ in range(4):
@@ -87,26 +106,73 @@ def _feeds_root(g: GraphIndex, node) -> bool:
     return False
 
 
-def rope_theta(g: GraphIndex, head_dim: int) -> float | None:
-    """The RoPE base from the inverse-frequency constant a Cos depends on; None when there is none."""
+@dataclass(frozen=True)
+class Rope:
+    """RoPE frequencies found in a graph: the table as held, and the base it is closest to."""
+
+    inv_freq: tuple[float, ...]  # head_dim / 2 frequencies, exactly as the graph's constant holds them
+    theta: float  # the base of a plain geometric series, else the base of its first two entries
+    geometric: bool  # inv_freq == theta ** (-2i / head_dim) (no scaling scheme)
+
+
+def rope_frequencies(g: GraphIndex, head_dim: int) -> Rope | None:
+    """The inverse-frequency constant every ``Cos``/``Sin`` depends on; None when the graph has none.
+
+    Any table is taken as it is (linear, dynamic NTK at the traced length, llama3 and YaRN scaling all
+    export one), so the replay computes what the file computes. A :class:`PatternError` names the node
+    when a ``Cos``/``Sin`` depends on no constant of ``head_dim / 2`` frequencies (partial rotary, a
+    precomputed table) or on several (LongRoPE's two factor sets), when two tables differ, or when the
+    cosines are scaled by a constant other than 1 (YaRN's attention factor).
+    """
     half = head_dim // 2
+    tables: dict[tuple[float, ...], str] = {}
     for node in g.nodes:
-        if node.op_type != "Cos":
+        if node.op_type not in ("Cos", "Sin"):
             continue
         reached, _ = g.backward(node.input, frozenset())
         names = {x for i in reached for x in g.nodes[i].input if x}
+        candidates = set()
         for name in sorted(names):
-            value = g.const(name)
-            if value is None or value.size != half or value.dtype.kind != "f":
-                continue
-            inv = value.astype(np.float64).reshape(-1)
-            if half < 2 or inv[0] != 1.0 or not 0 < inv[1] < 1:
-                continue
-            theta = float(f"{inv[1] ** (-head_dim / 2):.6g}")  # float32 frequencies hold ~7 digits
-            expected = theta ** (-2.0 * np.arange(half) / head_dim)
-            if np.allclose(inv, expected, rtol=1e-4, atol=0):
-                return float(theta)
-    return None
+            value = g.const(name, limit=max(half, 1))
+            if value is not None and value.size == half and value.dtype.kind == "f" and half >= 2:
+                candidates.add(tuple(float(v) for v in value.astype(np.float32).reshape(-1)))
+        if len(candidates) > 1:  # e.g. LongRoPE's short and long factors, chosen at run time
+            raise PatternError(f"unsupported RoPE at node {node.name or node.op_type} ({node.op_type}): it depends "
+                               f"on {len(candidates)} different inverse-frequency constants")
+        found = candidates.pop() if candidates else None
+        if found is None:
+            raise PatternError(f"unsupported RoPE at node {node.name or node.op_type} ({node.op_type}): it depends "
+                               f"on no constant of head_dim/2 = {half} inverse frequencies (partial rotary or a "
+                               "precomputed table)")
+        tables.setdefault(found, node.name or node.op_type)
+        _check_unscaled(g, node)
+    if not tables:
+        return None
+    if len(tables) > 1:
+        raise PatternError(f"unsupported RoPE: nodes {', '.join(sorted(tables.values()))} use different "
+                           "inverse-frequency tables")
+    inv = np.array(next(iter(tables)), np.float64)
+    if not (np.isfinite(inv).all() and (inv > 0).all() and 0 < inv[1] < inv[0]):
+        raise PatternError(f"unsupported RoPE at node {next(iter(tables.values()))}: its inverse frequencies "
+                           "are not positive and decreasing")
+    theta = float(f"{(inv[1] / inv[0]) ** (-head_dim / 2):.6g}")  # float32 frequencies hold ~7 digits
+    expected = inv[0] * theta ** (-2.0 * np.arange(half) / head_dim)
+    geometric = inv[0] == 1.0 and bool(np.allclose(inv, expected, rtol=1e-4, atol=0))
+    return Rope(tuple(float(v) for v in inv), theta, geometric)
+
+
+def _check_unscaled(g: GraphIndex, node) -> None:
+    """The cosines (sines) reach the rotation unscaled: a Mul/Div by a constant other than 1 is refused."""
+    frontier = list(node.output)
+    for _ in range(6):
+        users = [g.nodes[i] for t in frontier for i in g.consumers.get(t, ())]
+        for u in users:
+            if u.op_type in ("Mul", "Div"):
+                value = next((g.scalar(x) for x in u.input if g.scalar(x) is not None), None)
+                if value is not None and value != 1.0:
+                    raise PatternError(f"unsupported RoPE scaling at node {u.name or u.op_type} ({u.op_type} of the "
+                                       f"{node.op_type} table by {value:g}, e.g. YaRN's attention factor)")
+        frontier = [o for u in users if u.op_type in ("Cast", "Unsqueeze", "Identity", "CastLike") for o in u.output]
 
 
 def read_tables(found, where: str):
@@ -137,7 +203,7 @@ def read_tables(found, where: str):
     norms = {}
     for key, ref in found.norms.items():
         label = "final norm" if key[0] == found.model.num_layers else f"layer {key[0]} norm {key[1]}"
-        w = tensor(ref.weight, f"{label} scale").reshape(-1) if ref.weight else None
+        w = tensor(ref.weight, f"{label} scale").reshape(-1) + np.float32(ref.offset) if ref.weight else None
         b = tensor(ref.bias, f"{label} bias").reshape(-1) if ref.bias else None
         norms[key] = (w, b)
     return ModelTables(embed=embed, pos_embed=pos, norms=norms)

@@ -34,6 +34,7 @@ class Projection:
     lora: tuple[int, float] | None = None  # (rank, alpha)
     lora_nodes: tuple[int, ...] = ()
     role: Role | None = None
+    split: tuple[int, int, int] | None = None  # (first, end, full width): columns of a fused gate/up weight
 
     @property
     def nodes(self) -> tuple[int, ...]:
@@ -117,7 +118,7 @@ def pair_lora(g: GraphIndex, raw: list[Projection]) -> list[Projection]:
         scale, add = _scaled_add(g, g.nodes[b.node].output[0])
         if add is None:
             continue
-        others = [x for x in g.nodes[add].input if not _depends_on(g, x, b.node)]
+        others = [x for x in g.nodes[add].input if not depends_on(g, x, b.node)]
         base = None
         for other in others:
             base = _follow_to_base(g, other, by_node, (a.node, b.node))
@@ -171,7 +172,7 @@ def _is_scalar_constant(g: GraphIndex, name: str) -> bool:
     return tensor is not None and all(int(d) == 1 for d in tensor.dims)
 
 
-def _depends_on(g: GraphIndex, tensor: str, node: int) -> bool:
+def depends_on(g: GraphIndex, tensor: str, node: int) -> bool:
     """Whether ``tensor`` is ``node``'s output through transparent ops and scalar Mul/Div."""
     for _ in range(16):
         i = g.producer.get(tensor)

@@ -67,6 +67,7 @@ class ModelWeights:
     projections: dict[tuple[int, Role], ProjectionWeights] = field(default_factory=dict)
     model: Model | None = None  # the model recognised in an ONNX file
     tables: ModelTables | None = None  # embeddings and norms of an ONNX file read with ``base=True``
+    rope_unread: str | None = None  # a node whose RoPE frequencies are not read (cos/sin caches of RotaryEmbedding)
 
     def get(self, layer: int, role: Role) -> ProjectionWeights | None:
         return self.projections.get((layer, role))
@@ -104,9 +105,11 @@ def load_onnx_weights(path: str | Path, *, base: bool = True) -> ModelWeights:
         label = f"layer {layer} {role.value}" if role != Role.LM_HEAD else "lm_head"
         w = bias = a = b = None
         if base:
-            w = _matmul_weight(g, p.node, (p.in_features, p.out_features), label, where)
+            lo, hi, full = p.split or (0, p.out_features, p.out_features)  # a fused gate/up: its column range
+            w = _matmul_weight(g, p.node, (p.in_features, full), label, where)[:, lo:hi]
             if p.bias:
-                bias = _bias(g, p.node, p.out_features, label, where)
+                bias = _bias(g, p.node, full, label, where)
+                bias = None if bias is None else bias[lo:hi]
         scale = 1.0
         if p.lora is not None:
             rank, alpha = p.lora
@@ -114,7 +117,8 @@ def load_onnx_weights(path: str | Path, *, base: bool = True) -> ModelWeights:
             b = _matmul_weight(g, p.lora_nodes[1], (rank, p.out_features), f"{label} lora_B", where)
             scale = alpha / rank
         out[(layer, role)] = ProjectionWeights(w, bias, a, b, scale, node.name or f"node {p.node}")
-    return ModelWeights(where, "onnx", out, found.model, read_tables(found, where) if base else None)
+    tables = read_tables(found, where) if base else None
+    return ModelWeights(where, "onnx", out, found.model, tables, found.rope_unread)
 
 
 def _tensor_behind(g, name: str) -> tuple[Any, bool]:

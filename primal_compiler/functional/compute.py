@@ -15,12 +15,14 @@
   buffers: the norm of ``X`` is the layer's first norm, of ``MID`` its
   second, in the LM head the final norm; ``BIAS`` adds the slice of the
   projection's bias that the ROOT buffer's column block holds; ``GELU``
-  is the layer's GELU variant; ``ROPE`` rotates the q and k elements of a
+  is the layer's GELU variant; ``SWIGLU`` gates with the layer's activation
+  (SiLU, or GELU for GeGLU); ``ROPE`` rotates the q and k elements of a
   ROOT buffer at the step's positions. ``EMBED`` (controller) embeds the
   prompt (PREFILL: positions from 0) or the last token (at the position
-  counter), adding learned position embeddings; ``ARGMAX`` records the
-  logits, picks the next token (the host's when it forces tokens), advances
-  the position counter by the step's tokens and ends the step.
+  counter), times the model's ``embed_scale``, adding learned position
+  embeddings; ``ARGMAX`` records the logits, picks the next token (the
+  host's when it forces tokens), advances the position counter by the
+  step's tokens and ends the step.
 """
 
 from __future__ import annotations
@@ -116,6 +118,8 @@ def _embed(m: Machine, r: tuple) -> None:
         ids = [m.token]
     m.tokens = n
     x = m.embed[ids]
+    if m.model.embed_scale != 1.0:
+        x = x * np.float32(m.model.embed_scale)
     if m.model.positional == Positional.LEARNED:
         offset = m.model.num_pos_embeddings - m.model.max_position_embeddings
         x = x + m.pos_embed[offset + m.step_positions()]
@@ -190,7 +194,7 @@ def act(m: Machine, r: tuple) -> None:
     x = m.read(pos, r[SRC_BUF])
     if fn == ActFn.SWIGLU:
         up = m.read(pos, r[DST_BUF])
-        y = ops.silu(x[:, : up.shape[1]]) * up
+        y = ops.activation(m.model.layers[r[LAYER]].activation, x[:, : up.shape[1]]) * up
     elif fn == ActFn.RESIDUAL_ADD:
         other = m.read(pos, r[DST_BUF])
         if other.shape != x.shape:

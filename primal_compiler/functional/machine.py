@@ -67,7 +67,10 @@ class Machine:
         self.logits: list[np.ndarray] = []
         self.embed = numerics.table(params.embed)
         self.pos_embed = None if params.pos_embed is None else numerics.table(params.pos_embed)
-        self.inv_freq = ops.inverse_frequencies(self.model.rope_theta, self.model.attention.head_dim)
+        if self.model.rope_inv_freq:  # the file's own frequencies (any scaling scheme)
+            self.inv_freq = np.array(self.model.rope_inv_freq, np.float32)
+        else:
+            self.inv_freq = ops.inverse_frequencies(self.model.rope_theta, self.model.attention.head_dim)
 
     def _units(self) -> dict[tuple[int, int, int], tuple[int, int, int]]:
         """(ct, pe, slot) -> (layer, chunk, kind) of every KV unit."""

@@ -37,7 +37,7 @@ def silu(x: np.ndarray) -> np.ndarray:
 
 
 def activation(kind: Activation, x: np.ndarray) -> np.ndarray:
-    """The MLP activation ``kind`` of an ungated MLP (GELU / gelu_new / ReLU / SiLU)."""
+    """The MLP activation ``kind`` (GELU / gelu_new / ReLU / SiLU), of an ungated MLP or of a gated one's gate."""
     if kind == Activation.RELU:
         return np.maximum(x, 0).astype(np.float32)
     if kind == Activation.GELU_NEW:

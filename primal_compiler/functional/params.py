@@ -66,6 +66,9 @@ def load_params(model: Model, weights_path: str | Path, adapter_dir: str | Path 
     if onnx.model.num_layers != model.num_layers:
         have = onnx.model.num_layers
         raise InputError(where, f"has {have} decoder layers, the program's model has {model.num_layers}")
+    if onnx.rope_unread is not None and model.positional == Positional.ROPE:
+        raise InputError(where, f"node {onnx.rope_unread}: RoPE from cos/sin caches is not read, so the replay "
+                                "cannot compute this file's rotation")
     lora_src = onnx
     if adapter_dir is not None:
         lora_src = load_peft_adapter(adapter_dir)

@@ -73,9 +73,9 @@ def _linear(params, key, x):
     return y
 
 
-def _rope(x, pos, theta):
+def _rope(x, pos, model):
     hd = x.shape[-1]
-    inv = theta ** (-np.arange(0, hd, 2) / hd)
+    inv = np.array(model.rope_inv_freq) if model.rope_inv_freq else model.rope_theta ** (-np.arange(0, hd, 2) / hd)
     ang = pos * np.concatenate([inv, inv])
     rot = np.concatenate([-x[..., hd // 2 :], x[..., : hd // 2]], axis=-1)
     return x * np.cos(ang) + rot * np.sin(ang)
@@ -96,7 +96,7 @@ def dense_greedy(model, params, prompt: list[int], generate: int, window: int) -
     cache = [[] for _ in model.layers]
     ids, out = list(prompt), []
     for pos in range(len(prompt) + generate - 1):
-        h = params.embed[ids[pos]].astype(np.float64)
+        h = params.embed[ids[pos]].astype(np.float64) * model.embed_scale
         if model.positional == Positional.LEARNED:
             h = h + params.pos_embed[pos + model.num_pos_embeddings - model.max_position_embeddings]
         for n, layer in enumerate(model.layers):
@@ -109,7 +109,7 @@ def dense_greedy(model, params, prompt: list[int], generate: int, window: int) -
                 q, k, v = (_linear(params, (n, r), a) for r in (Role.Q, Role.K, Role.V))
             q, k, v = (t.reshape(-1, att.head_dim) for t in (q, k, v))
             if model.positional == Positional.ROPE:
-                q, k = _rope(q, pos, model.rope_theta), _rope(k, pos, model.rope_theta)
+                q, k = _rope(q, pos, model), _rope(k, pos, model)
             cache[n] = (cache[n] + [(k, v)])[-window:]
             keys, values = np.stack([c[0] for c in cache[n]]), np.stack([c[1] for c in cache[n]])
             group = att.num_heads // att.num_kv_heads
@@ -121,7 +121,7 @@ def dense_greedy(model, params, prompt: list[int], generate: int, window: int) -
             h = h + _linear(params, (n, Role.O), np.concatenate(o))
             m = _norm(model, params, (n, 1), h)
             if layer.linear(Role.GATE) is not None:
-                mid = _act(Activation.SILU, _linear(params, (n, Role.GATE), m)) * _linear(params, (n, Role.UP), m)
+                mid = _act(layer.activation, _linear(params, (n, Role.GATE), m)) * _linear(params, (n, Role.UP), m)
                 h = h + _linear(params, (n, Role.DOWN), mid)
             else:
                 h = h + _linear(params, (n, Role.FC2), _act(layer.activation, _linear(params, (n, Role.FC1), m)))

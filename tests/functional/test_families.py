@@ -1,0 +1,96 @@
+"""Exact mode on Phi-3, Gemma and Llama-3 shaped decoders: the replay computes what ONNX Runtime computes.
+
+Each variation is also shown to matter: ONNX Runtime's logits move by far more than the tolerance when it is
+taken away (the GELU form, the embedding scale and ``1 + w``, the llama3 frequencies), so a replay that
+ignored it would fail.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import onnx
+import pytest
+
+from primal_compiler.frontend import load_model
+from primal_compiler.functional import compile_for_replay, replay_functional
+from tests.frontend.families import family_decoder, llama3_inv_freq
+from tests.functional.conftest import PLACE
+from tests.functional.reference import ort_greedy
+from tests.functional.test_exact import PROMPT, TOL, relative_error
+
+GEMMA = {"embed_scale": math.sqrt(32), "norm_offset": True, "mlp_std": 2.0}
+CASES = {
+    "phi3_split": ("fused_split", {}),
+    "phi3_slice": ("fused_slice", {}),
+    "gemma_tanh": ("geglu_tanh", GEMMA),
+    "gemma_erf": ("geglu_erf", GEMMA),
+    "gemma_gelu_op_tanh": ("gelu_op_tanh", GEMMA),
+    "gemma_gelu_op_erf": ("gelu_op_erf", GEMMA),
+    "llama3": ("swiglu", {"inv_freq": llama3_inv_freq(8), "attn_std": 1.0}),
+}
+
+
+@pytest.fixture(scope="module")
+def family(tmp_path_factory):
+    directory = tmp_path_factory.mktemp("families")
+
+    def make(mlp: str, **kw) -> str:
+        path = directory / f"{mlp}_{abs(hash(repr(sorted(kw.items(), key=str))))}.onnx"
+        if not path.exists():
+            onnx.save(family_decoder(mlp, **kw), str(path))
+        return str(path)
+
+    return make
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_the_replay_matches_onnxruntime(name, family, replay_target):
+    mlp, kw = CASES[name]
+    path = family(mlp, **kw)
+    program = compile_for_replay(load_model(path), replay_target, len(PROMPT), 4, PLACE.format(opts="", context=32))
+    result = replay_functional(program, replay_target, path, prompt=PROMPT, generate=4)
+    want = ort_greedy(path, PROMPT, 4)
+    assert relative_error(result.logits, want) < TOL
+    assert result.tokens == [int(t) for t in want.argmax(axis=1)]
+
+
+@pytest.mark.parametrize("with_it,without", [
+    (("geglu_tanh", GEMMA), ("swiglu", GEMMA)),  # GELU, not SiLU
+    (("geglu_tanh", GEMMA), ("geglu_erf", GEMMA)),  # the tanh form, not erf
+    (("geglu_tanh", GEMMA), ("geglu_tanh", {**GEMMA, "embed_scale": None})),
+    (("geglu_tanh", GEMMA), ("geglu_tanh", {**GEMMA, "norm_offset": False})),
+    (("swiglu", {"inv_freq": llama3_inv_freq(8), "attn_std": 1.0}), ("swiglu", {"attn_std": 1.0})),
+])
+def test_each_variation_moves_the_logits_beyond_the_tolerance(family, with_it, without):
+    a, b = (ort_greedy(family(mlp, **kw), PROMPT, 4) for mlp, kw in (with_it, without))
+    assert relative_error(a, b) > 5 * TOL
+
+
+def test_a_program_file_keeps_the_frequencies_the_scale_and_the_gate(tmp_path, family, replay_target):
+    from primal_compiler.api import write_compiled
+    from primal_compiler.functional import program_from_container
+    from primal_compiler.isa.container import PROGRAM_FILE, load_program
+
+    path = family("geglu_tanh", inv_freq=llama3_inv_freq(8), **GEMMA)
+    program = compile_for_replay(load_model(path), replay_target, len(PROMPT), 3, PLACE.format(opts="", context=32))
+    write_compiled(program, replay_target, tmp_path / "out")
+    loaded = program_from_container(*load_program(tmp_path / "out" / PROGRAM_FILE, replay_target), "out")
+    assert loaded.model == program.model
+    again = replay_functional(loaded, replay_target, path, prompt=PROMPT, generate=3)
+    np.testing.assert_array_equal(again.logits, replay_functional(program, replay_target, path, prompt=PROMPT,
+                                                                  generate=3).logits)
+
+
+def test_rope_from_cos_sin_caches_is_refused_by_the_replay(tmp_path, replay_target):
+    """RotaryEmbedding ops hold their own cos/sin caches, which the replay does not read: refused, not approximated."""
+    from primal_compiler.errors import InputError
+    from tests.frontend.decoders import fused_decoder
+
+    path = tmp_path / "fused.onnx"
+    onnx.save(fused_decoder(layers=1), str(path))
+    program = compile_for_replay(load_model(str(path)), replay_target, len(PROMPT), 2,
+                                 PLACE.format(opts="", context=32))
+    with pytest.raises(InputError, match=r"node #\d+: RoPE from cos/sin caches is not read"):
+        replay_functional(program, replay_target, str(path), prompt=PROMPT, generate=2)
