@@ -82,3 +82,12 @@ def test_every_verb_is_a_command():
     assert parser.parse_args(["sweep", "spec.toml", "-o", "r"]).func is cmd_sweep
     for verb in ("run", "reproduce", "compile", "map", "inspect", "disasm", "asm", "passes", "targets"):
         assert verb in parser._subparsers._group_actions[0].choices
+
+
+def test_inspect_names_norm_activation_and_positions(capsys):
+    assert main(["inspect", "llama2-7b"]) == 0
+    assert "rmsnorm norm, silu MLP, rope positions (theta 10000, frequencies geometric in rope_theta)" in \
+        capsys.readouterr().out
+    assert main(["inspect", "gpt2", "--json"]) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert info["activation"] == "gelu_new" and info["positional"] == "learned" and info["embed_scale"] == 1.0

@@ -22,7 +22,9 @@ def inspect_model(model, target, program: Program | None = None) -> dict:
         "hidden_size": model.hidden_size, "num_heads": attn.num_heads, "num_kv_heads": attn.num_kv_heads,
         "head_dim": attn.head_dim, "intermediate_size": model.intermediate_size, "vocab_size": model.vocab_size,
         "norm": model.norm.value, "activation": model.layers[0].activation.value,
-        "positional": model.positional.value, "tie_word_embeddings": model.tie_word_embeddings,
+        "positional": model.positional.value, "rope_theta": model.rope_theta,
+        "rope_frequencies": "read from the graph" if model.rope_inv_freq else "geometric in rope_theta",
+        "embed_scale": model.embed_scale, "tie_word_embeddings": model.tie_word_embeddings,
         "base_params": model.base_params, "lora_params": model.lora_params,
         "lora_targets": [r.value for r in model.lora_targets],
         "precision": {f.name: getattr(p, f.name) for f in fields(p)},
@@ -57,6 +59,10 @@ def render_inspect(info: dict) -> str:
         f"heads {info['num_heads']} (kv {info['num_kv_heads']}, dim {info['head_dim']}), "
         f"ffn {info['intermediate_size']}, vocab {info['vocab_size']}",
         f"  layer matrices: {mats}",
+        f"  {info['norm']} norm, {info['activation']} MLP, {info['positional']} positions"
+        + (f" (theta {info['rope_theta']:g}, frequencies {info['rope_frequencies']})"
+           if info["positional"] == "rope" else "")
+        + (f", embeddings scaled by {info['embed_scale']:g}" if info["embed_scale"] != 1.0 else ""),
         f"  parameters: base {info['base_params']:,}  LoRA {info['lora_params']:,} "
         f"on {','.join(info['lora_targets']) or 'none'}",
         f"  precision: base {p['base_weight_bits']}b, LoRA {p['lora_weight_bits']}b, "
