@@ -7,6 +7,9 @@ import time
 import numpy as np
 
 from primal_compiler.mapping.exact import star_bound
+from primal_compiler.mapping.hops import template_hops
+from primal_compiler.mapping.layout import Layout
+from primal_compiler.mapping.rules import layout_rules
 import primal_compiler.transforms  # noqa: F401  (registers every pass)
 from primal_compiler.passmgr import PassManager, parse_pipeline
 
@@ -57,10 +60,42 @@ def compare_strategies(model, target, context: int = 2048, seed: int = 0, genera
         t0 = time.perf_counter()
         prog = PassManager(passes).run(blocked, target)
         table[name] = _row(prog.records[-1].details["hops"], base_seconds + time.perf_counter() - t0)
+        if name == "ga":
+            table[name]["templates"] = [dict(row, rules=rules) for row, rules
+                                        in zip(template_gaps(prog.layout), layout_rules(prog))]
+            table[name]["gap"] = _total_gap(table[name]["templates"])
     t0 = time.perf_counter()
     table["exact-bound"] = _bound_row(blocked.layout, base_seconds + 0.0)
     table["exact-bound"]["seconds"] = round(base_seconds + time.perf_counter() - t0, 3)
     return table
+
+
+def template_gaps(layout: Layout) -> list[dict]:
+    """Per CT template: uses, tiles, placed byte-hops, the star lower bound and the gap.
+
+    ``gap`` is ``cost / bound - 1`` (0.1 = 10% above the bound): an upper limit on how far the
+    placement is from the optimum, since no placement costs less than the bound. ``weighted_hops``
+    and ``weighted_bound`` divide by the template's bytes.
+    """
+    uses = np.bincount(layout.ct_template, minlength=len(layout.templates))
+    out = []
+    for k, tp in enumerate(layout.templates):
+        inst = tp.instance
+        cost = float(template_hops(tp) @ inst.weight)
+        bound = star_bound(inst).byte_hops
+        total = float(inst.weight.sum())
+        out.append({"template": k, "uses": int(uses[k]), "tiles": inst.num_tiles, "byte_hops": round(cost, 1),
+                    "bound": round(bound, 1), "gap": round(cost / bound - 1, 4) if bound else 0.0,
+                    "weighted_hops": round(cost / total, 4) if total else 0.0,
+                    "weighted_bound": round(bound / total, 4) if total else 0.0})
+    return out
+
+
+def _total_gap(rows: list[dict]) -> float:
+    """Gap of the whole model: every template's byte-hops and bound counted once per CT that uses it."""
+    cost = sum(r["uses"] * r["byte_hops"] for r in rows)
+    bound = sum(r["uses"] * r["bound"] for r in rows)
+    return round(cost / bound - 1, 4) if bound else 0.0
 
 
 def _bound_row(layout, seconds: float) -> dict:
@@ -84,4 +119,14 @@ def render_comparison(table: dict) -> str:
         lines.append(f"{name:<12} {r['max_hops']:>9} {r['mean_hops']:>10.3f} {r['weighted_hops']:>14.3f} {r['seconds']:>8.2f}")
     lines.append("row-major = naive (hubs at the CT port); others: hubs at weighted medians; "
                  "exact-bound = star lower bounds (no placement reaches below)")
+    ga = table.get("ga", {})
+    if "templates" in ga:
+        lines.append("")
+        lines.append(f"ga per CT template (gap = byte-hops / star bound - 1; whole model {ga['gap']:.1%}):")
+        lines.append(f"{'template':>8} {'uses':>5} {'tiles':>6} {'byte-hops':>12} {'bound':>12} {'gap':>7}  "
+                     "seed layout rules broken")
+        for r in ga["templates"]:
+            broken = ", ".join(k for k, v in r.get("rules", {}).items() if not v["holds"]) or "-"
+            lines.append(f"{r['template']:>8} {r['uses']:>5} {r['tiles']:>6} {r['byte_hops']:>12.0f} "
+                         f"{r['bound']:>12.0f} {r['gap']:>7.1%}  {broken}")
     return "\n".join(lines)

@@ -25,8 +25,11 @@ EXECUTORS = ("process", "thread", "serial")
 class GaPlacement(Pass):
     """Minimise byte-hops (then max hops) of every distinct CT with DEAP, then polish.
 
-    Each template gets seed ``seed + index``, so results are reproducible and
-    do not depend on the executor. The executor evaluates the CT templates'
+    Templates whose placement problems are identical (same mesh, flows, bytes
+    and pins: the LM head's full CTs, for one) are solved once, with seed
+    ``seed + index`` of the first of them, and share the result; so results
+    are reproducible and do not depend on the executor. On a terminal a line
+    on stderr counts the templates placed. The executor evaluates the CT templates'
     populations in parallel, one template per task (each population is
     scored in one vectorized numpy call); :func:`run_ga` can also split a
     single population over an executor. ``pins`` fix tiles as
@@ -49,6 +52,9 @@ class GaPlacement(Pass):
     # longer searches are what time_limit_s is for. A GA of no generation is no search.
     generations: int = option(30, 1, 10_000)
     time_limit_s: float = option(0.0, 0.0, 86_400.0)  # wall-time budget per template, 0 = none; a day at most
+    # stop a template's generations once its byte-hops are within this fraction of the star bound; 0 = never
+    # (10 = 11x the bound, far above any gap seen on Llama-2).
+    target_gap: float = option(0.0, 0.0, 10.0)
     group_size: int = option(4, choices=(1, 2, 4))
     polish_rounds: int = option(20, 0, 1000)  # assignment rounds per polish (each ~0.2 s on a 32x32 CT)
     max_hop_slack: float = option(0.02, 0.0, 1.0)  # fraction of byte-hops given up, at most, to lower max hops
@@ -73,19 +79,24 @@ class GaPlacement(Pass):
         configs = [
             GaConfig(
                 seed=self.seed + k, population=self.population, generations=self.generations,
-                time_limit_s=self.time_limit_s, group_size=self.group_size, polish_rounds=self.polish_rounds,
-                max_hop_slack=self.max_hop_slack, pins=_template_pins(program, tp, self.pins),
+                time_limit_s=self.time_limit_s, target_gap=self.target_gap, group_size=self.group_size,
+                polish_rounds=self.polish_rounds, max_hop_slack=self.max_hop_slack,
+                pins=_template_pins(program, tp, self.pins),
                 progress=self.progress and sys.stderr.isatty() and executor is None,
                 label=f"CT template {k + 1}/{len(layout.templates)}",
             )
             for k, tp in enumerate(layout.templates)
         ]
-        jobs = [(tp.instance, cfg) for tp, cfg in zip(layout.templates, configs)]
+        first = _first_identical(layout.templates, configs)
+        unique = sorted(set(first))
+        jobs = [(layout.templates[k].instance, configs[k]) for k in unique]
         try:
-            results = list(executor.map(_solve, jobs)) if executor is not None else [_solve(j) for j in jobs]
+            solved = _run_jobs(jobs, executor, self.progress and sys.stderr.isatty())
         finally:
             if own is not None:
                 own.shutdown()
+        by_first = dict(zip(unique, solved))
+        results = [by_first[f] for f in first]
         for k, (tp, res) in enumerate(zip(layout.templates, results)):
             if isinstance(res, str):
                 raise InputError(f"pass {self.name}", res)
@@ -96,6 +107,32 @@ class GaPlacement(Pass):
                                     "max_hops": res.max_hops, "convergence": res.log}
         tiles = apply_placement(program.tiles, layout)
         return program.evolve(tiles=tiles, layout=layout, pending_details={"hops": layout_hops(layout), "ga": logs})
+
+
+def _first_identical(templates, configs: list[GaConfig]) -> list[int]:
+    """For each template, the index of the first template with the same placement problem and pins."""
+    seen: dict[tuple, int] = {}
+    out = []
+    for k, (tp, cfg) in enumerate(zip(templates, configs)):
+        i = tp.instance
+        key = (i.rows, i.cols, i.num_tiles, i.num_hubs, i.src.tobytes(), i.dst.tobytes(),
+               i.weight.tobytes(), i.flow_class.tobytes(), cfg.pins)
+        out.append(seen.setdefault(key, k))
+    return out
+
+
+def _run_jobs(jobs: list, executor: Executor | None, progress: bool) -> list:
+    """Solve every job, in order; on a terminal, a line on stderr counts the templates done."""
+    results = []
+    it = executor.map(_solve, jobs) if executor is not None else map(_solve, jobs)
+    for res in it:
+        results.append(res)
+        if progress and executor is not None:
+            sys.stderr.write(f"\r  ga-placement: {len(results)}/{len(jobs)} distinct CT templates placed")
+            sys.stderr.flush()
+    if progress and executor is not None:
+        sys.stderr.write("\n")
+    return results
 
 
 def _solve(job):

@@ -79,3 +79,52 @@ def test_time_budget_stops_early():
     inst = random_instance(0, 6, 6, 12, 3)
     res = run_ga(inst, GaConfig(generations=10_000, time_limit_s=0.5, group_size=1, polish_top=1))
     assert res.generations < 10_000
+
+
+def _with_copy_of_template0(blocked):
+    """``blocked`` whose layout has a third template: a fresh Instance with template 0's arrays."""
+    from dataclasses import replace
+
+    from primal_compiler.mapping.instance import Instance
+
+    layout = blocked.layout
+    i = layout.templates[0].instance
+    copy = Instance(i.rows, i.cols, i.num_tiles, i.num_hubs, i.src.copy(), i.dst.copy(), i.weight.copy(),
+                    i.flow_class.copy(), i.hub_names)
+    templates = layout.templates + (replace(layout.templates[0], instance=copy),)
+    return blocked.evolve(layout=replace(layout, templates=templates))
+
+
+def test_identical_templates_are_solved_once_and_share_the_placement(tiny_blocked, small_target):
+    plain = _run(tiny_blocked, small_target, FAST)
+    dup = _run(_with_copy_of_template0(tiny_blocked), small_target, FAST)
+    t = dup.layout.templates
+    assert np.array_equal(t[2].slots, t[0].slots) and np.array_equal(t[2].hubs, t[0].hubs)
+    for k in (0, 1):  # the first of each group keeps its own seed, so nothing else changes
+        assert np.array_equal(t[k].slots, plain.layout.templates[k].slots)
+    assert np.array_equal(dup.tiles.pe, plain.tiles.pe)
+
+
+def test_no_progress_output_when_stderr_is_not_a_terminal(tiny_blocked, small_target, capsys):
+    _run(tiny_blocked, small_target, "ga-placement{generations=2,population=4,executor=thread,workers=2}")
+    assert capsys.readouterr().err == ""
+
+
+def test_target_gap_stops_once_the_bound_is_close_enough():
+    from primal_compiler.mapping.exact import star_bound
+
+    from .instances import random_instance
+
+    inst = random_instance(1, 6, 6, 12, 3)
+    full = run_ga(inst, GaConfig(generations=20, group_size=1, polish_top=1))
+    assert full.generations == 20
+    loose = run_ga(inst, GaConfig(generations=20, group_size=1, polish_top=1, target_gap=10.0))
+    assert loose.generations == 0  # the seeded curves are already within 11x of the bound
+    assert loose.cost <= 11 * star_bound(inst).byte_hops
+    again = run_ga(inst, GaConfig(generations=20, group_size=1, polish_top=1, target_gap=10.0))
+    assert np.array_equal(loose.slots, again.slots)
+
+
+def test_target_gap_out_of_range_is_one_line(tiny_blocked, small_target):
+    with pytest.raises(InputError, match="target_gap"):
+        _run(tiny_blocked, small_target, "ga-placement{target_gap=-0.1}")

@@ -1,0 +1,123 @@
+"""Whole default compile and replay, pass by pass: Llama-2-13B and Llama-2-70B (LoRA r=8 on Q,V).
+
+Runs the bundled ``default`` pipeline one pass at a time, then builds the
+program file and replays it as ``primal run`` does (hop validation, H100
+point and GPU baseline family included). For every stage it prints wall
+seconds and the peak resident memory seen while the stage ran: this
+process's RSS, and the sum of its live child processes' RSS (the GA's
+worker pool), sampled every 20 ms from ``/proc`` (Linux; elsewhere only the
+final ``ru_maxrss`` is printed), and the CPU seconds of the process and its
+reaped workers, which depend less on what else the machine runs. Goals (issue 17): 13B compile + replay at
+most 30 s and 4 GiB on 2 cores, 70B at most 60 s and 8 GiB.
+Run: python benchmarks/compile.py [model ...]
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import sys
+import threading
+import time
+from pathlib import Path
+
+from primal_compiler.api import program_file, replay_report
+from primal_compiler.frontend import load_model
+from primal_compiler.ir.program import Program
+from primal_compiler.passmgr import PassManager, resolve_pipeline
+from primal_compiler.target import load_target
+
+PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+
+
+def _rss(pid: int) -> int:
+    try:
+        return int(Path(f"/proc/{pid}/statm").read_text().split()[1]) * PAGE
+    except (OSError, IndexError, ValueError):
+        return 0
+
+
+def _children(pid: int) -> list[int]:
+    out = []
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        try:
+            out += [int(c) for c in (task / "children").read_text().split()]
+        except OSError:
+            pass
+    return out
+
+
+class Sampler:
+    """Peak RSS of this process and of the sum of its children since the last :meth:`reset`."""
+
+    def __init__(self, every_s: float = 0.02) -> None:
+        self.every_s, self.own, self.kids = every_s, 0, 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+        self._thread.start()
+
+    def _sample(self) -> None:
+        me = os.getpid()
+        self.own = max(self.own, _rss(me))
+        self.kids = max(self.kids, sum(_rss(c) for c in _children(me)))
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.every_s):
+            self._sample()
+
+    def reset(self) -> tuple[int, int]:
+        """Peaks since the last reset (sampled once more now, so a stage shorter than a period counts)."""
+        self._sample()
+        peak = (self.own, self.kids)
+        self.own = self.kids = 0
+        return peak
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def _cpu() -> float:
+    """CPU seconds (user + system) of this process and of its reaped children (the GA's pool, once shut down)."""
+    return sum(r.ru_utime + r.ru_stime for r in map(resource.getrusage, (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)))
+
+
+def _line(name: str, seconds: float, cpu: float, peak: tuple[int, int]) -> str:
+    own, kids = peak
+    return (f"    {name:<16} {seconds:7.2f} s   CPU {cpu:7.2f} s   RSS {own / 2**30:5.2f} GiB   "
+            f"workers {kids / 2**30:5.2f} GiB")
+
+
+def main(models: list[str]) -> None:
+    target = load_target("primal-7nm")
+    sampler = Sampler()
+    try:
+        for name in models:
+            sampler.reset()
+            start, cpu0 = time.perf_counter(), _cpu()
+            program = Program(model=load_model(name, "q,v:8"))
+            lines = [_line("load", time.perf_counter() - start, _cpu() - cpu0, sampler.reset())]
+            for p in resolve_pipeline("default"):
+                t0, c0 = time.perf_counter(), _cpu()
+                program = PassManager((p,)).run(program, target)
+                lines.append(_line(p.name, time.perf_counter() - t0, _cpu() - c0, sampler.reset()))
+            t0, c0 = time.perf_counter(), _cpu()
+            meta, arrays = program_file(program, target)
+            lines.append(_line("program-file", time.perf_counter() - t0, _cpu() - c0, sampler.reset()))
+            compile_s = time.perf_counter() - start
+            t0, c0 = time.perf_counter(), _cpu()
+            replay_report(meta, arrays, program.stream, target, f"<{name}>")
+            lines.append(_line("replay", time.perf_counter() - t0, _cpu() - c0, sampler.reset()))
+            total = time.perf_counter() - start
+            peak_kib = max(resource.getrusage(w).ru_maxrss for w in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN))
+            print(f"{name}: compile {compile_s:.1f} s + replay {total - compile_s:.1f} s = {total:.1f} s "
+                  f"({_cpu() - cpu0:.1f} CPU s), "
+                  f"ru_maxrss (largest of process, children) {peak_kib / 2**20:.2f} GiB, {os.cpu_count()} CPUs, "
+                  f"load {os.getloadavg()[0]:.2f}")
+            print("\n".join(lines), flush=True)
+    finally:
+        sampler.close()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:] or ["llama2-13b", "llama2-70b"])

@@ -1,0 +1,81 @@
+"""The seed's layout rules, checked on a placed layout and reported with the traffic they concern.
+
+Per CT template, for the attention matrices it holds:
+
+- ``rectangle`` (per role Q, K, V, O): the role's RRAM tiles fill their
+  bounding box on the mesh exactly (a column rectangle when blocking's
+  column order survives placement). Reported with the tiles and box area.
+- ``q_next_to_k``: some W_Q tile and some W_K tile are mesh neighbours
+  (one hop apart). Reported with the byte-hops of the q -> K-root flows.
+- ``qk_horizontal``: every q vector from a Q root to its K root stays in one
+  mesh row (``dy = 0``), i.e. Q.K^T needs only horizontal traffic. Reported
+  with the byte-hops of those flows and the bytes that move vertically.
+
+A rule with no tiles or flows to judge in a template is absent from its
+record. These are observations of the placement; nothing here changes it.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from primal_compiler.ir.model import Role
+from primal_compiler.ir.tiles import ROLE_INDEX
+from primal_compiler.mapping.hops import template_hops
+from primal_compiler.mapping.layout import CtTemplate
+from primal_compiler.mapping.traffic import FlowClass
+
+if TYPE_CHECKING:
+    from primal_compiler.ir.program import Program
+
+ATTENTION = (Role.Q, Role.K, Role.V, Role.O)
+
+
+def template_rules(tp: CtTemplate, roles: np.ndarray) -> dict:
+    """Rules of one placed template; ``roles`` is the role code of each of its tiles (seq order)."""
+    inst = tp.instance
+    x, y = tp.slots % inst.cols, tp.slots // inst.cols
+    out: dict = {}
+    for role in ATTENTION:
+        m = roles == ROLE_INDEX[role]
+        if m.any():
+            area = int((x[m].max() - x[m].min() + 1) * (y[m].max() - y[m].min() + 1))
+            out[f"rectangle_{role}"] = {"holds": area == int(m.sum()), "tiles": int(m.sum()), "box_area": area}
+    qk = _qk_flows(tp)
+    hops = template_hops(tp)
+    qk_cost = float(hops[qk] @ inst.weight[qk])
+    q, k = roles == ROLE_INDEX[Role.Q], roles == ROLE_INDEX[Role.K]
+    if q.any() and k.any():
+        d = np.abs(x[q][:, None] - x[k][None, :]) + np.abs(y[q][:, None] - y[k][None, :])
+        out["q_next_to_k"] = {"holds": bool(d.min() == 1), "min_hops": int(d.min()), "qk_byte_hops": qk_cost}
+    if qk.any():
+        pe = np.concatenate([tp.slots, tp.hubs]).astype(np.int64)
+        dy = np.abs(pe[inst.src[qk]] // inst.cols - pe[inst.dst[qk]] // inst.cols)
+        out["qk_horizontal"] = {"holds": bool((dy == 0).all()), "qk_byte_hops": qk_cost,
+                                "vertical_bytes": float(inst.weight[qk][dy > 0].sum())}
+    return out
+
+
+def _qk_flows(tp: CtTemplate) -> np.ndarray:
+    """Mask of the template's ATTN flows from a Q root to a K root."""
+    inst = tp.instance
+    T = inst.num_tiles
+    names = np.array(("",) * T + tuple(inst.hub_names), dtype=object) if inst.hub_names else None
+    mask = inst.flow_class == FlowClass.ATTN
+    if names is None or not mask.any():
+        return np.zeros(len(inst.src), dtype=bool)
+    src = np.array([str(n).startswith(f"root:{Role.Q}:") for n in names[inst.src]])
+    dst = np.array([str(n).startswith(f"root:{Role.K}:") for n in names[inst.dst]])
+    return mask & src & dst
+
+
+def layout_rules(program: Program) -> list[dict]:
+    """:func:`template_rules` for every template of ``program``'s layout, in template order."""
+    t, layout = program.tiles, program.layout
+    out = []
+    for tp in layout.templates:
+        start = int(np.searchsorted(t.layer, tp.layer))
+        out.append(template_rules(tp, t.role[start + tp.rel_rows]))
+    return out

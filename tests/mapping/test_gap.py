@@ -1,0 +1,34 @@
+"""Per-template placement cost, bound and gap as `primal map --json` reports them."""
+
+from __future__ import annotations
+
+import pytest
+
+from primal_compiler.mapping.exact import star_bound
+from primal_compiler.mapping.hops import template_hops
+from primal_compiler.passmgr import PassManager, parse_pipeline
+from primal_compiler.report.hops import render_comparison, template_gaps
+
+
+def test_template_gaps_are_cost_over_bound_minus_one(tiny_blocked, small_target):
+    prog = PassManager(parse_pipeline("ga-placement{generations=4,population=8,executor=serial,progress=false}")).run(
+        tiny_blocked, small_target)
+    rows = template_gaps(prog.layout)
+    assert [r["template"] for r in rows] == list(range(len(prog.layout.templates)))
+    for r, tp in zip(rows, prog.layout.templates):
+        cost = float(template_hops(tp) @ tp.instance.weight)
+        bound = star_bound(tp.instance).byte_hops
+        assert 0 < bound <= cost + 1e-9  # no placement is below the bound
+        assert r["gap"] == pytest.approx(cost / bound - 1, abs=1e-4)
+        assert r["gap"] >= 0
+        assert r["weighted_bound"] <= r["weighted_hops"]
+
+
+def test_compare_strategies_reports_gap_per_template(tiny_model, small_target):
+    from primal_compiler.report.hops import compare_strategies
+
+    table = compare_strategies(tiny_model, small_target, context=256, generations=2)
+    ga = table["ga"]
+    assert len(ga["templates"]) >= 1 and ga["gap"] >= 0
+    text = render_comparison(table)
+    assert "ga per CT template" in text and "gap" in text
