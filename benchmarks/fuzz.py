@@ -3,7 +3,7 @@
 An *escape* is any exception other than ``InputError`` (or a broken invariant,
 an ``AssertionError``) raised while handling one generated input; the
 test-suite runs the same targets with a short budget (tests/isa/test_loader_fuzz.py,
-tests/frontend/test_onnx_fuzz.py).
+tests/frontend/test_onnx_fuzz.py, tests/test_option_fuzz.py).
 Each target is a row of ``TARGETS``: a name, what it feeds, a function building
 its hypothesis strategy (called once) and a function running one case in a
 scratch directory and returning the stage it reached (a short label). Add a
@@ -33,6 +33,7 @@ from hypothesis import HealthCheck, given, seed, settings
 from hypothesis import strategies as st
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the tests' mutators and consumers
+from tests import test_option_fuzz as options  # noqa: E402
 from tests.frontend import fuzzing as onnx_fuzzing  # noqa: E402
 from tests.isa import fuzzing  # noqa: E402
 
@@ -64,6 +65,12 @@ def _onnx(case: tuple[str, bytes], d: Path) -> str:
     return onnx_fuzzing.consume(path)
 
 
+def _checked(check: Callable[..., None], *args) -> str:
+    """Run one of tests/test_option_fuzz.py's checks (an InputError is handled there; anything else escapes)."""
+    check(*args)
+    return "checked"
+
+
 REQUESTS = "lower-tiles,blocking,zcurve-order,kv-ring{context=256,batch=2},codegen{requests=0;1;1,steps=2},srpg"
 PLAIN = "lower-tiles,blocking,zcurve-order,kv-ring,codegen"
 TARGETS = [
@@ -84,6 +91,14 @@ TARGETS = [
     Target("onnx-model", "mutated ONNX decoders (3 exporter fixtures, a hand-built opset-23 decoder inline and with "
                          "absent external data): load_model, inspect, load_onnx_weights",
            lambda: onnx_fuzzing.mutants(), _onnx),
+    Target("pipeline-text", "mutated bundled and hand-written pipeline texts: parse, print, parse again",
+           options.mutated_pipeline, lambda text, d: _checked(options._parse, text)),
+    Target("pipeline-toml", "TOML pipelines of real and nonsense passes, options and values: load_pipeline_file",
+           options.pipeline_tables, lambda text, d: _checked(options._load_pipeline, d / "p.toml", text.encode())),
+    Target("target-toml", "bundled targets with values changed, lines dropped, duplicated or added: load_target",
+           options.mutated_target, lambda text, d: _checked(options._load_target, d / "t.toml", text.encode())),
+    Target("lora-spec", "random --lora texts: parse_lora_spec", lambda: st.text(max_size=40),
+           lambda spec, d: _checked(options._lora, spec)),
 ]
 
 
