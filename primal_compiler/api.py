@@ -43,13 +43,15 @@ def placement_table(program: Program) -> str:
     t, layout = program.tiles, program.layout
     lines = [f"{'ct':>5} {'layer':>6} {'template':>8} {'pes':>5}  matrices (RRAM tiles)"]
     rram = t.macro == Macro.RRAM
+    owns_pe = rram | (t.host == np.arange(len(t)))  # a LoRA tile beyond the layer's RRAM tiles has its own PE
     for ct in range(layout.num_cts):
         m = rram & (t.ct == ct)
         roles = np.bincount(t.role[m], minlength=len(ROLE_CODES))
         desc = " ".join(f"{ROLE_CODES[r].value}:{n}" for r, n in enumerate(roles) if n)
         layer = int(layout.ct_layer[ct])
         name = "head" if layer == program.model.num_layers else str(layer)
-        lines.append(f"{ct:>5} {name:>6} {int(layout.ct_template[ct]):>8} {int(m.sum()):>5}  {desc}")
+        pes = int((owns_pe & (t.ct == ct)).sum())
+        lines.append(f"{ct:>5} {name:>6} {int(layout.ct_template[ct]):>8} {pes:>5}  {desc}")
     return "\n".join(lines) + "\n"
 
 

@@ -48,7 +48,7 @@ class LayerRoutes:
         rram = rows[t.macro[rows] == Macro.RRAM]
         self.hub_ct = _locate_hubs(t, rram, ct_of, self.flows)
         self.ct_of = ct_of
-        self.cts = np.unique(ct_of[rram])
+        self.cts = np.unique(ct_of[rows])
         self._hub_pe: dict[tuple[int, str], int] = {}
         for ct in self.cts:
             tp = layout.templates[int(layout.ct_template[ct])]

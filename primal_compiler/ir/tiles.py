@@ -42,7 +42,7 @@ COLUMNS: dict[str, type] = {
     "rows": np.int32,  # used macro rows
     "cols": np.int32,  # used macro columns (weights)
     "bytes": np.int64,  # weight bytes stored
-    "host": np.int64,  # SRAM tiles: row of the RRAM tile whose PE hosts them; -1 otherwise
+    "host": np.int64,  # SRAM tiles: row of the RRAM tile whose PE hosts them, or their own row (a PE of their own)
     "ct": np.int32,  # compute tile, -1 until blocked
     "seq": np.int32,  # position in its CT's canonical sequence (RRAM tiles), -1 otherwise
     "pe": np.int32,  # PE index row*mesh_cols+col within the CT, -1 until placed

@@ -9,7 +9,8 @@ meta keys' types and ranges (``STRINGS``, ``seed``, ``package_cols``,
 ``KV_KEYS``, a strictly typed ``model_ir`` agreeing with ``num_layers`` and
 ``kv``), every array's name, dtype and length (``ARRAYS``; the srpg
 schedule all or none), value ranges and cross-references (tiles placed on
-the mesh, one RRAM tile per PE, each LoRA tile on its RRAM host's PE, CT
+the mesh, one PE-owning tile per PE, each LoRA tile on its RRAM host's PE
+or on a PE of its own, CT
 templates and the flows' CSR pointers, KV units on their layer's CTs in
 distinct slots, power windows naming PG_ON/PG_OFF records of their CT), and
 the sections (``adapter:R`` with LoRA, ``prefill:R`` with one controller
@@ -249,10 +250,15 @@ def _array_issue(meta: Mapping[str, Any], arrays: Mapping[str, np.ndarray], stre
 
 
 def _tile_issue(a: Mapping[str, np.ndarray], num_cts: int, pes: int, layers: int) -> Issue | None:
-    """Tile columns in range, each tile placed, one RRAM tile per PE, each SRAM tile on its own RRAM host's PE."""
+    """Tile columns in range, each tile placed, each SRAM tile on its own RRAM host's PE or its own host.
+
+    The PE owners (RRAM tiles and SRAM tiles that are their own host) are one per PE.
+    """
     macro, host, ct, pe = a["tile_macro"], a["tile_host"], a["tile_ct"], a["tile_pe"]
     rram, n = macro == Macro.RRAM, len(macro)
     sram = np.flatnonzero(~rram)
+    own = ~rram & (host == np.arange(n))
+    owners = np.flatnonzero(rram | own)
     for check in (
         lambda: _outside("tile_layer", a["tile_layer"], 0, layers, note=" (0..num_layers)"),
         lambda: _outside("tile_role", a["tile_role"], 0, len(ROLE_CODES) - 1),
@@ -266,16 +272,17 @@ def _tile_issue(a: Mapping[str, np.ndarray], num_cts: int, pes: int, layers: int
         lambda: _outside("tile_ct", ct, 0, num_cts - 1, note=" (every tile is placed on a CT)"),
         lambda: _outside("tile_pe", pe, 0, pes - 1, note=" (every tile is placed on a PE)"),
         lambda: _outside("tile_host", host, -1, -1, rram, " for an RRAM tile"),
-        lambda: _outside("tile_host", host, 0, n - 1, ~rram, " for an SRAM tile (the RRAM tile hosting it)"),
-        lambda: _first("tile_host", ~rram & ~rram[np.clip(host, 0, n - 1)],
-                       lambda i: f"is {host[i]}, an SRAM tile: SRAM tiles are hosted by RRAM tiles"),
+        lambda: _outside("tile_host", host, 0, n - 1, ~rram, " for an SRAM tile (the RRAM tile hosting it, or itself)"),
+        lambda: _first("tile_host", ~rram & ~own & ~rram[np.clip(host, 0, n - 1)],
+                       lambda i: f"is {host[i]}, another SRAM tile: SRAM tiles are hosted by RRAM tiles or by "
+                                 f"themselves"),
         lambda: _twice("tile_host", host[sram], sram, "hosts a second SRAM tile (one LoRA tile per PE)"),
         lambda: _first("tile_pe", ~rram & (pe != pe[np.clip(host, 0, n - 1)]),
                        lambda i: f"is {pe[i]}, but the RRAM tile hosting it is on PE {pe[host[i]]}"),
         lambda: _first("tile_ct", ~rram & (ct != ct[np.clip(host, 0, n - 1)]),
                        lambda i: f"is {ct[i]}, but the RRAM tile hosting it is on CT {ct[host[i]]}"),
-        lambda: _twice("tile_pe", ct[rram].astype(np.int64) * pes + pe[rram], np.flatnonzero(rram),
-                       "places a second RRAM tile on one PE (one crossbar per PE)"),
+        lambda: _twice("tile_pe", ct[owners].astype(np.int64) * pes + pe[owners], owners,
+                       "places a second RRAM tile or self-hosted SRAM tile on one PE (one of each macro per PE)"),
     ):
         issue = check()
         if issue is not None:

@@ -83,7 +83,8 @@ def _out_ct(template_result, base: int) -> int:
 
 
 def apply_placement(tiles: TileTable, layout: Layout) -> TileTable:
-    """Tile table whose ``pe`` column follows the layout's template slots (SRAM tiles: their host's PE)."""
+    """Tile table whose ``pe`` column follows the layout's template slots (SRAM tiles: their host's PE,
+    their own slot when they are their own host)."""
     pe = np.full(len(tiles), -1, dtype=np.int64)
     has = tiles.seq >= 0
     tmpl = layout.ct_template[tiles.ct[has]]

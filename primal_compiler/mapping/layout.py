@@ -74,10 +74,14 @@ def column_major(rows: int, cols: int, n: int) -> np.ndarray:
 
 
 def _pack_strips(t: TileTable, rows: np.ndarray, capacity: int, where: str) -> tuple[np.ndarray, np.ndarray]:
-    """Local CT and sequence index of each RRAM row (in canonical order)."""
+    """Local CT and sequence index of each PE-owning row (in canonical order).
+
+    A strip is a run of rows of one role, part and ``bcol``: an RRAM output column, or a self-hosted
+    SRAM tile with the SRAM tiles of its matrix and rank block that follow it.
+    """
     ct = np.empty(len(rows), dtype=np.int32)
     seq = np.empty(len(rows), dtype=np.int32)
-    key = t.role[rows].astype(np.int64) * 1_000_000 + t.bcol[rows]
+    key = (t.role[rows].astype(np.int64) * 4 + t.part[rows]) * 1_000_000 + t.bcol[rows]
     bounds = np.flatnonzero(np.diff(key)) + 1
     starts = np.concatenate([[0], bounds])
     ends = np.concatenate([bounds, [len(rows)]])
@@ -94,21 +98,23 @@ def _pack_strips(t: TileTable, rows: np.ndarray, capacity: int, where: str) -> t
     return ct, seq
 
 
-def _hub_ct(name: str, tile_ct: dict[str, int], first_ct: int) -> int:
-    return tile_ct.get(name, first_ct)
+def pe_owners(t: TileTable, rows: np.ndarray) -> np.ndarray:
+    """Those of ``rows`` that own a PE: RRAM tiles and SRAM tiles that are their own host."""
+    return rows[(t.macro[rows] == Macro.RRAM) | (t.host[rows] == rows)]
 
 
 def _template_instances(model: Model, t: TileTable, start: int, stop: int, geo, mesh, context: int, layer: int):
     """Per-CT instances of one layer's table slice, plus its die-to-die transfers."""
     rows_all = np.arange(start, stop)
     rram = rows_all[t.macro[rows_all] == Macro.RRAM]
+    owners = pe_owners(t, rows_all)
     ct_of = np.full(len(t), -1, dtype=np.int64)
-    ct_local, seq = _pack_strips(t, rram, mesh[0] * mesh[1], model.name)
-    ct_of[rram] = ct_local
+    ct_local, seq = _pack_strips(t, owners, mesh[0] * mesh[1], model.name)
+    ct_of[owners] = ct_local
     sram = rows_all[t.macro[rows_all] == Macro.SRAM]
     ct_of[sram] = ct_of[t.host[sram]]
     seq_of = np.full(len(t), -1, dtype=np.int64)
-    seq_of[rram] = seq
+    seq_of[owners] = seq
     flows = layer_flows(model, layer, t, rows_all, geo, context)
     hub_ct = _locate_hubs(t, rram, ct_of, flows)
     n_ct = int(ct_local.max()) + 1
@@ -128,7 +134,7 @@ def _template_instances(model: Model, t: TileTable, start: int, stop: int, geo, 
         local[b].append((proxy, f.dst, f.bytes, f.cls))
     instances = []
     for c in range(n_ct):
-        tiles = rram[ct_local == c]
+        tiles = owners[ct_local == c]
         tiles = tiles[np.argsort(seq_of[tiles])]
         tile_id = {int(r): k for k, r in enumerate(tiles)}
         hubs: dict[str, int] = {}

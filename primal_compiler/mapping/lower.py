@@ -7,7 +7,10 @@ weights: A (in x r) is cut ``in/sram_rows x r/width``; B (r x out) is stored
 transposed, ``out/sram_rows x r/width``. Each SRAM tile is hosted by the PE of
 an RRAM tile of the same layer (the PE has one SRAM macro), preferring a tile
 that already receives the same input (A) or reduces the same outputs (B).
-Identical decoder layers are lowered once and replicated.
+When a layer has more SRAM tiles than RRAM tiles (a small model with a large
+rank), the rest are their own hosts (``host`` = their own row): each gets a
+PE of its own whose crossbar holds nothing. Identical decoder layers are
+lowered once and replicated.
 """
 
 from __future__ import annotations
@@ -81,7 +84,10 @@ def _lora_tiles(layer: int, lin: Linear, geo: Geometry) -> TileTable:
 
 
 def _assign_hosts(table: TileTable) -> np.ndarray:
-    """Host RRAM row for every SRAM tile of one layer table; -1 for RRAM tiles."""
+    """Host row for every SRAM tile of one layer table; -1 for RRAM tiles.
+
+    The host is a distinct RRAM tile while one is free, else the SRAM tile itself (a PE of its own).
+    """
     host = np.full(len(table), -1, dtype=np.int64)
     rram = np.flatnonzero(table.macro == Macro.RRAM)
     sram = np.flatnonzero(table.macro == Macro.SRAM)
@@ -99,8 +105,10 @@ def _assign_hosts(table: TileTable) -> np.ndarray:
             choice = pref[np.lexsort((table.slice[pref], key))[0]]
         elif len(same):
             choice = same[0]
-        else:
+        elif free[rram].any():
             choice = rram[free[rram]][0]
+        else:
+            choice = t
         host[t] = choice
         free[choice] = False
     return host
@@ -142,23 +150,22 @@ def _sram_count(lin: Linear, geo: Geometry) -> int:
 def check_size(model: Model, geo: Geometry) -> None:
     """Refuse, before any array is made, a lowering that cannot be placed.
 
-    Every layer's LoRA needs at most one SRAM macro per PE of the layer, and the model at most
-    ``MAX_PES`` RRAM tiles (one PE each: the largest package a target may declare).
+    A layer needs a PE per RRAM tile plus one per SRAM tile beyond them (SRAM tiles left without an
+    RRAM host get a PE of their own); the model may need at most ``MAX_PES`` PEs (the largest package
+    a target may declare).
     """
     ids, firsts = layer_templates(model)
-    rram = []
+    pes = []
     for f in firsts:
         layer = model.layers[f]
         n = sum(_rram_count(lin, geo, geo.base_bits) for lin in layer.linears)
         lora = sum(_sram_count(lin, geo) for lin in layer.linears)
-        if lora > n:
-            raise InputError(model.name, f"LoRA needs {lora:,} SRAM macros but layer {f} has only {n:,} PEs")
-        rram.append(n)
+        pes.append(max(n, lora))
     head = _rram_count(Linear(Role.LM_HEAD, model.hidden_size, model.vocab_size), geo, geo.lm_head_bits)
-    total = sum(rram[k] for k in ids.tolist()) + head
+    total = sum(pes[k] for k in ids.tolist()) + head
     if total > MAX_PES:
-        raise InputError(model.name, f"needs {total:,} RRAM tiles (a PE each), more than the {MAX_PES:,} PEs "
-                                     f"of the largest package a target may declare")
+        raise InputError(model.name, f"needs {total:,} PEs (one per RRAM tile, and per SRAM tile beyond them), "
+                                     f"more than the {MAX_PES:,} PEs of the largest package a target may declare")
 
 
 def lower_model(model: Model, geo: Geometry) -> TileTable:

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from primal_compiler.ir.model import Role
-from primal_compiler.ir.tiles import ROLE_INDEX
+from primal_compiler.ir.tiles import ROLE_INDEX, Macro
 from primal_compiler.mapping.hops import template_hops
 from primal_compiler.mapping.layout import CtTemplate
 from primal_compiler.mapping.traffic import FlowClass
@@ -77,5 +77,6 @@ def layout_rules(program: Program) -> list[dict]:
     out = []
     for tp in layout.templates:
         start = int(np.searchsorted(t.layer, tp.layer))
-        out.append(template_rules(tp, t.role[start + tp.rel_rows]))
+        rows = start + tp.rel_rows  # self-hosted LoRA tiles are no part of a matrix's rectangle
+        out.append(template_rules(tp, np.where(t.macro[rows] == Macro.RRAM, t.role[rows], -1)))
     return out

@@ -3,8 +3,11 @@
 For a matrix M cut into blocks (i, j): its input hub sends input block i to
 every tile of block row i (BCAST); every tile sends its partial sums for
 output block j to the column root hub ``root:M:j`` (REDUCE). LoRA A tiles take
-the same input and send rank-wide partial sums to ``lora:M:k``, which feeds
-the B tiles, whose outputs join ``root:M:j`` (LORA). Attention: the query
+the same input (their own BCAST unless their host is an RRAM tile of that
+input block) and send rank-wide partial sums to ``lora:M:k``, which feeds
+the B tiles, whose outputs join ``root:M:j`` (LORA). A LoRA tile's endpoint
+is its host: the RRAM tile whose PE holds it, or itself when it has a PE of
+its own. Attention: the query
 block's root sends q to the root of its K block (Q.K^T), scores over the
 context go from the K root to the V root, and the V root sends the attention
 output to the O tiles (ATTN). The new token's k and v are appended to the
@@ -86,7 +89,7 @@ class _Builder:
         a_tiles, b_tiles = self.tiles(role, Part.LORA_A), self.tiles(role, Part.LORA_B)
         for r in a_tiles:
             i, k, host = int(t.brow[r]), int(t.bcol[r]), int(t.host[r])
-            if not (t.role[host] == ROLE_INDEX[role] and t.brow[host] == i):
+            if not (t.part[host] == Part.BASE and t.role[host] == ROLE_INDEX[role] and t.brow[host] == i):
                 self.add(in_hub(i), host, t.rows[r] * self.act, FlowClass.LORA, f"{in_hub(i)}#{i}")
             self.add(host, f"lora:{role}:{k}", t.cols[r] * self.psum, FlowClass.LORA)
         for r in b_tiles:

@@ -18,7 +18,9 @@ class Blocking(Pass):
 
     Q, K, V, O and the MLP matrices fill each CT column by column, so each is
     a column-shaped rectangle with W_Q beside W_K; LoRA tiles sit in the SRAM
-    of PEs that share their input (A) or output column (B). ``context`` is the
+    of PEs that share their input (A) or output column (B), and those beyond
+    the layer's RRAM tiles on PEs of their own after the layer's matrices
+    (their crossbars unused). ``context`` is the
     context length that weighs the attention-score flows of the traffic model.
     """
 

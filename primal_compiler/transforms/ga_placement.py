@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from primal_compiler.errors import InputError
-from primal_compiler.ir.tiles import ROLE_CODES
+from primal_compiler.ir.tiles import ROLE_CODES, Part
 from primal_compiler.mapping.blocking import apply_placement
 from primal_compiler.mapping.ga import GaConfig, run_ga
 from primal_compiler.mapping.hops import layout_hops
@@ -169,7 +169,8 @@ def _template_pins(program, tp, pins: tuple[str, ...]) -> tuple[tuple[int, int],
         if not (0 <= r < tp.instance.rows and 0 <= c < tp.instance.cols):
             raise InputError("pass ga-placement", f"pin {pin!r} is off the {tp.instance.rows}x{tp.instance.cols} mesh")
         code = [x.value for x in ROLE_CODES].index(role)
-        hit = np.flatnonzero((t.role[rows] == code) & (t.brow[rows] == brow) & (t.bcol[rows] == bcol) & (t.slice[rows] == 0))
+        hit = np.flatnonzero((t.role[rows] == code) & (t.part[rows] == Part.BASE) & (t.brow[rows] == brow)
+                             & (t.bcol[rows] == bcol) & (t.slice[rows] == 0))
         if len(hit):
             out.append((int(hit[0]), r * tp.instance.cols + c))
     return tuple(out)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from primal_compiler.api import compile_model
 from primal_compiler.frontend import load_model
@@ -50,3 +51,34 @@ def test_identical_layers_are_replicated(target):
     for col in ("role", "part", "brow", "bcol", "slice", "bytes"):
         assert np.array_equal(getattr(t, col)[l0], getattr(t, col)[l5])
     assert (t.role[t.layer == 32] == ROLE_INDEX[Role.LM_HEAD]).all()
+
+
+def test_lora_beyond_the_layers_crossbars_gets_pes_of_its_own(target):
+    """tiny-llama, r=16 on q,k,v,o: 16 LoRA tiles per layer but 13 RRAM tiles; 3 are their own host."""
+    prog = compile_model(load_model("tiny-llama", "q,k,v,o:16"), target, "lower-tiles,blocking,zcurve-order",
+                         verify=True)
+    t = prog.tiles
+    rows = np.arange(len(t))
+    sram = t.macro == Macro.SRAM
+    own = sram & (t.host == rows)
+    for layer in (0, 1):
+        mine = t.layer == layer
+        assert (~sram & mine).sum() == 13 and (sram & mine).sum() == 16 and (own & mine).sum() == 3
+    hosted = sram & ~own
+    assert (t.macro[t.host[hosted]] == Macro.RRAM).all() and np.unique(t.host[sram]).size == sram.sum()
+    owners = ~sram | own
+    key = t.ct[owners].astype(np.int64) * 1024 + t.pe[owners]
+    assert np.unique(key).size == owners.sum()  # one PE each
+    assert (t.pe[own] >= 0).all() and (t.seq[own] >= 0).all()
+    assert (t.ct[t.layer == 0] == 0).all()  # 16 PEs: the layer still fits its one CT
+
+
+def test_too_many_pes_names_the_need():
+    from primal_compiler.errors import InputError
+    from primal_compiler.mapping.lower import Geometry, check_size
+
+    geo = Geometry(256, 256, 4, 1, 64, 4, 8, 16)  # one-row LoRA tiles: r=128 is 16 per row of A or B
+    # 32 layers x 4 matrices x (4096 + 4096) rows x 16 = 2**24 LoRA tiles (each layer's 3,088 RRAM tiles host
+    # some of them), plus the LM head's 16 x 125 x 4 = 8,000 tiles
+    with pytest.raises(InputError, match=r"needs 16,785,216 PEs \(one per RRAM tile, and per SRAM tile beyond"):
+        check_size(load_model("llama2-7b", "q,k,v,o:128"), geo)

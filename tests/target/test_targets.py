@@ -537,7 +537,7 @@ def test_a_model_too_large_for_any_package_is_refused_before_lowering(tmp_path):
 
     path = _variant(tmp_path, 'extends = "primal-7nm"\nname = "dot"\n[rram]\nrows = 1\ncols = 1\n'
                               "rows_active_per_read = 1\nadcs_per_macro = 1\nmvm_latency_cycles = 8\n", "dot.toml")
-    with pytest.raises(InputError, match=r"llama2-70b: needs 69,499,617,280 RRAM tiles .* more than the 16,777,216 PEs"):
+    with pytest.raises(InputError, match=r"llama2-70b: needs 69,499,617,280 PEs .* more than the 16,777,216 PEs"):
         compile_model(load_model("llama2-70b"), load_target(path), "lower-tiles")
 
 
