@@ -43,11 +43,12 @@ def cmd_compile(args) -> None:
     from primal_compiler.report.inspect import inspect_model, render_inspect
     from primal_compiler.report.hops import render_hops
 
-    check_destination(args.output, args.force, directory=True, inputs=_model_inputs(args.model))
+    inputs = _model_inputs(args.model)
+    check_destination(args.output, args.force, directory=True, inputs=inputs)
     model = load_model(args.model, args.lora)
     target = _target(args.target)
     program = api.compile_model(model, target, args.pipeline, verify=args.verify)
-    api.write_compiled(program, target, Path(args.output), args.force, _model_inputs(args.model))
+    api.write_compiled(program, target, Path(args.output), args.force, inputs)
     print(render_inspect(inspect_model(program.model, target, program)))
     print()
     print(render_hops(api.last_details(program, "hops")))
@@ -145,8 +146,9 @@ def cmd_run(args) -> None:
         from primal_compiler.frontend import load_model
         from primal_compiler.isa.container import PROGRAM_FILE, load_program
 
+        inputs = _model_inputs(args.model)
         if args.output is not None:
-            check_destination(args.output, args.force, directory=True, inputs=_model_inputs(args.model))
+            check_destination(args.output, args.force, directory=True, inputs=inputs)
         model = load_model(args.model, args.lora)
         target = _target(args.target or "primal-7nm")
         pipeline = api.run_pipeline(args.pipeline or "default", args.batch, args.context)
@@ -156,7 +158,7 @@ def cmd_run(args) -> None:
         meta, arrays = api.program_file(program, target)
         stream, where = program.stream, args.model
         if args.output is not None:
-            api.write_compiled(program, target, Path(args.output), args.force, _model_inputs(args.model))
+            api.write_compiled(program, target, Path(args.output), args.force, inputs)
             where = str(Path(args.output) / PROGRAM_FILE)
             meta, arrays, stream = load_program(where, target)
             print(f"wrote {args.output}/ (program.primal, placement, summary.json, records.json)", file=sys.stderr)

@@ -143,8 +143,8 @@ def _check_parent(dest: Path, need_bytes: int) -> None:
         raise InputError(str(dest), f"{up} is not a directory")
     if not os.access(up, os.W_OK | os.X_OK):
         raise InputError(str(dest), f"cannot write in {up}: permission denied")
-    if need_bytes and shutil.disk_usage(up).free < need_bytes:
-        free = shutil.disk_usage(up).free
+    free = shutil.disk_usage(up).free if need_bytes else 0
+    if need_bytes and free < need_bytes:
         raise InputError(str(dest), f"needs about {need_bytes:,} bytes but {up} has {free:,} free")
 
 
