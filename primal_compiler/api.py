@@ -170,14 +170,15 @@ def load_compiled(path: Path, target_name: str | None):
 
 
 def replay_report(meta: dict, arrays: dict, stream, target, where: str, validate: bool = True,
-                  baselines: Selection = DEFAULT_BASELINES) -> dict:
-    """Replay a program and collect its metrics, hop validation, the seed's H100 baseline and the GPU baseline family."""
+                  baselines: Selection = DEFAULT_BASELINES, control: str | None = None) -> dict:
+    """Replay a program (under ``control``, default the target's) and collect its metrics, hop validation,
+    the seed's H100 baseline and the GPU baseline family."""
     from primal_compiler.baselines.family import family_for_program
     from primal_compiler.executor.metrics import metrics
     from primal_compiler.executor.replay import replay
     from primal_compiler.executor.validate import validate_hops
 
-    rp = replay(meta, arrays, stream, target, where)
+    rp = replay(meta, arrays, stream, target, where, control)
     report = {"format": "primal-run", "package_version": __version__, "program": where, "model": meta.get("model"),
               "target": target.name, "pipeline": meta.get("pipeline"), "metrics": metrics(rp)}
     if validate:

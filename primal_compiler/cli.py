@@ -163,7 +163,7 @@ def cmd_run(args) -> None:
             meta, arrays, stream = load_program(where, target)
             print(f"wrote {args.output}/ (program.primal, placement, summary.json, records.json)", file=sys.stderr)
     report = api.replay_report(meta, arrays, stream, target, where, validate=not args.no_validate,
-                               baselines=chosen)
+                               baselines=chosen, control=args.control)
     print(json.dumps(report, indent=2, sort_keys=True) if args.json else render_run(report))
 
 
@@ -274,6 +274,8 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--context", type=option_arg("kv-ring", "context"), default=None,
                     help="context tokens per sequence (compile time)")
     sp.add_argument("--no-validate", action="store_true", help="skip checking stream hops against the mapping")
+    sp.add_argument("--control", choices=("distributed", "central"), default=None,
+                    help="who dispatches records: a sequencer per CT, or the NMC alone (default: the target's system.control)")
     sp.add_argument("--json", action="store_true", help="print one JSON object")
     fn = sp.add_argument_group("functional replay (execute the stream numerically, docs/functional.md)")
     fn.add_argument("--functional", action="store_true", help="run the stream on real weights instead of costing it")

@@ -79,6 +79,7 @@ class ProgramEmitter:
         self.p, self.target, self.prompt = program, target, prompt
         self.model, self.kv = program.model, program.kv
         self.geo = geometry(program, target)
+        self.geo_pes = target.ct.pes
         self.act_bytes = self.model.precision.activation_bits / 8
         zero = program.tiles.zero
         ids, firsts = layer_templates(self.model)
@@ -171,4 +172,27 @@ def emit_stream(program, target, prompt: int, requests: tuple[int, ...], steps: 
         for step in range(steps):
             em.phase(out, prompt + step, 1, 0)
         out.section(f"decode:{r}", start)
-    return out.stream()
+    stream = out.stream()
+    _mark_skipped(stream.records, program.tiles, em.geo_pes)
+    return stream
+
+
+def _mark_skipped(rec: np.ndarray, tiles, pes: int) -> None:
+    """SKIPPED on exactly the SMAC_SRAM records whose PE hosts an all-zero LoRA tile of *its* layer.
+
+    Layer templates are emitted once and shifted to every layer using them, so
+    the flags a template carries describe its own layer's blocks; another layer
+    of the template can have a different zero pattern (lora-sparsity draws per tile).
+    """
+    sram = np.flatnonzero(tiles.macro == Macro.SRAM)
+    key = tiles.ct[tiles.host[sram]].astype(np.int64) * pes + tiles.pe[sram]
+    order = np.argsort(key)
+    key, zero = key[order], tiles.zero[sram][order] == 1
+    smac = np.flatnonzero(rec["op"] == Opcode.SMAC_SRAM)
+    if not len(smac) or not len(key):
+        return
+    mine = rec["ct"][smac].astype(np.int64) * pes + rec["pe"][smac]
+    at = np.minimum(np.searchsorted(key, mine), len(key) - 1)
+    skipped = (key[at] == mine) & zero[at]
+    flags = rec["flags"][smac] & np.uint8(~Flag.SKIPPED & 0xFF)
+    rec["flags"][smac] = flags | np.where(skipped, np.uint8(Flag.SKIPPED), np.uint8(0))

@@ -1,12 +1,15 @@
 """The timing recurrence of a replay, compiled with numba.
 
-Records issue from the controller in stream order, one every
-``issue_cycles``; a ``SYNC`` waits until every earlier record finished and
-holds back the records after it. The controller is in order: a record it
-executes itself (``ACT`` at ``CONTROLLER``: embedding lookup, argmax) holds
-back the records after it until it finishes, so a decode step issues once
-the previous token is known. A record starts at the latest of: its issue,
-the finish of every record it depends on (read-after-write), its unit being
+Records are dispatched by **sequencers**, each in stream order: under
+distributed control every CT's sequencer dispatches the records that CT
+issues (``ct``) and the controller's sequencer the controller's records;
+under central control one sequencer (the NMC) dispatches every record. A
+sequencer dispatches one record every ``issue_cycles[s]``. A ``SYNC`` waits
+until every earlier record finished and no sequencer dispatches a later
+record before it. A record the controller executes itself (``ACT`` at
+``CONTROLLER``: embedding lookup, argmax) holds back its sequencer until it
+finishes. A record starts at the latest of: its dispatch, the finish of
+every record it depends on (:mod:`.deps`: RAW, WAR, WAW), its unit being
 free, its CTs being awake (``PG_ON`` finished), and each link it uses being
 free when its head reaches it (links serve transfers in stream order, so two
 transfers sharing a link in the same interval serialize). It finishes
@@ -32,12 +35,15 @@ _SYNC, _PG_ON, _PG_OFF = int(Opcode.SYNC), int(Opcode.PG_ON), int(Opcode.PG_OFF)
 
 @njit(nogil=True)
 def schedule(op, busy, unit, pred_ptr, pred, link_ptr, link, link_off, hold_mesh, hold_other, ct_a, ct_b, blocking,
-             issue_cycles, num_units, num_links, num_cts, mesh_links):  # pragma: no cover - compiled
-    """(start, finish, first record touching a gated CT or -1, distinct mesh links and other links per record).
+             seq, issue_cycles, num_units, num_links, num_cts, mesh_links):  # pragma: no cover - compiled
+    """(dispatch, start, finish, first record touching a gated CT or -1, distinct mesh links and other links per record).
+
+    ``seq[i]`` is the sequencer of record i, ``issue_cycles[s]`` the dispatch interval of sequencer s.
 
     Links ``< mesh_links`` are PE-mesh links; a link listed twice by one record counts once.
     """
     n = len(op)
+    dispatch = np.empty(n, dtype=np.int64)
     start = np.empty(n, dtype=np.int64)
     finish = np.empty(n, dtype=np.int64)
     unit_free = np.zeros(num_units, dtype=np.int64)
@@ -48,18 +54,22 @@ def schedule(op, busy, unit, pred_ptr, pred, link_ptr, link, link_off, hold_mesh
     seen = np.full(num_links, -1, dtype=np.int64)
     n_mesh = np.zeros(n, dtype=np.int64)
     n_other = np.zeros(n, dtype=np.int64)
-    issue = -issue_cycles
+    seq_free = np.zeros(len(issue_cycles), dtype=np.int64)
+    floor = 0
     horizon = 0
     bad = -1
     for i in range(n):
-        issue += issue_cycles
-        t = issue
+        s = seq[i]
+        t = max(seq_free[s], floor)
+        dispatch[i] = t
+        seq_free[s] = t + issue_cycles[s]
         o = op[i]
         if o == _SYNC:
             t = max(t, horizon)
             start[i] = t
             finish[i] = t
-            issue = t
+            floor = t
+            seq_free[s] = max(seq_free[s], t + issue_cycles[s])
             continue
         for p in range(pred_ptr[i], pred_ptr[i + 1]):
             t = max(t, finish[pred[p]])
@@ -105,5 +115,5 @@ def schedule(op, busy, unit, pred_ptr, pred, link_ptr, link, link_off, hold_mesh
                 ct_busy[c] = max(ct_busy[c], f)
         horizon = max(horizon, f)
         if blocking[i]:
-            issue = f
-    return start, finish, bad, n_mesh, n_other
+            seq_free[s] = max(seq_free[s], f + issue_cycles[s])
+    return dispatch, start, finish, bad, n_mesh, n_other

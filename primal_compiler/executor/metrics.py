@@ -18,8 +18,11 @@ For request ``r`` (sections ``adapter:r`` if it loads an adapter, ``prefill:r``,
   same over the legs the mapping placed (``mapped``: all but attention and
   KV legs, which follow the kv-ring layout), and package hops for legs
   between CTs (``inter_ct``); controller legs carry none.
-- **decode issue time**: the controller's time to issue one decode step's
-  records; when it is close to the ITL, decode is bound by instruction issue.
+- **decode issue time**: the busiest sequencer's time to dispatch its share
+  of one decode step's records (``control``: distributed, one sequencer per
+  CT; central, the NMC alone); when it is close to the ITL, decode is bound by
+  instruction issue. ``program_load_s``: the NMC loading every CT's program,
+  once, before the first request (not part of TTFT).
 - **KV storage-bandwidth utilisation**: KV bytes the decode DMACs read over
   the bytes their scratchpad banks could deliver while those DMACs ran.
 """
@@ -101,6 +104,13 @@ def area_mm2(rp: Replay) -> dict:
     return out
 
 
+def decode_issue_cycles(rp: Replay, rec: np.ndarray) -> int:
+    """Dispatch time of records ``rec`` on their busiest sequencer (records there x its issue interval)."""
+    c = rp.control
+    per = np.bincount(c.seq[rec], minlength=len(c.issue_cycles)) * c.issue_cycles
+    return int(per.max()) if len(per) else 0
+
+
 def prompt_tokens(rp: Replay, prefill: np.ndarray, batch: int) -> int | None:
     """Prompt length of a prefill: its controller EMBED covers prompt x batch x hidden elements."""
     hidden = rp.meta.get("model_ir", {}).get("hidden_size")
@@ -145,7 +155,8 @@ def metrics(rp: Replay, request: int = 0) -> dict:
         "static_by_domain_w": {k: v / window_s for k, v in domains.items()},
         "prefill_energy_j": sum(pre_comp.values()),
         "reconfig_exposed_s": rp.seconds(max(0, prefill_begin - t0)),
-        "decode_issue_s": rp.seconds(len(sec["decode"]) * rp.target.system.nmc_issue_cycles / steps),
+        "decode_issue_s": rp.seconds(decode_issue_cycles(rp, sec["decode"]) / steps),
+        "control": rp.control.mode, "program_load_s": rp.seconds(rp.control.load_cycles),
         "max_hops": hops["max_hops"], "mean_hops": hops["mean_hops"], "weighted_hops": hops["weighted_hops"],
         "hops": hops,
         "kv_storage_utilisation": stored / capacity if capacity else 0.0,

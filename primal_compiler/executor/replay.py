@@ -3,7 +3,8 @@
 Stages (each vectorized over records, named in :attr:`Replay.stages` with
 their wall time): ``transfers`` (legs and links of router records),
 ``costs`` (per-opcode busy time, unit and dynamic energy), ``deps``
-(read-after-write predecessors), ``schedule`` (the timing recurrence of
+(RAW/WAR/WAW predecessors on element ranges), ``control`` (the sequencer
+of every record, :mod:`.control`), ``schedule`` (the timing recurrence of
 :mod:`.kernel`) and ``power`` (CT state intervals). Every number a report
 prints is computed from these arrays, so changing the stream changes them.
 """
@@ -18,6 +19,7 @@ import numpy as np
 
 from primal_compiler.errors import InputError
 from primal_compiler.executor import costs, deps, power, transfers
+from primal_compiler.executor.control import Control, control
 from primal_compiler.executor.kernel import schedule
 from primal_compiler.executor.topology import Topology
 from primal_compiler.ir.tiles import Macro
@@ -34,6 +36,12 @@ class Replay:
     target: object
     topo: Topology
     ctx: costs.Ctx
+    control: Control
+    pred_ptr: np.ndarray  # int64 CSR over records (deps.predecessors)
+    pred: np.ndarray
+    busy: np.ndarray  # int64 cycles each record holds its unit (or the network)
+    unit: np.ndarray  # int64 unit of each record, -1 none
+    dispatch: np.ndarray  # int64 cycles: when its sequencer dispatched it
     start: np.ndarray  # int64 cycles
     finish: np.ndarray
     energy_pj: dict[str, np.ndarray]  # component -> per record
@@ -102,8 +110,12 @@ def blocking(records) -> np.ndarray:
     return (records["op"] == Opcode.ACT) & (records["ct"] == CONTROLLER)
 
 
-def replay(meta: dict, arrays: dict, stream, target, where: str = "program") -> Replay:
-    """Replay ``stream`` on ``target``; InputError naming ``where`` if a record runs on a gated CT."""
+def replay(meta: dict, arrays: dict, stream, target, where: str = "program", mode: str | None = None) -> Replay:
+    """Replay ``stream`` on ``target`` under control ``mode`` (default: the target's ``system.control``).
+
+    InputError naming ``where`` if a record runs on a gated CT, reads a location no record wrote, or a
+    CT's program overflows its instruction buffer.
+    """
     stages = []
     clock = time.perf_counter()
 
@@ -121,13 +133,15 @@ def replay(meta: dict, arrays: dict, stream, target, where: str = "program") -> 
     ctx = costs.Ctx(target, topo, stream.records, stream, tr, *_tile_shapes(arrays, topo))
     busy, unit, energy = costs.record_costs(ctx, where)
     mark("costs")
-    ptr, pred = deps.predecessors(stream)
+    ptr, pred = deps.predecessors(stream, where)
     mark("deps")
+    ctl = control(stream, target, topo.num_cts, where, mode)
+    mark("control")
     a, b = _touched(stream.records)
-    start, finish, bad, n_mesh, n_other = schedule(
+    dispatch, start, finish, bad, n_mesh, n_other = schedule(
         stream.records["op"].astype(np.int64), busy, unit, ptr, pred, tr.link_ptr, tr.link, tr.link_offset,
-        tr.hold_mesh, tr.hold_other, a, b, blocking(stream.records), target.system.nmc_issue_cycles, ctx.num_units, topo.num_links,
-        topo.num_cts, topo.d2d_base)
+        tr.hold_mesh, tr.hold_other, a, b, blocking(stream.records), ctl.seq, ctl.issue_cycles, ctx.num_units,
+        topo.num_links, topo.num_cts, topo.d2d_base)
     if bad >= 0:
         rec = stream.records[bad]
         raise InputError(where, f"record {bad} ({Opcode(rec['op']).name} ct={rec['ct']}) runs on a gated CT "
@@ -137,4 +151,5 @@ def replay(meta: dict, arrays: dict, stream, target, where: str = "program") -> 
     end = int(finish.max()) if len(finish) else 0
     tl = power.timeline(stream.records, start, finish, topo.num_cts, end)
     mark("power")
-    return Replay(meta, arrays, stream, target, topo, ctx, start, finish, energy, tl, tuple(stages))
+    return Replay(meta, arrays, stream, target, topo, ctx, ctl, ptr, pred, busy, unit, dispatch, start, finish, energy, tl,
+                  tuple(stages))

@@ -114,7 +114,8 @@ class SystemSpec(_Table):
     num_cts: int = _f("count", "compute tiles in the package; 0 = derived from the model (smallest count that holds every base weight)", ge=0, le=MAX_CTS)
     ct_grid_cols: int = _f("count", "columns of the package-level CT mesh; 0 = near-square grid derived from the CT count", ge=0, le=MAX_CTS)
     d2d_topology: str = _f("enum", "topology of the die-to-die network between CTs", choices=("mesh",))
-    nmc_issue_cycles: int = _f("cycles", "cycles the central NMC controller takes to issue one instruction record to the CTs", ge=1, le=MAX_CYCLES)
+    control: str = _f("enum", "who dispatches records: a sequencer per CT running its own part of the stream (distributed), or the NMC alone (central)", choices=("distributed", "central"))
+    nmc_issue_cycles: int = _f("cycles", "cycles the NMC's sequencer takes to dispatch one instruction record (every record under central control, the controller's own under distributed)", ge=1, le=MAX_CYCLES)
     nmc_issue_energy_pj: float = _f("pJ", "energy of the NMC fetching, decoding and issuing one instruction record", ge=0)
 
 
@@ -125,6 +126,8 @@ class CtSpec(_Table):
     mesh_rows: int = _f("count", "PE rows of the CT mesh", ge=1, le=MAX_MESH_SIDE)
     mesh_cols: int = _f("count", "PE columns of the CT mesh", ge=1, le=MAX_MESH_SIDE)
     routing: str = _f("enum", "dimension-order routing on the PE mesh", choices=("xy", "yx"))
+    sequencer_issue_cycles: int = _f("cycles", "cycles the CT's sequencer takes to dispatch one record from its instruction buffer (distributed control)", ge=1, le=MAX_CYCLES)
+    instruction_buffer_bytes: int = _f("bytes", "the CT's local instruction buffer: holds the CT's records of one request (adapter load, prefill, one decode step), loaded by the NMC", ge=32, le=1 << 40)
 
     @property
     def pes(self) -> int:

@@ -38,7 +38,7 @@ def fast(mesh: Mesh, traffic):
             b.records(1, op=Opcode.BCAST, ct=0, pe=src, group=g[0], nbytes=nbytes)
     meta = {"num_cts": 1, "mesh_rows": mesh.rows, "mesh_cols": mesh.cols, "num_layers": 1, "package_cols": 1}
     target = _target(mesh.rows, mesh.cols, mesh.hop_cycles, mesh.link_bits, mesh.issue_cycles)
-    return replay(meta, {}, b.build(), target)
+    return replay(meta, {}, b.build(), target, mode="central")  # the reference injects at one central issue rate
 
 
 def random_traffic(rng, mesh: Mesh, n, sizes=(16, 4096), bcast=0.0, hot=0.0, max_group=6):

@@ -18,6 +18,17 @@ def test_compiled_program_validates(replayed):
     assert counts["mapped_legs"] > 0 and counts["kv_legs"] > 0 and counts["d2d_legs"] > 0
 
 
+def test_a_transfer_whose_reader_finds_nothing_is_named(compiled, small_target):
+    """Misrouting the first hand-off leaves its reader with a buffer no record wrote: the replay names it."""
+    program, meta, arrays = compiled
+    r = program.stream.records
+    index = int(np.flatnonzero((r["op"] == Opcode.UNICAST) & (r["ct"] == r["dst_ct"]) & (r["dst_buf"] >> 12 == BufKind.HIDDEN))[0])
+    records = r.copy()
+    records["dst_pe"][index] = (int(records["dst_pe"][index]) + 9) % 64
+    with pytest.raises(InputError, match=r"record \d+ \(\w+\) reads HIDDEN\.0x\w+ at CT \d+ PE \d+, which no earlier record wrote"):
+        replay(meta, arrays, replace(program.stream, records=records), small_target)
+
+
 def _mutated(compiled, small_target, pick, field, value):
     program, meta, arrays = compiled
     records = program.stream.records.copy()
@@ -28,8 +39,8 @@ def _mutated(compiled, small_target, pick, field, value):
 
 
 def test_a_misrouted_transfer_is_named(compiled, small_target):
-    def pick(r):
-        return int(np.flatnonzero((r["op"] == Opcode.UNICAST) & (r["ct"] == r["dst_ct"]) & (r["dst_buf"] >> 12 == BufKind.HIDDEN))[0])
+    def pick(r):  # the last one: its reader still finds the buffer an earlier step wrote, so the replay runs
+        return int(np.flatnonzero((r["op"] == Opcode.UNICAST) & (r["ct"] == r["dst_ct"]) & (r["dst_buf"] >> 12 == BufKind.HIDDEN))[-1])
 
     index, rp = _mutated(compiled, small_target, pick, "dst_pe", lambda rec: (int(rec["dst_pe"]) + 9) % 64)
     with pytest.raises(InputError, match=rf"hop validation: record {index} \(UNICAST\) leg .* is not a flow the mapping placed"):

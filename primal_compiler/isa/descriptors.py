@@ -1,0 +1,206 @@
+"""The opcode descriptor table: one entry per opcode, the one place an opcode is described.
+
+For every :class:`Opcode`, :data:`DESCRIPTORS` gives its operand fields, the
+meaning of ``arg``, the unit that runs it, its read and write footprints
+(which locations and which element ranges of them it reads and writes,
+derived from the record's own fields), the names of its cost rule
+(``executor.costs``) and functional rule (``functional.routers`` /
+``functional.compute``), and the class its time counts under on a critical
+path. The dependency builder, the cost rules, the functional replay, the
+text form, the trace and ``docs/isa.md`` read this table; a missing entry is
+an error naming the opcode (:func:`descriptor`).
+
+A **location** is (CT, PE, buffer tag) — the controller is (CONTROLLER, 0, tag)
+— or one of the pseudo-buffers of :class:`Pseudo`, state that is not a
+scratchpad buffer but that records still hand to each other (SRAM slots are
+``BufKind.SRAM`` tags). An **extent** is a half-open element range of the
+location. Router moves name only where a slice starts (``arg`` offsets,
+units of 8 elements; docs/isa.md): a slice runs from its offset to the end of
+the buffer, so its extent is ``[offset, END)``. The dependency rules that make
+such extents exact enough are in ``executor/deps.py``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import IntEnum
+
+from primal_compiler.isa.opcodes import ActFn, DmacOp, Flag, Opcode, ReduceOp
+
+END = 1 << 40
+"""Upper end of an extent that runs to the end of its buffer."""
+
+
+class At(IntEnum):
+    """Where a footprint lies."""
+
+    SOURCE = 0  # (ct, pe): the issuing PE (a compute record's own PE), or the controller
+    DESTINATION = 1  # (dst_ct, dst_pe), or the controller
+    MEMBERS = 2  # every member of ``group``
+
+
+class Buffer(IntEnum):
+    """Which location at that place."""
+
+    SRC_BUF = 0  # the record's src_buf tag
+    DST_BUF = 1  # the record's dst_buf tag
+    SRAM_SLOT = 2  # BufKind.SRAM tag of slot ``arg`` (CONFIG, SMAC_SRAM)
+    KV_CHUNK = 3  # KV_K (DmacOp.QK) or KV_V (DmacOp.PV) tag of slot ``arg >> 8``
+    MASK_REGISTER = 4  # the PE's LoRA block mask register (Pseudo.MASK)
+    NMC_TOKEN = 5  # the controller's last token and position counter (Pseudo.TOKEN)
+
+
+class Extent(IntEnum):
+    """Which elements of the location."""
+
+    WHOLE = 0  # [0, END)
+    MOVE_SRC = 1  # [(arg >> 16) * 8, END): BCAST, UNICAST and KV_APPEND source offset
+    MOVE_DST = 2  # [(arg & 0xFFFF) * 8, END): BCAST, UNICAST destination offset
+    REDUCE_SRC = 3  # [((arg >> 4) & 0x3FFF) * 8, END)
+    REDUCE_DST = 4  # [(arg >> 18) * 8, END)
+    TOKEN_SLOTS = 5  # [arg & 0xFFFF, + count): KV_APPEND token slots (token units)
+    SLOT_BIT = 6  # [arg, arg + 1): one SRAM slot's mask bit
+
+
+class Pseudo(IntEnum):
+    """Tags of the pseudo-buffers: kind 15, never a scratchpad buffer (BufKind stops at 13)."""
+
+    MASK = 0xF000
+    TOKEN = 0xF001
+
+
+class PathClass(IntEnum):
+    """What a record's time counts as on a critical path (``primal run --critical-path``)."""
+
+    RRAM_MVM = 0
+    SRAM_MVM = 1
+    DMAC_ATTENTION = 2
+    REDUCE = 3
+    ACTIVATION = 4
+    MESH_TRANSFER = 5
+    DIE_TO_DIE = 6
+    WAKEUP = 7
+    RECONFIGURATION = 8
+    CONTROL = 9
+
+
+@dataclass(frozen=True)
+class Access:
+    """One footprint: ``extent`` of ``buffer`` at ``at``, for the records that carry every bit of
+    ``flags``, none of ``without``, and (when ``args`` is set) an enum ``arg`` among ``args``."""
+
+    at: At
+    buffer: Buffer
+    extent: Extent
+    flags: int = 0
+    without: int = 0
+    args: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class Descriptor:
+    """Everything about one opcode. ``fields``: the fields it uses (the others hold their unused
+    value); ``unit``: what runs it (``rram``, ``sram``, ``dmac``, ``router``, ``controller``,
+    ``power``, ``none``); ``arg_enum``: the enum in the low bits of ``arg``, if any."""
+
+    opcode: Opcode
+    summary: str
+    fields: tuple[str, ...]
+    arg: str
+    unit: str
+    reads: tuple[Access, ...]
+    writes: tuple[Access, ...]
+    cost_rule: str
+    functional_rule: str
+    path_class: PathClass
+    arg_enum: type[IntEnum] | None = None
+    whole_ct: bool = False
+
+
+_S, _D, _M = At.SOURCE, At.DESTINATION, At.MEMBERS
+_ACC = int(Flag.ACCUMULATE)
+_READS_DST = (int(ActFn.SWIGLU), int(ActFn.RESIDUAL_ADD))
+
+DESCRIPTORS: dict[Opcode, Descriptor] = {d.opcode: d for d in (
+    Descriptor(Opcode.BCAST, "router: `src_buf` at (`ct`, `pe`) multicast to every member of `group`",
+               ("ct", "pe", "group", "src_buf", "dst_buf", "nbytes", "arg"),
+               "`src_offset << 16 | dst_offset`, element offsets in units of 8", "router",
+               (Access(_S, Buffer.SRC_BUF, Extent.MOVE_SRC),),
+               (Access(_M, Buffer.DST_BUF, Extent.MOVE_DST),),
+               "_move", "bcast", PathClass.MESH_TRANSFER),
+    Descriptor(Opcode.REDUCE, "router: the members' `src_buf` combined with `arg` (`ReduceOp`) into (`dst_ct`, `dst_pe`)",
+               ("ct", "pe", "group", "dst_ct", "dst_pe", "src_buf", "dst_buf", "nbytes", "arg"),
+               "bits 0-3 `ReduceOp`; bits 4-17 source offset, 18-31 destination offset (units of 8 elements)",
+               "router",
+               (Access(_M, Buffer.SRC_BUF, Extent.REDUCE_SRC), Access(_D, Buffer.DST_BUF, Extent.REDUCE_DST, flags=_ACC)),
+               (Access(_D, Buffer.DST_BUF, Extent.REDUCE_DST),),
+               "_reduce", "reduce_", PathClass.REDUCE, arg_enum=ReduceOp),
+    Descriptor(Opcode.UNICAST, "router: (`ct`, `pe`) -> (`dst_ct`, `dst_pe`)",
+               ("ct", "pe", "dst_ct", "dst_pe", "src_buf", "dst_buf", "nbytes", "arg"),
+               "`src_offset << 16 | dst_offset`, element offsets in units of 8", "router",
+               (Access(_S, Buffer.SRC_BUF, Extent.MOVE_SRC),),
+               (Access(_D, Buffer.DST_BUF, Extent.MOVE_DST),),
+               "_move", "unicast", PathClass.MESH_TRANSFER),
+    Descriptor(Opcode.CONFIG, "router: write `nbytes` of weights into SRAM slot `arg` of (`dst_ct`, `dst_pe`)",
+               ("ct", "pe", "dst_ct", "dst_pe", "dst_buf", "nbytes", "arg"), "SRAM slot", "sram",
+               (),
+               (Access(_D, Buffer.SRAM_SLOT, Extent.WHOLE), Access(_D, Buffer.MASK_REGISTER, Extent.SLOT_BIT)),
+               "_config", "config", PathClass.RECONFIGURATION),
+    Descriptor(Opcode.SMAC_RRAM, "RRAM-ACIM matrix-vector product of the PE's crossbar, `count` vectors",
+               ("ct", "pe", "src_buf", "dst_buf", "count", "arg"), "the bit slice of the weights the crossbar holds",
+               "rram",
+               (Access(_S, Buffer.SRC_BUF, Extent.WHOLE), Access(_S, Buffer.DST_BUF, Extent.WHOLE, flags=_ACC)),
+               (Access(_S, Buffer.DST_BUF, Extent.WHOLE),),
+               "_smac_rram", "smac_rram", PathClass.RRAM_MVM),
+    Descriptor(Opcode.SMAC_SRAM, "SRAM-DCIM product with LoRA slot `arg` of the PE, `count` vectors",
+               ("ct", "pe", "src_buf", "dst_buf", "count", "arg"), "SRAM slot", "sram",
+               (Access(_S, Buffer.SRC_BUF, Extent.WHOLE), Access(_S, Buffer.DST_BUF, Extent.WHOLE, flags=_ACC),
+                Access(_S, Buffer.SRAM_SLOT, Extent.WHOLE, without=int(Flag.SKIPPED)),
+                Access(_S, Buffer.MASK_REGISTER, Extent.SLOT_BIT)),
+               (Access(_S, Buffer.DST_BUF, Extent.WHOLE),),
+               "_smac_sram", "smac_sram", PathClass.SRAM_MVM),
+    Descriptor(Opcode.DMAC, "activation x activation in the router (`arg`: `DmacOp`), `count` MACs",
+               ("ct", "pe", "src_buf", "dst_buf", "count", "arg"),
+               "bits 0-7 `DmacOp`; bits 8-31 the KV chunk slot it reads", "dmac",
+               (Access(_S, Buffer.SRC_BUF, Extent.WHOLE), Access(_S, Buffer.KV_CHUNK, Extent.WHOLE),
+                Access(_S, Buffer.DST_BUF, Extent.WHOLE, flags=_ACC)),
+               (Access(_S, Buffer.DST_BUF, Extent.WHOLE),),
+               "_dmac", "dmac", PathClass.DMAC_ATTENTION, arg_enum=DmacOp),
+    Descriptor(Opcode.ACT, "activation unit (`arg`: `ActFn`) on `count` elements",
+               ("ct", "pe", "layer", "src_buf", "dst_buf", "count", "arg"), "`ActFn`", "dmac",
+               (Access(_S, Buffer.SRC_BUF, Extent.WHOLE), Access(_S, Buffer.DST_BUF, Extent.WHOLE, args=_READS_DST),
+                Access(_S, Buffer.NMC_TOKEN, Extent.WHOLE, without=int(Flag.PREFILL), args=(int(ActFn.EMBED),))),
+               (Access(_S, Buffer.DST_BUF, Extent.WHOLE),
+                Access(_S, Buffer.NMC_TOKEN, Extent.WHOLE, args=(int(ActFn.ARGMAX),))),
+               "_act", "act", PathClass.ACTIVATION, arg_enum=ActFn),
+    Descriptor(Opcode.KV_APPEND, "(`ct`, `pe`) writes k or v of `count` tokens into KV slot `dst_buf` of (`dst_ct`, `dst_pe`)",
+               ("ct", "pe", "dst_ct", "dst_pe", "src_buf", "dst_buf", "count", "nbytes", "arg"),
+               "bits 0-15 the token slot; bits 16-31 source offset (units of 8)", "router",
+               (Access(_S, Buffer.SRC_BUF, Extent.MOVE_SRC),),
+               (Access(_D, Buffer.DST_BUF, Extent.TOKEN_SLOTS),),
+               "_kv_append", "kv_append", PathClass.MESH_TRANSFER),
+    Descriptor(Opcode.PG_ON, "wake CT `ct` (power-gating header on)", ("ct",), "unused", "power", (), (),
+               "_pg_on", "power", PathClass.WAKEUP, whole_ct=True),
+    Descriptor(Opcode.PG_OFF, "gate CT `ct`: RRAM periphery and router off, SRAM and scratchpad retained", ("ct",),
+               "unused", "power", (), (), "_pg_off", "power", PathClass.CONTROL, whole_ct=True),
+    Descriptor(Opcode.MASK, "set the LoRA block mask register of (`ct`, `pe`): bit s set = SRAM slot s all zero",
+               ("ct", "pe", "arg"), "mask bits", "sram", (),
+               (Access(_S, Buffer.MASK_REGISTER, Extent.WHOLE),), "_mask", "mask", PathClass.RECONFIGURATION),
+    Descriptor(Opcode.SYNC, "barrier `arg`: later records wait for every earlier record", ("arg",), "barrier id",
+               "none", (), (), "_sync", "sync", PathClass.CONTROL),
+)}
+
+
+def descriptor(op: int) -> Descriptor:
+    """The descriptor of opcode ``op``; KeyError naming the opcode when the table lacks it."""
+    known = int(op) in Opcode._value2member_map_
+    d = DESCRIPTORS.get(Opcode(op)) if known else None
+    if d is None:
+        raise KeyError(f"opcode {int(op)} ({Opcode(op).name if known else 'unknown'}) has no descriptor")
+    return d
+
+
+def missing() -> list[str]:
+    """Opcodes without a descriptor (empty when the table is complete)."""
+    return [o.name for o in Opcode if o not in DESCRIPTORS]
+

@@ -1,0 +1,75 @@
+"""Distributed control (a sequencer per CT) against central control (the NMC alone), by hand."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from primal_compiler.errors import InputError
+from primal_compiler.executor.control import control
+from primal_compiler.executor.replay import replay
+from primal_compiler.isa.opcodes import ActFn, BufKind, Opcode, buf
+from primal_compiler.isa.stream import StreamBuilder
+from primal_compiler.target import load_target, with_overrides
+
+META = {"num_cts": 2, "mesh_rows": 4, "mesh_cols": 4, "num_layers": 1, "package_cols": 2}
+
+
+def _target(seq: int, nmc: int):
+    return with_overrides(load_target("primal-7nm"), {"ct.mesh_rows": 4, "ct.mesh_cols": 4,
+                                                       "ct.sequencer_issue_cycles": seq, "system.nmc_issue_cycles": nmc})
+
+
+def _two_cts(n: int):
+    """``n`` independent one-element ACTs on each of CT 0 and CT 1, interleaved, each on its own PE."""
+    b = StreamBuilder()
+    for i in range(n):
+        for ct in (0, 1):
+            b.records(1, op=Opcode.ACT, ct=ct, pe=i, dst_buf=buf(BufKind.ROOT, 0), arg=ActFn.EMBED, count=1)
+    return b.build()
+
+
+def test_distributed_sequencers_dispatch_in_parallel_and_central_in_one_line():
+    stream, n = _two_cts(8), 8
+    t = _target(seq=5, nmc=3)
+    dist = replay(META, {}, stream, t)
+    cent = replay(META, {}, stream, t, mode="central")
+    k = np.arange(2 * n) // 2  # position of each record in its CT's own program
+    assert dist.dispatch.tolist() == (k * 5).tolist()
+    assert cent.dispatch.tolist() == (np.arange(2 * n) * 3).tolist()
+    busy = dist.busy
+    assert dist.finish.tolist() == (k * 5 + busy).tolist()  # independent records start at dispatch
+    assert dist.end == (n - 1) * 5 + busy.max() and cent.end == (2 * n - 1) * 3 + busy.max()
+
+
+def test_an_unknown_control_mode_is_refused():
+    with pytest.raises(InputError, match="control must be distributed or central"):
+        control(_two_cts(1), _target(1, 1), 2, mode="round-robin")
+
+
+def test_a_program_larger_than_its_instruction_buffer_is_named(compiled, small_target):
+    program, meta, arrays = compiled
+    size = control(program.stream, small_target, int(meta["num_cts"])).program_bytes
+    worst = int(np.argmax(size))
+    tight = with_overrides(small_target, {"ct.instruction_buffer_bytes": int(size.max()) - 32})
+    with pytest.raises(InputError, match=rf"CT {worst}'s program for request 0 .* is {int(size.max()):,} B, more than "
+                                         rf"its {int(size.max()) - 32:,} B instruction buffer"):
+        replay(meta, arrays, program.stream, tight)
+    assert replay(meta, arrays, program.stream, small_target, mode="central").end > 0  # central: no CT buffer
+
+
+def test_the_program_is_adapter_prefill_and_one_decode_step_per_ct(compiled, small_target):
+    program, meta, _ = compiled
+    r = program.stream.records
+    c = control(program.stream, small_target, int(meta["num_cts"]))
+    sec = {s.name: s for s in program.stream.sections}
+    d = sec["decode:0"]
+    part = r[d.start : d.stop]
+    argmax = np.flatnonzero((part["op"] == Opcode.ACT) & (part["arg"] == ActFn.ARGMAX))
+    one_step = part[: argmax[0] + 1]
+    for ct in range(int(meta["num_cts"])):
+        mine = sum(int((r[s.start : s.stop]["ct"] == ct).sum()) for s in (sec["adapter:0"], sec["prefill:0"]))
+        mine += int((one_step["ct"] == ct).sum())
+        assert c.program_bytes[ct] >= 32 * mine  # request 1 may be larger; never smaller than request 0
+    bw = small_target.d2d.bandwidth_bytes_per_s / small_target.system.clock_hz
+    assert c.load_cycles == int(np.ceil(c.program_bytes.sum() / bw))
