@@ -135,8 +135,9 @@ def write_compiled(program: Program, target, out: Path, force: bool = False, inp
             save_program(tmp / PROGRAM_FILE, meta, arrays, program.stream)
 
 
-def run_pipeline(pipeline: str, batch: int | None, context: int | None) -> str:
-    """``pipeline`` with the KV space set to ``batch`` x ``context`` (kv-ring, and blocking's traffic context)."""
+def run_pipeline(pipeline: str, batch: int | None, context: int | None, steps: int | None = None) -> str:
+    """``pipeline`` with the KV space set to ``batch`` x ``context`` (kv-ring, and blocking's traffic context)
+    and ``steps`` decode steps (codegen)."""
     from dataclasses import replace
 
     from primal_compiler.passmgr import print_pipeline
@@ -148,8 +149,22 @@ def run_pipeline(pipeline: str, batch: int | None, context: int | None) -> str:
             changes = {k: v for k, v in (("batch", batch), ("context", context)) if v is not None}
         elif p.name == "blocking" and context is not None:
             changes = {"context": context}
+        elif p.name == "codegen" and steps is not None:
+            changes = {"steps": steps}
         passes[i] = replace(p, **changes) if changes else p
     return print_pipeline(tuple(passes))
+
+
+def decode_steps(stream) -> int:
+    """Decode steps of request 0: its decode ARGMAXes over its prefill's (one per pass)."""
+    from primal_compiler.isa.opcodes import CONTROLLER, ActFn, Opcode
+
+    count = {}
+    for s in stream.sections:
+        if s.name in ("prefill:0", "decode:0"):
+            r = stream.records[s.start : s.stop]
+            count[s.name] = int(((r["op"] == Opcode.ACT) & (r["arg"] == ActFn.ARGMAX) & (r["ct"] == CONTROLLER)).sum())
+    return count.get("decode:0", 0) // max(1, count.get("prefill:0", 1))
 
 
 def load_compiled(path: Path, target_name: str | None):
@@ -170,10 +185,13 @@ def load_compiled(path: Path, target_name: str | None):
 
 
 def replay_report(meta: dict, arrays: dict, stream, target, where: str, validate: bool = True,
-                  baselines: Selection = DEFAULT_BASELINES, control: str | None = None) -> dict:
+                  baselines: Selection = DEFAULT_BASELINES, control: str | None = None,
+                  critical_path: bool = False) -> dict:
     """Replay a program (under ``control``, default the target's) and collect its metrics, hop validation,
-    the seed's H100 baseline and the GPU baseline family."""
+    the seed's H100 baseline and the GPU baseline family; with ``critical_path``, also
+    ``metrics["critical_path"]``: where request 0's TTFT and ITL go (``executor.critical``)."""
     from primal_compiler.baselines.family import family_for_program
+    from primal_compiler.executor.critical import critical_path as breakdown
     from primal_compiler.executor.metrics import metrics
     from primal_compiler.executor.replay import replay
     from primal_compiler.executor.validate import validate_hops
@@ -181,6 +199,8 @@ def replay_report(meta: dict, arrays: dict, stream, target, where: str, validate
     rp = replay(meta, arrays, stream, target, where, control)
     report = {"format": "primal-run", "package_version": __version__, "program": where, "model": meta.get("model"),
               "target": target.name, "pipeline": meta.get("pipeline"), "metrics": metrics(rp)}
+    if critical_path:
+        report["metrics"]["critical_path"] = breakdown(rp)
     if validate:
         report["validation"] = validate_hops(rp, where)
     report["h100"] = h100_for(meta, report["metrics"])

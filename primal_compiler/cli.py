@@ -110,9 +110,9 @@ def cmd_run_functional(args) -> None:
         from primal_compiler.frontend import load_model
 
         target, where = _target(args.target or "primal-7nm"), args.model
-        program = compile_for_replay(load_model(args.model, args.lora), target, len(prompt), args.generate,
+        program = compile_for_replay(load_model(args.model, args.lora), target, len(prompt), args.generate or 1,
                                      args.pipeline or "default", args.context)
-    result = replay_functional(program, target, args.weights, args.adapter, prompt=prompt, generate=args.generate,
+    result = replay_functional(program, target, args.weights, args.adapter, prompt=prompt, generate=args.generate or 1,
                                precision=args.precision, where=where)
     if args.save_logits:
         _save_logits(args.save_logits, result.logits, args.force)
@@ -142,6 +142,10 @@ def cmd_run(args) -> None:
             if want is not None and want != kv.get(name):
                 raise InputError(where, f"compiled for {name} {kv.get(name)}, not {want}; recompile with "
                                         f"`primal run MODEL --{name} {want}` (the KV space is laid out at compile time)")
+        steps = api.decode_steps(stream)
+        if args.generate is not None and args.generate != steps:
+            raise InputError(where, f"compiled for {steps} generated tokens, not {args.generate}; recompile with "
+                                    f"`primal run MODEL --generate {args.generate}` (decode steps are compiled)")
     else:
         from primal_compiler.frontend import load_model
         from primal_compiler.isa.container import PROGRAM_FILE, load_program
@@ -151,7 +155,7 @@ def cmd_run(args) -> None:
             check_destination(args.output, args.force, directory=True, inputs=inputs)
         model = load_model(args.model, args.lora)
         target = _target(args.target or "primal-7nm")
-        pipeline = api.run_pipeline(args.pipeline or "default", args.batch, args.context)
+        pipeline = api.run_pipeline(args.pipeline or "default", args.batch, args.context, args.generate)
         program = api.compile_model(model, target, pipeline)
         passes = ", ".join(f"{r.name} {r.seconds:.1f} s" for r in program.records)
         print(f"compiled {model.name}: {api.pipeline_text(program)} ({passes})", file=sys.stderr)
@@ -163,13 +167,13 @@ def cmd_run(args) -> None:
             meta, arrays, stream = load_program(where, target)
             print(f"wrote {args.output}/ (program.primal, placement, summary.json, records.json)", file=sys.stderr)
     report = api.replay_report(meta, arrays, stream, target, where, validate=not args.no_validate,
-                               baselines=chosen, control=args.control)
+                               baselines=chosen, control=args.control, critical_path=args.critical_path)
     print(json.dumps(report, indent=2, sort_keys=True) if args.json else render_run(report))
 
 
 def cmd_reproduce(args) -> None:
     from primal_compiler.baselines.family import selection
-    from primal_compiler.report.reproduce import Study, calibrate, render_reproduce, reproduce
+    from primal_compiler.report.reproduce import Study, render_reproduce, reproduce
 
     study = Study(model=args.model, lora=args.lora, target=args.target, pipeline=args.pipeline, context=args.context,
                   batch8_context=args.batch8_context, baselines=selection(args.baseline_gpu, args.baselines))
@@ -177,9 +181,6 @@ def cmd_reproduce(args) -> None:
     def say(line: str) -> None:
         print(line, file=sys.stderr, flush=True)
 
-    if args.calibrate:
-        print(json.dumps(calibrate(study, say), indent=2))
-        return
     rows = reproduce(study, say)
     print(json.dumps(rows, indent=2) if args.json else render_reproduce(rows))
 
@@ -276,14 +277,17 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--no-validate", action="store_true", help="skip checking stream hops against the mapping")
     sp.add_argument("--control", choices=("distributed", "central"), default=None,
                     help="who dispatches records: a sequencer per CT, or the NMC alone (default: the target's system.control)")
+    sp.add_argument("--critical-path", action="store_true",
+                    help="also break request 0's TTFT and ITL down along their critical paths (where the time goes)")
     sp.add_argument("--json", action="store_true", help="print one JSON object")
     fn = sp.add_argument_group("functional replay (execute the stream numerically, docs/functional.md)")
     fn.add_argument("--functional", action="store_true", help="run the stream on real weights instead of costing it")
     fn.add_argument("--weights", default=None, help="the model's ONNX file (base weights, and its LoRA if unmerged)")
     fn.add_argument("--adapter", default=None, help="a PEFT adapter directory whose LoRA replaces the file's")
     fn.add_argument("--prompt", default=None, help="prompt token ids, e.g. 1,2,3,4")
-    fn.add_argument("--generate", type=option_arg("codegen", "steps"), default=1,
-                    help="tokens to generate greedily")
+    sp.add_argument("--generate", type=option_arg("codegen", "steps"), default=None,
+                    help="tokens to generate per sequence (default 1): the cost replay compiles that many decode steps "
+                         "and reports ITL p50/p99 over them; --functional generates them greedily")
     fn.add_argument("--precision", default="exact", choices=("exact", "hardware"))
     fn.add_argument("--save-logits", default=None, help="write the logits of every step to this .npy file")
     add_family_args(sp)
@@ -297,7 +301,6 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--context", type=option_arg("kv-ring", "context"), default=2048)
     sp.add_argument("--batch8-context", type=option_arg("kv-ring", "context"), default=256,
                     help="context of the batch-8 row (must fit 8 sequences)")
-    sp.add_argument("--calibrate", action="store_true", help="print the fitted values of the calibrated constants")
     sp.add_argument("--json", action="store_true", help="rows as JSON objects")
     add_family_args(sp)
     sp.set_defaults(func=cmd_reproduce)

@@ -67,8 +67,8 @@ class AttentionEmitter:
                 runs.append([k, h, 1])
         return [tuple(x) for x in runs]
 
-    def emit(self, start: int, tokens: int) -> Block:
-        """Records of all sequences for queries at positions ``start .. start+tokens-1``.
+    def emit(self, start: int, tokens: int, seqs: range) -> Block:
+        """Records of sequences ``seqs`` for queries at positions ``start .. start+tokens-1``.
 
         Past the context (one token per step) the ring has wrapped: the token
         overwrites the slot of position ``start - context`` and the query
@@ -86,7 +86,7 @@ class AttentionEmitter:
             chunks = np.arange((end - 1) // kv.chunk_tokens + 1)
             pairs = causal_pairs(chunks, kv.chunk_tokens, start, tokens)
         written = np.arange(start // kv.chunk_tokens, (end - 1) // kv.chunk_tokens + 1)
-        for seq in range(kv.batch):
+        for seq in seqs:
             for g in range(kv.kv_heads):
                 self._append(b, seq, g, written, start, end)
                 self._queries(b, seq, g, chunks, tokens)

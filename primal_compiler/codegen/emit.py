@@ -23,7 +23,7 @@ from primal_compiler.codegen.block import Block, shifted
 from primal_compiler.codegen.layer import HIDDEN, LayerEmitter
 from primal_compiler.codegen.routes import LayerRoutes
 from primal_compiler.ir.tiles import Macro
-from primal_compiler.isa.opcodes import CONTROLLER, ActFn, BufKind, Flag, HiddenBuf, Opcode, buf
+from primal_compiler.isa.opcodes import CONTROLLER, NONE16, ActFn, BufKind, Flag, HiddenBuf, Opcode, buf
 from primal_compiler.isa.stream import Section, Stream
 from primal_compiler.mapping.lower import layer_templates
 from primal_compiler.transforms.lower_tiles import geometry
@@ -103,11 +103,12 @@ class ProgramEmitter:
         ct, pe = tp.routes.hub_pos(name)
         return ct - tp.first_ct + self._first_ct(layer), pe
 
-    def handoff(self, layer: int, vectors: int) -> Block:
+    def handoff(self, layer: int, vectors: int, first_seq: int, prefill: bool) -> Block:
         b, h = Block(), self.model.hidden_size
         dst = self.hub(layer, "in")
-        if layer == 0:
-            b.add(op=Opcode.ACT, ct=CONTROLLER, pe=0, dst_buf=HIDDEN(HiddenBuf.X), count=h * vectors,
+        if layer == 0:  # a decode step embeds the tokens the last ARGMAX of these sequences picked
+            token = NONE16 if prefill else buf(BufKind.TOKEN, first_seq)
+            b.add(op=Opcode.ACT, ct=CONTROLLER, pe=0, src_buf=token, dst_buf=HIDDEN(HiddenBuf.X), count=h * vectors,
                   arg=ActFn.EMBED, layer=0)
             src, sb = (CONTROLLER, 0), HIDDEN(HiddenBuf.X)
         else:
@@ -117,17 +118,17 @@ class ProgramEmitter:
               flags=Flag.D2D if src[0] != dst[0] else 0)
         return b
 
-    def phase(self, out: _Out, start: int, tokens: int, flags: int) -> None:
-        """Every layer and the LM head for ``tokens`` new tokens per sequence from position ``start``."""
-        batch, L = self.kv.batch, self.model.num_layers
+    def phase(self, out: _Out, start: int, tokens: int, flags: int, seqs: range) -> None:
+        """Every layer and the LM head for ``tokens`` new tokens of sequences ``seqs`` from position ``start``."""
+        batch, L = len(seqs), self.model.num_layers
         for n in range(L + 1):
             tp = self.templates[self.template_of[n]]
             shift = self._first_ct(n) - tp.first_ct
             vectors = batch if n == L else batch * tokens
-            out.put(self.handoff(n, vectors), flags=flags)
+            out.put(self.handoff(n, vectors, seqs.start, bool(flags & Flag.PREFILL)), flags=flags)
             out.put(tp.pre, shift, n, vectors, flags)
             if tp.attention is not None:
-                out.put(tp.attention.emit(start, tokens), shift, n, 1, flags)
+                out.put(tp.attention.emit(start, tokens, seqs), shift, n, 1, flags)
             out.put(tp.post, shift, n, vectors, flags)
         vocab, head = self.model.vocab_size, self.hub(L, "out")
         tail = Block()
@@ -135,7 +136,7 @@ class ProgramEmitter:
                  src_buf=HIDDEN(HiddenBuf.LOGITS), dst_buf=HIDDEN(HiddenBuf.LOGITS), count=batch, nbytes=vocab * 2 * batch,
                  arg=0, layer=L, flags=Flag.D2D)
         tail.add(op=Opcode.ACT, ct=CONTROLLER, pe=0, src_buf=HIDDEN(HiddenBuf.LOGITS),
-                 dst_buf=HIDDEN(HiddenBuf.TOKEN), count=vocab * batch, arg=ActFn.ARGMAX, layer=L)
+                 dst_buf=buf(BufKind.TOKEN, seqs.start), count=vocab * batch, arg=ActFn.ARGMAX, layer=L)
         out.put(tail, flags=flags)
 
     def adapter(self, out: _Out, barrier: int) -> None:
@@ -155,10 +156,19 @@ class ProgramEmitter:
         out.put(b)
 
 
-def emit_stream(program, target, prompt: int, requests: tuple[int, ...], steps: int = 1) -> Stream:
-    """The instruction stream of ``requests`` (adapter id per request) on a placed program with a KV map."""
+def emit_stream(program, target, prompt: int, requests: tuple[int, ...], steps: int = 1,
+                pipeline: bool = True) -> Stream:
+    """The instruction stream of ``requests`` (adapter id per request) on a placed program with a KV map.
+
+    ``pipeline`` (batch > 1): each sequence of the batch runs its own pass through the layers (records
+    of one vector, its own EMBED and ARGMAX), sequence after sequence, so the layers' CTs work on
+    different sequences at once and a sequence's next step starts when its own token is known; off,
+    one pass carries every sequence (records of ``batch`` vectors, one ARGMAX per step).
+    """
     em = ProgramEmitter(program, target, prompt)
     out = _Out()
+    batch = program.kv.batch
+    passes = [range(s, s + 1) for s in range(batch)] if pipeline and batch > 1 else [range(batch)]
     has_lora = bool((program.tiles.macro == Macro.SRAM).any())
     for r, adapter in enumerate(requests):
         if has_lora and (r == 0 or adapter != requests[r - 1]):
@@ -166,11 +176,13 @@ def emit_stream(program, target, prompt: int, requests: tuple[int, ...], steps: 
             em.adapter(out, barrier=r)
             out.section(f"adapter:{r}", start)
         start = out.length
-        em.phase(out, 0, prompt, Flag.PREFILL)
+        for seqs in passes:
+            em.phase(out, 0, prompt, Flag.PREFILL, seqs)
         out.section(f"prefill:{r}", start)
         start = out.length
         for step in range(steps):
-            em.phase(out, prompt + step, 1, 0)
+            for seqs in passes:
+                em.phase(out, prompt + step, 1, 0, seqs)
         out.section(f"decode:{r}", start)
     stream = out.stream()
     _mark_skipped(stream.records, program.tiles, em.geo_pes)

@@ -11,13 +11,16 @@ Under ``"central"`` the NMC dispatches every record, one every
 ``system.nmc_issue_cycles``: the machine the executor modelled before, kept
 so a user can compare.
 
-The NMC loads every CT's program once, before the first request (the
-program does not depend on the prompt, batch or generation length: a prefill
-record covers all prompt tokens and decode steps repeat one step's
-records), through its die-to-die port at ``d2d.bandwidth_bytes_per_s``, one
-CT after another. A CT's program is what it issues in one request's
-sections: adapter load, prefill and one decode step. A program that does not
-fit its CT's buffer is an error naming the CT, the section and the sizes.
+A CT's program is what it issues in one request's phases: adapter load,
+prefill and one decode step (a prefill record covers all prompt tokens and
+decode steps repeat one step's records, so it does not depend on the prompt
+or generation length; a pipelined batch has one pass per sequence). When a
+CT's three fit its buffer together, the NMC loads them once, before the
+first request, through its die-to-die port at ``d2d.bandwidth_bytes_per_s``;
+otherwise it reloads each phase's program when the CT has dispatched the
+previous phase (:func:`plan`), and that load delays the phase's first
+dispatch. A phase that does not fit alone is an error naming the CT, the
+phase and the sizes.
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ class Control:
     mode: str
     seq: np.ndarray  # int64 per record
     issue_cycles: np.ndarray  # int64 per sequencer
+    reload: np.ndarray  # int64 per record: cycles to load its CT's program of the phase it opens (0 none)
     program_bytes: np.ndarray  # int64 per CT: its resident program (distributed), 0 under central control
     load_cycles: int  # NMC cycles to load every CT's program
 
@@ -46,37 +50,78 @@ class Control:
         return len(self.issue_cycles) - 1
 
 
-def _step_records(stream, name: str) -> np.ndarray:
-    """Records of the first step of section ``name`` (up to and including its first controller ARGMAX)."""
+def _argmax(r: np.ndarray) -> np.ndarray:
+    return np.flatnonzero((r["op"] == Opcode.ACT) & (r["arg"] == ActFn.ARGMAX) & (r["ct"] == CONTROLLER))
+
+
+def _step_records(stream, name: str, passes: int) -> np.ndarray:
+    """Records of the first step of section ``name``: up to and including its ``passes``-th controller ARGMAX."""
     for s in stream.sections:
         if s.name == name:
-            r = stream.records[s.start : s.stop]
-            argmax = np.flatnonzero((r["op"] == Opcode.ACT) & (r["arg"] == ActFn.ARGMAX) & (r["ct"] == CONTROLLER))
-            stop = s.start + int(argmax[0]) + 1 if len(argmax) else s.stop
+            argmax = _argmax(stream.records[s.start : s.stop])
+            stop = s.start + int(argmax[passes - 1]) + 1 if len(argmax) >= passes else s.stop
             return np.arange(s.start, stop)
     return np.zeros(0, dtype=np.int64)
+
+
+def _passes(stream, req: str) -> int:
+    """Passes per step of request ``req``: its prefill's ARGMAXes (one per sequence when pipelined)."""
+    for s in stream.sections:
+        if s.name == f"prefill:{req}":
+            return max(1, len(_argmax(stream.records[s.start : s.stop])))
+    return 1
 
 
 def _requests(stream) -> list[str]:
     return sorted({s.name.split(":", 1)[1] for s in stream.sections if ":" in s.name})
 
 
-def resident_program(stream, num_cts: int) -> tuple[np.ndarray, np.ndarray]:
-    """(bytes per CT, the request whose program is largest per CT): records issued in one request's
-    adapter, prefill and first decode step, times the record size."""
-    ct = stream.records["ct"].astype(np.int64)
-    best = np.zeros(num_cts, dtype=np.int64)
-    which = np.zeros(num_cts, dtype=np.int64)
-    for i, req in enumerate(_requests(stream)):
-        rec = np.concatenate([_step_records(stream, f"{kind}:{req}") for kind in ("adapter", "prefill", "decode")])
-        mine = ct[rec]
-        size = np.bincount(mine[mine < num_cts], minlength=num_cts)[:num_cts] * RECORD.itemsize
-        more = size > best
-        best[more], which[more] = size[more], i
-    if not _requests(stream):  # a stream without request sections: the whole stream is the program
-        mine = ct[ct < num_cts]
-        best = np.bincount(mine, minlength=num_cts)[:num_cts] * RECORD.itemsize
-    return best, which
+def _phases(stream, req: str) -> list[np.ndarray]:
+    """Records of each phase of request ``req`` that a CT must hold: adapter, prefill, one decode step."""
+    n = _passes(stream, req)
+    return [_step_records(stream, f"{kind}:{req}", n) for kind in ("adapter", "prefill", "decode")]
+
+
+def _bytes(ct: np.ndarray, rec: np.ndarray, num_cts: int) -> np.ndarray:
+    mine = ct[rec]
+    return np.bincount(mine[mine < num_cts], minlength=num_cts)[:num_cts] * RECORD.itemsize
+
+
+def plan(stream, num_cts: int, cap: int, bw: float, where: str) -> tuple[np.ndarray, np.ndarray, int]:
+    """(reload cycles per record, resident bytes per CT, deployment load cycles).
+
+    Per request and CT: when its adapter, prefill and decode-step programs fit the buffer together,
+    the NMC loads them once at deployment; otherwise each phase's program must fit alone, and the NMC
+    reloads it when the CT has dispatched its previous phase (``reload`` on the CT's first record of
+    the phase: that program's bytes over the die-to-die port). InputError naming the CT, the section
+    and the sizes when one phase does not fit.
+    """
+    r = stream.records
+    ct = r["ct"].astype(np.int64)
+    reload = np.zeros(len(r), dtype=np.int64)
+    resident = np.zeros(num_cts, dtype=np.int64)
+    initial = np.zeros(num_cts, dtype=np.int64)
+    reqs = _requests(stream) or ["-"]
+    for req in reqs:
+        phases = _phases(stream, req) if req != "-" else [np.arange(len(r))]
+        sizes = np.stack([_bytes(ct, p, num_cts) for p in phases])
+        worst = sizes.max(axis=0)
+        if (worst > cap).any():
+            c = int(np.argmax(worst))
+            kind = ("adapter", "prefill", "decode step")[int(np.argmax(sizes[:, c]))] if req != "-" else "stream"
+            raise InputError(where, f"CT {c}'s {kind} program of request {req} is {int(worst[c]):,} B, more than its "
+                                    f"{cap:,} B instruction buffer (ct.instruction_buffer_bytes); "
+                                    f"{int((worst > cap).sum())} CTs overflow")
+        whole = sizes.sum(axis=0) <= cap
+        resident = np.maximum(resident, np.where(whole, sizes.sum(axis=0), worst))
+        initial = np.maximum(initial, np.where(whole, sizes.sum(axis=0), sizes[0]))
+        for k in range(1, len(phases)):
+            sec = phases[k]
+            mine = sec[(ct[sec] < num_cts)]
+            cts, first = np.unique(ct[mine], return_index=True)
+            need = ~whole[cts]
+            reload[mine[first[need]]] = np.ceil(sizes[k][cts[need]] / bw).astype(np.int64)
+    return reload, resident, int(np.ceil(initial.sum() / bw))
 
 
 def control(stream, target, num_cts: int, where: str = "program", mode: str | None = None) -> Control:
@@ -91,20 +136,13 @@ def control(stream, target, num_cts: int, where: str = "program", mode: str | No
     bw = target.d2d.bandwidth_bytes_per_s / target.system.clock_hz
     if mode == "central":
         total = len(stream.records) * RECORD.itemsize
-        return Control(mode, np.zeros(len(ct), dtype=np.int64), np.array([nmc], dtype=np.int64),
+        zero = np.zeros(len(ct), dtype=np.int64)
+        return Control(mode, zero, np.array([nmc], dtype=np.int64), zero,
                        np.zeros(num_cts, dtype=np.int64), int(np.ceil(total / bw)) if total else 0)
     if mode != "distributed":
         raise InputError(where, f"control must be distributed or central, not {mode!r}")
-    size, which = resident_program(stream, num_cts)
-    cap = int(target.ct.instruction_buffer_bytes)
-    over = np.flatnonzero(size > cap)
-    if len(over):
-        c = int(over[np.argmax(size[over])])
-        req = _requests(stream)[int(which[c])] if _requests(stream) else "-"
-        raise InputError(where, f"CT {c}'s program for request {req} (adapter, prefill, one decode step) is "
-                                f"{int(size[c]):,} B, more than its {cap:,} B instruction buffer "
-                                f"(ct.instruction_buffer_bytes); {len(over)} CTs overflow")
+    reload, size, load = plan(stream, num_cts, int(target.ct.instruction_buffer_bytes), bw, where)
     seq = np.where(ct == CONTROLLER, num_cts, ct)
     issue = np.full(num_cts + 1, int(target.ct.sequencer_issue_cycles), dtype=np.int64)
     issue[num_cts] = nmc
-    return Control(mode, seq, issue, size, int(np.ceil(size.sum() / bw)))
+    return Control(mode, seq, issue, reload, size, load)

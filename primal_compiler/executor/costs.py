@@ -1,10 +1,13 @@
 """Per-opcode cost rules: busy time, the unit a record holds, and its dynamic energy.
 
-``RULES`` maps every :class:`Opcode` to a rule; a stream holding an opcode
-without a rule is an error naming it. Each rule is vectorized over the
-records of its opcode and returns the cycles the record keeps its unit busy
-(network time of router records comes from :mod:`.transfers`), the unit it
-holds (``-1`` none) and picojoules per energy component (``COMPONENTS``).
+``RULES`` maps every opcode of the descriptor table
+(:mod:`primal_compiler.isa.descriptors`) to the function of this module its
+``cost_rule`` names (a name without one is an error at import naming both);
+a stream holding an opcode without a rule is an error naming it. Each rule is
+vectorized over the records of its opcode and returns the cycles the record
+keeps its unit busy (network time of router records comes from
+:mod:`.transfers`), the unit it holds (``-1`` none) and picojoules per energy
+component (``COMPONENTS``).
 Every constant is a field of the target; the formulas are in
 ``docs/executor.md``.
 
@@ -15,6 +18,7 @@ records one at a time in stream order.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -22,6 +26,7 @@ import numpy as np
 from primal_compiler.errors import InputError
 from primal_compiler.executor.topology import Topology
 from primal_compiler.executor.transfers import Transfers
+from primal_compiler.isa.descriptors import DESCRIPTORS, Descriptor
 from primal_compiler.isa.opcodes import CONTROLLER, ActFn, DmacOp, Flag, Opcode
 
 COMPONENTS = ("rram_adc", "sram_dcim", "router_dmac", "links", "controller", "wakeup")
@@ -167,18 +172,18 @@ def _config(c: Ctx, rec):
     return busy, unit, {"sram_dcim": r["nbytes"][rec].astype(np.int64) * 8 * s.write_energy_pj_per_bit}
 
 
-def _power(cycles_of):
-    def rule(c: Ctx, rec):
-        ct = c.records["ct"][rec].astype(np.int64)
-        busy = np.full(len(rec), cycles_of(c.target), dtype=np.int64)
-        return busy, c.controller_unit + 1 + ct, {}
-
-    return rule
+def _power(c: Ctx, rec, cycles: int):
+    ct = c.records["ct"][rec].astype(np.int64)
+    return np.full(len(rec), cycles, dtype=np.int64), c.controller_unit + 1 + ct, {}
 
 
 def _pg_on(c: Ctx, rec):
-    busy, unit, _ = _power(lambda t: t.power_gating.wakeup_cycles)(c, rec)
+    busy, unit, _ = _power(c, rec, c.target.power_gating.wakeup_cycles)
     return busy, unit, {"wakeup": np.full(len(rec), c.target.power_gating.wakeup_energy_pj)}
+
+
+def _pg_off(c: Ctx, rec):
+    return _power(c, rec, 1)
 
 
 def _mask(c: Ctx, rec):
@@ -186,21 +191,23 @@ def _mask(c: Ctx, rec):
     return np.ones(len(rec), dtype=np.int64), c.unit(SRAM_UNIT, ct, pe), {}
 
 
-RULES = {
-    Opcode.BCAST: _move,
-    Opcode.REDUCE: _reduce,
-    Opcode.UNICAST: _move,
-    Opcode.CONFIG: _config,
-    Opcode.SMAC_RRAM: _smac_rram,
-    Opcode.SMAC_SRAM: _smac_sram,
-    Opcode.DMAC: _dmac,
-    Opcode.ACT: _act,
-    Opcode.KV_APPEND: _kv_append,
-    Opcode.PG_ON: _pg_on,
-    Opcode.PG_OFF: _power(lambda t: 1),
-    Opcode.MASK: _mask,
-    Opcode.SYNC: lambda c, rec: _none(len(rec)),
-}
+def _sync(c: Ctx, rec):
+    return _none(len(rec))
+
+
+def rules(table: Mapping[Opcode, Descriptor]) -> dict[Opcode, Callable]:
+    """The rule of every opcode in ``table``: the function of this module its ``cost_rule`` names;
+    NameError naming the opcode and the rule when there is no such function."""
+    out = {}
+    for op, d in table.items():
+        rule = globals().get(d.cost_rule)
+        if not callable(rule) or getattr(rule, "__module__", None) != __name__:
+            raise NameError(f"opcode {op.name}: cost rule {d.cost_rule!r} is not a function of {__name__}")
+        out[op] = rule
+    return out
+
+
+RULES = rules(DESCRIPTORS)
 
 
 def record_costs(c: Ctx, where: str = "program") -> tuple[np.ndarray, np.ndarray, dict[str, np.ndarray]]:

@@ -25,7 +25,9 @@ element, is an ancestor of the consumer.
 
 A read no earlier record can satisfy is an error, naming the record, its CT,
 PE and buffer, except for state with a defined initial value (a KV chunk:
-empty; the mask register: no slot masked; the controller's token state).
+empty; the mask register: no slot masked). The controller's tokens are a
+buffer (``TOKEN``, one per sequence): a sequence's ARGMAX writes it and its
+next EMBED reads it, so sequences do not wait for each other's tokens.
 """
 
 from __future__ import annotations
@@ -85,7 +87,7 @@ def _tag(r: np.ndarray, rec: np.ndarray, b: Buffer) -> np.ndarray:
     if b == Buffer.KV_CHUNK:
         kind = np.where((arg & 0xFF) == DmacOp.QK, int(BufKind.KV_K), int(BufKind.KV_V))
         return (kind << 12) | ((arg >> 8) & 0xFFF)
-    return np.full(len(rec), int(Pseudo.MASK if b == Buffer.MASK_REGISTER else Pseudo.TOKEN), dtype=np.int64)
+    return np.full(len(rec), int(Pseudo.MASK), dtype=np.int64)  # MASK_REGISTER
 
 
 def _extent(r: np.ndarray, rec: np.ndarray, e: Extent) -> tuple[np.ndarray, np.ndarray]:

@@ -4,7 +4,9 @@ Records are dispatched by **sequencers**, each in stream order: under
 distributed control every CT's sequencer dispatches the records that CT
 issues (``ct``) and the controller's sequencer the controller's records;
 under central control one sequencer (the NMC) dispatches every record. A
-sequencer dispatches one record every ``issue_cycles[s]``. A ``SYNC`` waits
+sequencer dispatches one record every ``issue_cycles[s]``; a record that
+opens a phase whose program the NMC must reload (:mod:`.control`) waits for
+that load, on the NMC's one port. A ``SYNC`` waits
 until every earlier record finished and no sequencer dispatches a later
 record before it. A record the controller executes itself (``ACT`` at
 ``CONTROLLER``: embedding lookup, argmax) holds back its sequencer until it
@@ -35,10 +37,12 @@ _SYNC, _PG_ON, _PG_OFF = int(Opcode.SYNC), int(Opcode.PG_ON), int(Opcode.PG_OFF)
 
 @njit(nogil=True)
 def schedule(op, busy, unit, pred_ptr, pred, link_ptr, link, link_off, hold_mesh, hold_other, ct_a, ct_b, blocking,
-             seq, issue_cycles, num_units, num_links, num_cts, mesh_links):  # pragma: no cover - compiled
+             seq, issue_cycles, reload, num_units, num_links, num_cts, mesh_links):  # pragma: no cover - compiled
     """(dispatch, start, finish, first record touching a gated CT or -1, distinct mesh links and other links per record).
 
-    ``seq[i]`` is the sequencer of record i, ``issue_cycles[s]`` the dispatch interval of sequencer s.
+    ``seq[i]`` is the sequencer of record i, ``issue_cycles[s]`` the dispatch interval of sequencer s;
+    ``reload[i] > 0``: record i opens a phase whose program the NMC loads first (that many cycles on
+    its one port, once the CT's sequencer is done with the previous phase).
 
     Links ``< mesh_links`` are PE-mesh links; a link listed twice by one record counts once.
     """
@@ -55,12 +59,16 @@ def schedule(op, busy, unit, pred_ptr, pred, link_ptr, link, link_off, hold_mesh
     n_mesh = np.zeros(n, dtype=np.int64)
     n_other = np.zeros(n, dtype=np.int64)
     seq_free = np.zeros(len(issue_cycles), dtype=np.int64)
+    port_free = 0
     floor = 0
     horizon = 0
     bad = -1
     for i in range(n):
         s = seq[i]
         t = max(seq_free[s], floor)
+        if reload[i] > 0:
+            port_free = max(port_free, seq_free[s]) + reload[i]
+            t = max(t, port_free)
         dispatch[i] = t
         seq_free[s] = t + issue_cycles[s]
         o = op[i]

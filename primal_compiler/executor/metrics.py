@@ -5,14 +5,18 @@ For request ``r`` (sections ``adapter:r`` if it loads an adapter, ``prefill:r``,
 
 - **TTFT**: from the request's first record starting to the prefill's ARGMAX
   finishing (prefill plus the exposed part of the LoRA reconfiguration).
-- **ITL**: from one generated token to the next of the same sequence: decode
-  ARGMAX finish minus the previous ARGMAX finish, averaged over the steps.
-- **throughput**: ``batch`` tokens per ITL (every sequence of the batch
-  generates one token per step), steady state at the compiled context.
-- **energy per token / tokens/J / power**: over the decode window (previous
-  ARGMAX finish to the last decode ARGMAX finish): dynamic energy of the
-  decode records plus static energy of every CT in its power state, divided
-  by the tokens generated in the window; power = that energy / window.
+- **TTFT** ends when every sequence of the batch has its first token (the
+  last prefill ARGMAX).
+- **ITL** (per sequence): from one generated token to the next of the same
+  sequence (the same pass: the batch, or one sequence when codegen
+  pipelines), mean over every step of every pass; ``itl_p50_s`` /
+  ``itl_p99_s`` over the same gaps; ``itl_first_step_s`` the first step only.
+- **throughput** (of the machine): tokens generated (batch x steps) over the
+  decode window, from the first prefill ARGMAX to the last decode ARGMAX.
+- **energy per token / tokens/J / power**: over the decode window: dynamic
+  energy of the decode records plus static energy of every CT in its power
+  state, divided by the tokens generated in the window; power = that energy /
+  window.
 - **hops**: per leg of every router record of the decode step, XY hops on
   the PE mesh for legs within one CT (max, mean, bytes-weighted mean), the
   same over the legs the mapping placed (``mapped``: all but attention and
@@ -104,6 +108,24 @@ def area_mm2(rp: Replay) -> dict:
     return out
 
 
+def step_gaps(rp: Replay, pre_tok: np.ndarray, dec_tok: np.ndarray) -> tuple[np.ndarray, int]:
+    """(cycles between consecutive tokens of the same pass, pass by pass, steps per pass).
+
+    A pass is the sequences one ARGMAX decides (its TOKEN buffer): the whole batch, or one sequence
+    when codegen pipelines. Each pass's gaps run from its prefill ARGMAX through its decode ARGMAXes.
+    """
+    r = rp.stream.records
+    out, steps = [], 0
+    for q in pre_tok:
+        mine = dec_tok[r["dst_buf"][dec_tok] == r["dst_buf"][q]]
+        if not len(mine):
+            raise KeyError(f"pass of record {int(q)} has no decode ARGMAX writing its TOKEN buffer")
+        times = np.concatenate([[rp.finish[q]], np.sort(rp.finish[mine])])
+        out.append(np.diff(times))
+        steps = len(mine)
+    return np.concatenate(out).astype(np.float64), steps
+
+
 def decode_issue_cycles(rp: Replay, rec: np.ndarray) -> int:
     """Dispatch time of records ``rec`` on their busiest sequencer (records there x its issue interval)."""
     c = rp.control
@@ -133,14 +155,14 @@ def metrics(rp: Replay, request: int = 0) -> dict:
     if not len(pre_tok) or not len(dec_tok):
         raise KeyError(f"request {request}: prefill and decode must each end with a controller ARGMAX")
     first_token = int(rp.finish[pre_tok].max())
-    ends = np.sort(rp.finish[dec_tok])
-    steps = len(ends)
-    itl_cycles = (int(ends[-1]) - first_token) / steps
-    comp, states, domains = _window_energy(rp, sec["decode"], first_token, int(ends[-1]))
+    gaps, steps = step_gaps(rp, pre_tok, dec_tok)
+    begin, end = int(rp.finish[pre_tok].min()), int(rp.finish[dec_tok].max())
+    itl_cycles = float(gaps.mean())
+    comp, states, domains = _window_energy(rp, sec["decode"], begin, end)
     energy = sum(comp.values())
-    window_s = rp.seconds(int(ends[-1]) - first_token)
+    window_s = rp.seconds(end - begin)
     tokens = batch * steps
-    pre_comp, _, _ = _window_energy(rp, first, t0, first_token)
+    pre_comp, _, _ = _window_energy(rp, first, t0, begin)
     stored, capacity = costs.kv_storage(rp.ctx, sec["decode"])
     hops = hop_stats(rp, sec["decode"])
     prefill_begin = int(rp.start[sec["prefill"]].min())
@@ -148,6 +170,8 @@ def metrics(rp: Replay, request: int = 0) -> dict:
         "request": request, "batch": batch, "context": int(kv.get("context", 0)), "decode_steps": steps,
         "prompt_tokens": prompt_tokens(rp, sec["prefill"], batch),
         "ttft_s": rp.seconds(first_token - t0), "itl_s": rp.seconds(itl_cycles),
+        "itl_p50_s": rp.seconds(float(np.percentile(gaps, 50))), "itl_p99_s": rp.seconds(float(np.percentile(gaps, 99))),
+        "itl_first_step_s": rp.seconds(float(gaps[:: max(1, steps)].mean())), "passes": int(len(pre_tok)),
         "tokens_per_s": tokens / window_s, "energy_per_token_j": energy / tokens, "tokens_per_j": tokens / energy,
         "power_w": energy / window_s,
         "power_breakdown_w": {k: v / window_s for k, v in comp.items()},

@@ -96,7 +96,7 @@ def _tile_shapes(arrays: dict, topo: Topology):
     return out
 
 
-def _touched(records) -> tuple[np.ndarray, np.ndarray]:
+def touched(records) -> tuple[np.ndarray, np.ndarray]:
     """The CT a record runs on and the other CT it writes to (-1 none)."""
     ct = records["ct"].astype(np.int64)
     dst = records["dst_ct"].astype(np.int64)
@@ -137,10 +137,10 @@ def replay(meta: dict, arrays: dict, stream, target, where: str = "program", mod
     mark("deps")
     ctl = control(stream, target, topo.num_cts, where, mode)
     mark("control")
-    a, b = _touched(stream.records)
+    a, b = touched(stream.records)
     dispatch, start, finish, bad, n_mesh, n_other = schedule(
         stream.records["op"].astype(np.int64), busy, unit, ptr, pred, tr.link_ptr, tr.link, tr.link_offset,
-        tr.hold_mesh, tr.hold_other, a, b, blocking(stream.records), ctl.seq, ctl.issue_cycles, ctx.num_units,
+        tr.hold_mesh, tr.hold_other, a, b, blocking(stream.records), ctl.seq, ctl.issue_cycles, ctl.reload, ctx.num_units,
         topo.num_links, topo.num_cts, topo.d2d_base)
     if bad >= 0:
         rec = stream.records[bad]

@@ -8,7 +8,9 @@ derived from the record's own fields), the names of its cost rule
 ``functional.compute``), and the class its time counts under on a critical
 path. The dependency builder, the cost rules, the functional replay, the
 text form, the trace and ``docs/isa.md`` read this table; a missing entry is
-an error naming the opcode (:func:`descriptor`).
+an error naming the opcode (:func:`descriptor`). The opcode table of
+``docs/isa.md`` is :func:`opcode_table_markdown`; ``python -m
+primal_compiler.isa.descriptors docs/isa.md`` rewrites it there.
 
 A **location** is (CT, PE, buffer tag) — the controller is (CONTROLLER, 0, tag)
 — or one of the pseudo-buffers of :class:`Pseudo`, state that is not a
@@ -22,8 +24,10 @@ such extents exact enough are in ``executor/deps.py``.
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 from enum import IntEnum
+from pathlib import Path
 
 from primal_compiler.isa.opcodes import ActFn, DmacOp, Flag, Opcode, ReduceOp
 
@@ -47,7 +51,6 @@ class Buffer(IntEnum):
     SRAM_SLOT = 2  # BufKind.SRAM tag of slot ``arg`` (CONFIG, SMAC_SRAM)
     KV_CHUNK = 3  # KV_K (DmacOp.QK) or KV_V (DmacOp.PV) tag of slot ``arg >> 8``
     MASK_REGISTER = 4  # the PE's LoRA block mask register (Pseudo.MASK)
-    NMC_TOKEN = 5  # the controller's last token and position counter (Pseudo.TOKEN)
 
 
 class Extent(IntEnum):
@@ -66,7 +69,6 @@ class Pseudo(IntEnum):
     """Tags of the pseudo-buffers: kind 15, never a scratchpad buffer (BufKind stops at 13)."""
 
     MASK = 0xF000
-    TOKEN = 0xF001
 
 
 class PathClass(IntEnum):
@@ -97,11 +99,16 @@ class Access:
     args: tuple[int, ...] = ()
 
 
+UNIT_KINDS = ("rram", "sram", "dmac", "router", "controller", "power", "none")
+"""The values of :attr:`Descriptor.unit`."""
+
+
 @dataclass(frozen=True)
 class Descriptor:
     """Everything about one opcode. ``fields``: the fields it uses (the others hold their unused
-    value); ``unit``: what runs it (``rram``, ``sram``, ``dmac``, ``router``, ``controller``,
-    ``power``, ``none``); ``arg_enum``: the enum in the low bits of ``arg``, if any."""
+    value); ``unit``: what runs it (one of :data:`UNIT_KINDS`); ``arg_enum``: the enum in the low
+    bits of ``arg``, if any; ``whole_ct``: it acts on all of CT ``ct`` (``pe`` may be ALL_PES, ``ct``
+    is never the controller); ``arg_hex``: the text form writes ``arg`` in hex (bit sets)."""
 
     opcode: Opcode
     summary: str
@@ -115,6 +122,7 @@ class Descriptor:
     path_class: PathClass
     arg_enum: type[IntEnum] | None = None
     whole_ct: bool = False
+    arg_hex: bool = False
 
 
 _S, _D, _M = At.SOURCE, At.DESTINATION, At.MEMBERS
@@ -168,10 +176,8 @@ DESCRIPTORS: dict[Opcode, Descriptor] = {d.opcode: d for d in (
                "_dmac", "dmac", PathClass.DMAC_ATTENTION, arg_enum=DmacOp),
     Descriptor(Opcode.ACT, "activation unit (`arg`: `ActFn`) on `count` elements",
                ("ct", "pe", "layer", "src_buf", "dst_buf", "count", "arg"), "`ActFn`", "dmac",
-               (Access(_S, Buffer.SRC_BUF, Extent.WHOLE), Access(_S, Buffer.DST_BUF, Extent.WHOLE, args=_READS_DST),
-                Access(_S, Buffer.NMC_TOKEN, Extent.WHOLE, without=int(Flag.PREFILL), args=(int(ActFn.EMBED),))),
-               (Access(_S, Buffer.DST_BUF, Extent.WHOLE),
-                Access(_S, Buffer.NMC_TOKEN, Extent.WHOLE, args=(int(ActFn.ARGMAX),))),
+               (Access(_S, Buffer.SRC_BUF, Extent.WHOLE), Access(_S, Buffer.DST_BUF, Extent.WHOLE, args=_READS_DST)),
+               (Access(_S, Buffer.DST_BUF, Extent.WHOLE),),
                "_act", "act", PathClass.ACTIVATION, arg_enum=ActFn),
     Descriptor(Opcode.KV_APPEND, "(`ct`, `pe`) writes k or v of `count` tokens into KV slot `dst_buf` of (`dst_ct`, `dst_pe`)",
                ("ct", "pe", "dst_ct", "dst_pe", "src_buf", "dst_buf", "count", "nbytes", "arg"),
@@ -185,7 +191,8 @@ DESCRIPTORS: dict[Opcode, Descriptor] = {d.opcode: d for d in (
                "unused", "power", (), (), "_pg_off", "power", PathClass.CONTROL, whole_ct=True),
     Descriptor(Opcode.MASK, "set the LoRA block mask register of (`ct`, `pe`): bit s set = SRAM slot s all zero",
                ("ct", "pe", "arg"), "mask bits", "sram", (),
-               (Access(_S, Buffer.MASK_REGISTER, Extent.WHOLE),), "_mask", "mask", PathClass.RECONFIGURATION),
+               (Access(_S, Buffer.MASK_REGISTER, Extent.WHOLE),), "_mask", "mask", PathClass.RECONFIGURATION,
+               arg_hex=True),
     Descriptor(Opcode.SYNC, "barrier `arg`: later records wait for every earlier record", ("arg",), "barrier id",
                "none", (), (), "_sync", "sync", PathClass.CONTROL),
 )}
@@ -204,3 +211,73 @@ def missing() -> list[str]:
     """Opcodes without a descriptor (empty when the table is complete)."""
     return [o.name for o in Opcode if o not in DESCRIPTORS]
 
+
+# --------------------------------------------------------------------------- docs/isa.md
+
+DOC_BEGIN, DOC_END = "<!-- opcode-table:begin -->", "<!-- opcode-table:end -->"
+_AT = {At.SOURCE: "src", At.DESTINATION: "dst", At.MEMBERS: "members"}
+_BUFFER = {Buffer.SRC_BUF: "src_buf", Buffer.DST_BUF: "dst_buf", Buffer.SRAM_SLOT: "SRAM slot arg",
+           Buffer.KV_CHUNK: "KV chunk arg>>8", Buffer.MASK_REGISTER: "mask register"}
+_EXTENT = {Extent.WHOLE: "", Extent.MOVE_SRC: "[src_off:]", Extent.MOVE_DST: "[dst_off:]",
+           Extent.REDUCE_SRC: "[src_off:]", Extent.REDUCE_DST: "[dst_off:]", Extent.TOKEN_SLOTS: "[slot:slot+count]",
+           Extent.SLOT_BIT: "[arg]"}
+_LEGEND = (
+    "Footprints read `BUFFER@PLACE[ELEMENTS]`. PLACE: `src` and `dst` the record's source and destination "
+    "(`ct`, `pe`) and (`dst_ct`, `dst_pe`), `self` its own PE (or the controller) when it has no destination, "
+    "`members` every member of `group`. ELEMENTS: `[src_off:]`, `[dst_off:]` from the element offset packed in "
+    "`arg` (8 x the packed value) to the end of the buffer; `[slot:slot+count]` `count` token slots from the one "
+    "in `arg`; `[arg]` one SRAM slot's bit; none, the whole location. `if` names the flags (`not`: flags absent) "
+    "or `arg` values a footprint needs. Generated from `primal_compiler/isa/descriptors.py` "
+    "(`python -m primal_compiler.isa.descriptors docs/isa.md` rewrites this block)."
+)
+
+
+def access_text(d: Descriptor, a: Access) -> str:
+    """Readable form of footprint ``a`` of ``d`` (markdown), e.g. "`dst_buf@self` if ACCUMULATE"; KeyError
+    on an At/Buffer/Extent without a label."""
+    moves = any(x.at != At.SOURCE for x in d.reads + d.writes)
+    place = "self" if a.at == At.SOURCE and not moves else _AT[a.at]
+    cond = []
+    if a.args:
+        cond.append("arg is " + "/".join(d.arg_enum(v).name if d.arg_enum else str(v) for v in a.args))
+    cond += [f.name for f in Flag if a.flags & f] + [f"not {f.name}" for f in Flag if a.without & f]
+    return f"`{_BUFFER[a.buffer]}@{place}{_EXTENT[a.extent]}`" + (" if " + " and ".join(cond) if cond else "")
+
+
+def opcode_table_markdown() -> str:
+    """The opcode table of docs/isa.md, one row per :class:`Opcode` in code order, then its legend;
+    KeyError naming an opcode without a descriptor."""
+    head = ("code", "name", "what it does", "fields used", "`arg`", "unit", "reads", "writes", "cost rule",
+            "functional rule")
+    rows = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for op in Opcode:
+        d = descriptor(op)
+        fields = f"`{' '.join(d.fields)}`" + (", `pe = ALL_PES`" if d.whole_ct else "")
+        cells = (str(int(op)), f"`{op.name}`", d.summary, fields, d.arg, d.unit,
+                 "; ".join(access_text(d, a) for a in d.reads) or "none",
+                 "; ".join(access_text(d, a) for a in d.writes) or "none", f"`{d.cost_rule}`", f"`{d.functional_rule}`")
+        rows.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
+    return "\n".join(rows) + "\n\n" + _LEGEND + "\n"
+
+
+def with_opcode_table(doc: str) -> str:
+    """``doc`` with the text between :data:`DOC_BEGIN` and :data:`DOC_END` replaced by
+    :func:`opcode_table_markdown`; ValueError unless each marker occurs once, in that order."""
+    if doc.count(DOC_BEGIN) != 1 or doc.count(DOC_END) != 1 or doc.index(DOC_BEGIN) > doc.index(DOC_END):
+        raise ValueError(f"expected one {DOC_BEGIN} line followed by one {DOC_END} line")
+    head, rest = doc.split(DOC_BEGIN)
+    return head + DOC_BEGIN + "\n" + opcode_table_markdown() + DOC_END + rest.split(DOC_END)[1]
+
+
+def main(argv: list[str]) -> int:
+    """``python -m primal_compiler.isa.descriptors [DOC]``: print the opcode table, or rewrite it in DOC."""
+    if not argv:
+        print(opcode_table_markdown(), end="")
+        return 0
+    path = Path(argv[0])
+    path.write_text(with_opcode_table(path.read_text()))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))

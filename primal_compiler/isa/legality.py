@@ -17,8 +17,9 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from primal_compiler.errors import InputError
+from primal_compiler.isa.descriptors import DESCRIPTORS
 from primal_compiler.isa.opcodes import (
-    ALL_PES, ARG_ENUM_MASK, CONTROLLER, NONE16, NONE32, RECORD, ActFn, BufKind, DmacOp, Flag, Opcode, ReduceOp,
+    ALL_PES, ARG_ENUM_MASK, CONTROLLER, NONE16, NONE32, RECORD, BufKind, Flag, Opcode,
 )
 from primal_compiler.isa.stream import Section, Stream
 
@@ -26,13 +27,23 @@ META_INTS = ("num_cts", "mesh_rows", "mesh_cols", "num_layers")  # meta keys the
 NAME = re.compile(r"[A-Za-z0-9_.:/+=@-]+")  # array and section names: no whitespace, text-safe
 _FLAG_BITS = sum(int(f) for f in Flag)
 _STREAM_DTYPES = {"group_ptr": np.dtype("<i8"), "group_ct": np.dtype("<u2"), "group_pe": np.dtype("<u2")}
-#: Opcodes that use a PE's macro or router unit, so they run on a CT, never on the controller.
+#: Opcodes that use a PE's macro or router unit, so they run on a CT, never on the controller. Not a column of
+#: the descriptor table: ACT (unit dmac) also runs on the controller, CONFIG (unit sram) is issued by it.
 ON_PE = (Opcode.SMAC_RRAM, Opcode.SMAC_SRAM, Opcode.DMAC, Opcode.MASK)
-#: Router opcodes with a destination: CONFIG and KV_APPEND write into a CT, UNICAST and REDUCE may also end
-#: at the controller.
+#: Opcodes with a destination (they use ``dst_ct``), which they need; CONFIG and KV_APPEND write into a CT,
+#: UNICAST and REDUCE may also end at the controller (INTO_CT is not a column of the descriptor table).
+ROUTED = tuple(op for op, d in DESCRIPTORS.items() if "dst_ct" in d.fields)
 INTO_CT = (Opcode.CONFIG, Opcode.KV_APPEND)
-ROUTED = INTO_CT + (Opcode.UNICAST, Opcode.REDUCE)
 _INTO_CT_NAMES = {op.name for op in INTO_CT}
+#: Opcodes acting on a whole CT (PG_ON, PG_OFF), those with a group (BCAST, REDUCE), those with an enum ``arg``.
+WHOLE_CT = tuple(op for op, d in DESCRIPTORS.items() if d.whole_ct)
+GROUPED = tuple(op for op, d in DESCRIPTORS.items() if "group" in d.fields)
+_ENUM_ARG = {op: d.arg_enum for op, d in DESCRIPTORS.items() if d.arg_enum is not None}
+
+
+def _names(ops: tuple[Opcode, ...]) -> str:
+    names = [op.name for op in ops]
+    return ", ".join(names[:-1]) + " and " + names[-1] if len(names) > 1 else "".join(names)
 
 
 class Problem(NamedTuple):
@@ -116,13 +127,13 @@ def _record_checks(r: np.ndarray, meta: Mapping[str, Any], num_groups: int) -> I
     yield "op", ~np.isin(op, list(Opcode)), lambda v, o: f"{v} is not an opcode (0..{len(Opcode) - 1})"
     yield "flags", (r["flags"] & (0xFF ^ _FLAG_BITS)) != 0, \
         lambda v, o: f"{v:#x} sets bits outside {'|'.join(f.name for f in Flag)}"
-    pg = (op == Opcode.PG_ON) | (op == Opcode.PG_OFF)
+    pg = np.isin(op, WHOLE_CT)
     yield "ct", (ct >= num_cts) & (ct != CONTROLLER), lambda v, o: f"{v} >= num_cts {num_cts}"
     yield "ct", pg & (ct == CONTROLLER), lambda v, o: f"{o} gates a CT, not the controller"
     yield "ct", np.isin(op, ON_PE) & (ct == CONTROLLER), lambda v, o: f"{o} runs on a PE of a CT, not the controller"
     whole = (pe == ALL_PES) & (pg | (ct == CONTROLLER))
     yield "pe", (pe >= pes) & ~whole, lambda v, o: (
-        f"ALL_PES on {o} (only PG_ON, PG_OFF and controller records)" if v == ALL_PES
+        f"ALL_PES on {o} (only {', '.join(op.name for op in WHOLE_CT)} and controller records)" if v == ALL_PES
         else f"{v} >= mesh_rows*mesh_cols {pes}")
     dst_ct, dst_pe = r["dst_ct"], r["dst_pe"]
     yield "dst_ct", (dst_ct >= num_cts) & (dst_ct != NONE16) & (dst_ct != CONTROLLER), \
@@ -140,15 +151,17 @@ def _record_checks(r: np.ndarray, meta: Mapping[str, Any], num_groups: int) -> I
         tag = r[field]
         yield field, ((tag >> 12) >= len(BufKind)) & (tag != NONE16), \
             lambda v, o: f"{v:#06x} has buffer kind {v >> 12}, not a BufKind (0..{len(BufKind) - 1})"
-    grouped = (op == Opcode.BCAST) | (op == Opcode.REDUCE)
+    grouped = np.isin(op, GROUPED)
     group = r["group"]
     yield "group", grouped & (group == NONE32), lambda v, o: f"{o} needs a group"
-    yield "group", ~grouped & (group != NONE32), lambda v, o: f"{v} on {o}: only BCAST and REDUCE use a group"
+    yield "group", ~grouped & (group != NONE32), lambda v, o: f"{v} on {o}: only {_names(GROUPED)} use a group"
     yield "group", (group >= num_groups) & (group != NONE32), lambda v, o: f"{v} >= num_groups {num_groups}"
     yield "count", r["count"] == 0, lambda v, o: "0, must be >= 1"
-    for opcode, enum in ((Opcode.ACT, ActFn), (Opcode.DMAC, DmacOp), (Opcode.REDUCE, ReduceOp)):
-        yield "arg", (op == opcode) & ~np.isin(r["arg"] & ARG_ENUM_MASK[opcode], list(enum)), \
-            lambda v, o, e=enum: f"{v} is not in {e.__name__} (0..{len(e) - 1}) for {o}"
+    bad_arg = np.zeros(len(r), dtype=bool)
+    for opcode, enum in _ENUM_ARG.items():
+        bad_arg |= (op == opcode) & ~np.isin(r["arg"] & ARG_ENUM_MASK[opcode], list(enum))
+    yield "arg", bad_arg, lambda v, o: f"{v} is not in {_ENUM_ARG[Opcode[o]].__name__} " \
+                                       f"(0..{len(_ENUM_ARG[Opcode[o]]) - 1}) for {o}"
 
 
 def _record_problem(s: Stream, meta: Mapping[str, Any]) -> Problem | None:

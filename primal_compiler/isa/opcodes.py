@@ -140,6 +140,7 @@ class BufKind(IntEnum):
     QVEC = 11  # queries of one KV group delivered to a chunk router, index: KV head
     PROXY = 12  # a die-to-die delivery into a proxy hub, index: proxy number within the layer
     OBLK = 13  # attention output block feeding the O projection, index: block
+    TOKEN = 14  # next token(s) at the controller, ARGMAX writes, a decode EMBED reads; index: first sequence
 
 
 class HiddenBuf(IntEnum):
@@ -149,7 +150,6 @@ class HiddenBuf(IntEnum):
     MID_NORM = 3
     OUT = 4  # layer output
     LOGITS = 5
-    TOKEN = 6
     RESID = 7  # residual copy received at ``mid`` or ``out``
 
 

@@ -342,7 +342,8 @@ def _power_issue(a: Mapping[str, np.ndarray], stream: Stream, num_cts: int) -> I
 
 def _section_issue(arrays: Mapping[str, np.ndarray], stream: Stream) -> Issue | None:
     """Per request r = 0, 1, ...: adapter:r (LoRA programs; always for r = 0), prefill:r with one controller
-    ARGMAX, decode:r with at least one, in that order and nothing else."""
+    ARGMAX per pass (one pass, or one per sequence when pipelined: distinct TOKEN buffers), decode:r with
+    at least one, in that order and nothing else."""
     r = stream.records
     argmax = (r["op"] == Opcode.ACT) & (r["arg"] == ActFn.ARGMAX) & (r["ct"] == CONTROLLER)
     before = np.concatenate([[0], np.cumsum(argmax)])
@@ -362,8 +363,9 @@ def _section_issue(arrays: Mapping[str, np.ndarray], stream: Stream) -> Issue | 
                     f"found where {want} belongs (sections run adapter:R if LoRA, prefill:R, decode:R, R = 0, 1, ...)"
                 return Issue("section", s.name, f"section {k} {s.name}: {problem}")
             tokens = int(before[s.stop] - before[s.start])
-            if (kind == "prefill" and tokens != 1) or (kind == "decode" and tokens < 1):
-                need = "exactly one" if kind == "prefill" else "at least one"
+            dst = r["dst_buf"][s.start + np.flatnonzero(argmax[s.start : s.stop])]
+            if (kind == "prefill" and (tokens < 1 or len(np.unique(dst)) != tokens)) or (kind == "decode" and tokens < 1):
+                need = "one per pass, each its own TOKEN buffer" if kind == "prefill" else "at least one"
                 return Issue("section", s.name, f"section {s.name}: {tokens} controller ARGMAX records, needs {need} "
                                                 f"(each prefill and decode step ends with one)")
             k += 1

@@ -12,6 +12,10 @@ Syntax (one item per line; full reference with an example in ``docs/isa.md``)::
     .section NAME                    the records that follow belong to section NAME
     OPCODE ct=C pe=P field=value...  one record; fields holding their unused value may be left out
 
+What depends on the opcode comes from its descriptor
+(:mod:`~primal_compiler.isa.descriptors`): ``arg`` written as its enum
+(``arg_enum``), in hex (``arg_hex``), and ``pe=all`` (``whole_ct``).
+
 The first line ``disasm`` writes, ``; PRIMAL IPCN program: N records, G groups,
 S sections``, is checked when present: text that holds fewer (a truncated file)
 or more is refused naming line 1 (delete or fix that line after editing the
@@ -37,24 +41,22 @@ import json
 import math
 import re
 from collections.abc import Mapping
-from enum import IntEnum
 from typing import Any
 
 import numpy as np
 
 from primal_compiler.errors import InputError
 from primal_compiler.isa.container import FORMAT_VERSION, plain_json
+from primal_compiler.isa.descriptors import descriptor
 from primal_compiler.isa.legality import array_problem, stream_problem, validate_stream
 from primal_compiler.isa.opcodes import (
-    ALL_PES, ARG_ENUM_MASK, CONTROLLER, NONE16, NONE32, RECORD, ActFn, BufKind, DmacOp, Flag, Opcode, ReduceOp, buf, buf_name, empty,
+    ALL_PES, ARG_ENUM_MASK, CONTROLLER, NONE16, NONE32, RECORD, BufKind, Flag, Opcode, buf, buf_name, empty,
 )
 from primal_compiler.isa.schema import compiled_issue, is_compiled
 from primal_compiler.isa.stream import Section, Stream
 
 ORDER = ("ct", "pe", "dst_ct", "dst_pe", "layer", "src_buf", "dst_buf", "group", "count", "nbytes", "arg", "flags")
 _DEFAULT = {name: int(empty(1)[0][name]) for name in ORDER}
-_ENUM_ARG: dict[int, type[IntEnum]] = {Opcode.ACT: ActFn, Opcode.DMAC: DmacOp, Opcode.REDUCE: ReduceOp}
-_WHOLE_CT = {Opcode.PG_ON, Opcode.PG_OFF}
 _NONE = {"pe": ALL_PES, "dst_ct": NONE16, "dst_pe": NONE16, "layer": NONE16, "src_buf": NONE16,
          "dst_buf": NONE16, "group": NONE32, "flags": 0}
 _WORDS = {("ct", "ctl"): CONTROLLER, ("dst_ct", "ctl"): CONTROLLER, ("pe", "all"): ALL_PES}
@@ -107,23 +109,24 @@ def _ct(value: int) -> str:
 
 def _record_text(op: int, values: list[int]) -> str:
     opcode = _OPCODE_OF[op]
+    d = descriptor(opcode)
     parts = [opcode.name]
     for field, v in zip(ORDER, values):
         if field == "ct":
             parts.append(f"ct={_ct(v)}")
         elif field == "pe":
-            parts.append(f"pe={('all' if opcode in _WHOLE_CT else '-') if v == ALL_PES else v}")
-        elif field == "arg" and opcode in _ENUM_ARG:
+            parts.append(f"pe={('all' if d.whole_ct else '-') if v == ALL_PES else v}")
+        elif field == "arg" and d.arg_enum is not None:
             mask = ARG_ENUM_MASK[opcode]
             rest = f"+{v & ~mask:#x}" if v & ~mask else ""
-            parts.append(f"arg={_ENUM_ARG[opcode](v & mask).name}{rest}")
+            parts.append(f"arg={d.arg_enum(v & mask).name}{rest}")
         elif v == _DEFAULT[field]:
             continue
         elif field in ("src_buf", "dst_buf"):
             parts.append(f"{field}={buf_name(v)}")
         elif field == "flags":
             parts.append("flags=" + "|".join(f.name for f in Flag if v & f))
-        elif field == "arg" and opcode == Opcode.MASK:
+        elif field == "arg" and d.arg_hex:
             parts.append(f"arg={v:#x}")
         else:
             parts.append(f"{field}={v}")
@@ -342,8 +345,9 @@ def _value(field: str, text: str, op: int) -> int:
         if bad:
             raise ValueError(f"field flags: unknown flag {bad[0]!r} ({', '.join(Flag.__members__)})")
         return sum({int(Flag[name]) for name in text.split("|")})
-    if field == "arg" and op in _ENUM_ARG:
-        enum, mask = _ENUM_ARG[op], ARG_ENUM_MASK[op]
+    enum = descriptor(op).arg_enum if field == "arg" else None
+    if enum is not None:
+        mask = ARG_ENUM_MASK[op]
         name, _, rest = text.partition("+")
         if name not in enum.__members__:
             raise ValueError(f"field arg: {name!r} is not in {enum.__name__} ({', '.join(enum.__members__)})")

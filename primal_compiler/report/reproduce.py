@@ -8,10 +8,9 @@ the LoRA mask or the power schedule; the orderings (naive row-major vs
 Z-curve) and the precision ablation compile their own placement with the
 cheap ordering passes only, both sides alike.
 
-Rows are ``{metric, ours, seed, ratio, calibrated, note}``. ``calibrated``
-marks rows that a target constant was fitted to (see ``CALIBRATED`` and the
-``# calibrated`` comments of ``targets/primal-7nm.toml``) and rows that
-follow directly from those fits; every other row is a prediction.
+Rows are ``{metric, ours, seed, ratio, note}``. Every row is a prediction:
+no target constant is fitted to a seed result (``tests/target`` holds every
+constant of the default target to a source comment that is not a fit).
 """
 
 from __future__ import annotations
@@ -32,11 +31,6 @@ SEED = {
     "tokens_per_s": 145.4, "batch8_ratio": 2.3, "ttft_s": 2.533, "itl_ms": 12.5, "h100_itl_ms": 15.2,
     "max_hops_naive": 62, "max_hops_zcurve": 41, "srpg_saving": 0.80, "pipelined_ttft_cut": 0.42,
     "sparsity_gain": 0.17, "mixed_precision_gain": 1.8, "sram_power_share": 0.781,
-}
-
-#: Target constants fitted to the seed, and the seed number each is fitted to.
-CALIBRATED = {
-    "sram.leakage_uw": "PRIMAL/H100 energy-efficiency ratio 24.6x (same workload)",
 }
 
 TAIL = ("lora-sparsity", "kv-ring", "codegen", "srpg")
@@ -94,9 +88,9 @@ def _kv(context: int, batch: int = 1) -> str:
     return f"kv-ring{{context={context},batch={batch}}},codegen"
 
 
-def _row(metric: str, ours: float, seed: float | None, calibrated: bool = False, note: str = "") -> dict:
+def _row(metric: str, ours: float, seed: float | None, note: str = "") -> dict:
     ratio = ours / seed if seed else None
-    return {"metric": metric, "ours": ours, "seed": seed, "ratio": ratio, "calibrated": calibrated, "note": note}
+    return {"metric": metric, "ours": ours, "seed": seed, "ratio": ratio, "note": note}
 
 
 def reproduce(study: Study, say: Callable[[str], None] = lambda s: None) -> list[dict]:
@@ -116,11 +110,10 @@ def reproduce(study: Study, say: Callable[[str], None] = lambda s: None) -> list
                       run.place("zcurve-order", "lower-tiles{base_bits=8,lm_head_bits=8,embed_bits=8}"))
     sram_share = (base["power_breakdown_w"]["sram_dcim"] + base["static_by_domain_w"]["sram_dcim"]) / base["power_w"]
     return [
-        _row("PRIMAL tokens/J (batch 1, decode)", base["tokens_per_j"], SEED["tokens_per_j"], True),
+        _row("PRIMAL tokens/J (batch 1, decode)", base["tokens_per_j"], SEED["tokens_per_j"]),
         _row("H100 tokens/J (baseline model)", g["tokens_per_j"], SEED["h100_tokens_per_j"],
              note="the seed's comparison point: FP16 H100 roofline, baselines/h100.py"),
-        _row("energy efficiency PRIMAL/H100", base["tokens_per_j"] / g["tokens_per_j"], SEED["efficiency_ratio"], True,
-             "fitted: sram.leakage_uw"),
+        _row("energy efficiency PRIMAL/H100", base["tokens_per_j"] / g["tokens_per_j"], SEED["efficiency_ratio"]),
         _row("PRIMAL throughput, batch 1 (tokens/s)", base["tokens_per_s"], SEED["tokens_per_s"]),
         _row("throughput PRIMAL/H100, batch 1", base["tokens_per_s"] / g["tokens_per_s"], SEED["throughput_ratio"]),
         _row(f"throughput PRIMAL/H100, batch 8 (context {s.batch8_context})",
@@ -163,41 +156,14 @@ def _family_rows(m: dict, where: str, energy: bool) -> list[dict]:
     return rows
 
 
-def calibrate(study: Study, say: Callable[[str], None] = lambda s: None) -> dict:
-    """The value of the ``CALIBRATED`` constant that puts the PRIMAL/H100 energy-efficiency ratio on the seed's.
-
-    ``sram.leakage_uw``: the decode energy is linear in it (retained SRAM leaks
-    in every CT and state). Timing has no fitted constant: throughput and ITL
-    are predictions. Returns the fitted value and the ratios a replay with it gives.
-    """
-    from primal_compiler.target import with_overrides
-
-    run = Runner(study, say)
-    tail = f"{_kv(study.context)},srpg"
-    m1 = run.run(tail)
-    g = m1["h100"]
-    t1 = run.target
-    leak0 = run.target.sram.leakage_uw
-    tokens = m1["batch"] * m1["decode_steps"]
-    slope = m1["static_by_domain_w"]["sram_dcim"] * m1["itl_s"] * m1["decode_steps"] / tokens / leak0  # J/token per uW
-    want = 1 / (SEED["efficiency_ratio"] * g["tokens_per_j"])
-    leak = round(leak0 + (want - m1["energy_per_token_j"]) / slope, 2)
-    t2 = with_overrides(t1, {"sram.leakage_uw": leak})
-    m2 = run.run(tail, target=t2)
-    return {"sram.leakage_uw": leak,
-            "throughput_ratio": m2["tokens_per_s"] / g["tokens_per_s"],
-            "efficiency_ratio": m2["tokens_per_j"] / g["tokens_per_j"]}
-
-
 def render_reproduce(rows: list[dict]) -> str:
-    lines = [f"{'metric':<76}{'ours':>12}{'seed':>10}{'ours/seed':>11}  kind"]
+    lines = [f"{'metric':<76}{'ours':>12}{'seed':>10}{'ours/seed':>11}"]
     lines.append("-" * len(lines[0]))
     for r in rows:
         seed = f"{r['seed']:.4g}" if r["seed"] is not None else "-"
         ratio = f"{r['ratio']:.2f}" if r["ratio"] is not None else "-"
-        kind = "calibrated" if r["calibrated"] else "predicted"
         note = f"  ({r['note']})" if r["note"] else ""
-        lines.append(f"{r['metric']:<76}{r['ours']:>12.4g}{seed:>10}{ratio:>11}  {kind}{note}")
+        lines.append(f"{r['metric']:<76}{r['ours']:>12.4g}{seed:>10}{ratio:>11}{note}")
     lines.append("")
-    lines += [f"calibrated constant {k}: fitted to the seed's {v}" for k, v in CALIBRATED.items()]
+    lines.append("every row is a prediction: no target constant is fitted to a seed result")
     return "\n".join(lines)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from primal_compiler.baselines.family import render_family
+from primal_compiler.executor.critical import CLASS_KEYS, LABELS
 
 
 def human_time(seconds: float) -> str:
@@ -16,6 +17,26 @@ def human_time(seconds: float) -> str:
 
 def _ratio(a: float, b: float) -> str:
     return f"{a / b:.2f}x" if b else "-"
+
+
+def render_critical_path(cp: dict) -> list[str]:
+    """The "where the time goes" table of ``metrics["critical_path"]``: each class with time on either path."""
+    t, i = cp["ttft"], cp["itl"]
+    head = f"{'where the time goes (critical path)':<36}{'TTFT':>22}{'ITL (per step)':>22}"
+    lines = [head, "-" * len(head)]
+
+    def cell(part: dict, key: str) -> str:
+        v = part["by_class_s"][key]
+        return f"{human_time(v)} {100 * v / part['total_s'] if part['total_s'] else 0:5.1f}%"
+
+    for key in CLASS_KEYS:
+        if t["by_class_s"][key] or i["by_class_s"][key]:
+            lines.append(f"  {LABELS[key]:<34}{cell(t, key):>22}{cell(i, key):>22}")
+    lines.append(f"  {'total':<34}{human_time(t['total_s']):>22}{human_time(i['total_s']):>22}")
+    lines.append(f"  {'bound by':<34}{LABELS[t['bound_by']]:>22}{LABELS[i['bound_by']]:>22}")
+    lines.append(f"({t['records']:,} records on the TTFT path, {i['records']:,} on the ITL path over "
+                 f"{i['steps']} decode step{'s' if i['steps'] != 1 else ''}; docs/executor.md, Critical path)")
+    return lines
 
 
 def render_run(report: dict) -> str:
@@ -73,6 +94,8 @@ def render_run(report: dict) -> str:
     a = m["area_mm2"]
     lines.append("area: " + ", ".join(f"{k} {v:,.0f} mm2" for k, v in a.items() if k != "total")
                  + f"; total {a['total']:,.0f} mm2")
+    if "critical_path" in m:
+        lines += [""] + render_critical_path(m["critical_path"]) + [""]
     if "replay_s" in m:  # wall time of this replay: absent where the text must be reproducible (viz's page)
         stages = ", ".join(f"{k} {v:.2f} s" for k, v in m["replay_s"].items())
         lines.append(f"replay: {sum(m['replay_s'].values()):.1f} s ({stages})")

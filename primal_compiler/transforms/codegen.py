@@ -56,6 +56,8 @@ class Codegen(Pass):
     # Decode steps per request: 4096, a whole Llama-2 context of generated tokens (past the context the
     # KV ring wraps, so longer runs repeat the same work).
     steps: int = option(1, 1, 4096)
+    # Batch > 1: one pass per sequence, so the layers work on different sequences at once (docs/executor.md).
+    pipeline: bool = option(True)
 
     def check(self) -> None:
         parse_requests(self.requests)
@@ -67,11 +69,11 @@ class Codegen(Pass):
             raise InputError(f"{self.name}.prompt", f"prompt {prompt} + 1 decoded token exceeds the KV context "
                                                     f"{kv.context} allocated by kv-ring")
         requests = parse_requests(self.requests)
-        stream = emit_stream(program, target, prompt, requests, self.steps)
+        stream = emit_stream(program, target, prompt, requests, self.steps, self.pipeline)
         ops = np.bincount(stream.records["op"], minlength=len(Opcode))
         details = {
             "records": len(stream), "groups": stream.num_groups, "bytes": stream.nbytes, "prompt": prompt,
-            "steps": self.steps,
+            "steps": self.steps, "pipeline": self.pipeline,
             "sections": {s.name: s.stop - s.start for s in stream.sections},
             "opcodes": {op.name: int(ops[op]) for op in Opcode if ops[op]},
         }

@@ -2,14 +2,16 @@
 
 One process per CT (``pid`` = CT, named "CT n (layer)") plus one for the
 controller (``pid`` = num_cts); within a CT one thread per unit class
-(RRAM-ACIM, SRAM-DCIM incl. CONFIG writes landing on the CT, DMAC/ACT,
-network, power, other). Events are complete events (``"ph": "X"``, ``ts`` and
-``dur`` in microseconds). A thread's events never overlap: records that
-overlap in time on one thread merge into one span (the union of their busy
-intervals), and when the stream would give more than ``max_events`` spans,
-spans closer than a gap merge too, the smallest gap that meets the cap
-(found by bisection). A span's name is its most frequent opcode ("+" when it
-merged several opcodes); ``args`` count its records per opcode.
+(RRAM-ACIM, SRAM-DCIM, DMAC/ACT, network, power, other: the opcode
+descriptor's ``unit``, :data:`UNIT_TRACK`). A record whose unit is a PE macro
+and which names a destination (CONFIG) runs that macro there: issued by the
+controller, it shows on the CT it writes. Events are complete events
+(``"ph": "X"``, ``ts`` and ``dur`` in microseconds). A thread's events never
+overlap: records that overlap in time on one thread merge into one span (the
+union of their busy intervals), and when the stream would give more than
+``max_events`` spans, spans closer than a gap merge too, the smallest gap that
+meets the cap (found by bisection). A span's name is its most frequent opcode
+("+" when it merged several opcodes); ``args`` count its records per opcode.
 """
 
 from __future__ import annotations
@@ -18,27 +20,30 @@ import json
 
 import numpy as np
 
+from primal_compiler.isa.descriptors import descriptor
 from primal_compiler.isa.opcodes import CONTROLLER, NONE16, Opcode
 from primal_compiler.viz.data import VizData
 
 MAX_EVENTS = 200_000
 UNITS = ("RRAM-ACIM", "SRAM-DCIM", "DMAC/ACT", "network", "power", "other")
-_UNIT_OF = {Opcode.SMAC_RRAM: 0, Opcode.SMAC_SRAM: 1, Opcode.CONFIG: 1, Opcode.MASK: 1, Opcode.DMAC: 2,
-            Opcode.ACT: 2, Opcode.BCAST: 3, Opcode.REDUCE: 3, Opcode.UNICAST: 3, Opcode.KV_APPEND: 3,
-            Opcode.PG_ON: 4, Opcode.PG_OFF: 4, Opcode.SYNC: 5}
+UNIT_TRACK = {"rram": "RRAM-ACIM", "sram": "SRAM-DCIM", "dmac": "DMAC/ACT", "router": "network", "power": "power",
+              "controller": "other", "none": "other"}
+"""The thread (one of ``UNITS``) of each ``Descriptor.unit``."""
+_PE_MACROS = ("rram", "sram", "dmac")
 
 
 def tracks(d: VizData) -> tuple[np.ndarray, np.ndarray]:
-    """(pid, tid) of every record: CT (CONFIG: the CT it writes) or the controller, and its unit class."""
+    """(pid, tid) of every record: CT (CONFIG: the CT it writes) or the controller, and its unit class;
+    KeyError naming an opcode without a descriptor."""
+    table = [descriptor(op) for op in Opcode]
+    unit = np.array([UNITS.index(UNIT_TRACK[x.unit]) for x in table], dtype=np.int64)
+    at_dst = np.array([x.unit in _PE_MACROS and "dst_ct" in x.fields for x in table])
     r = d.stream.records
     ct = r["ct"].astype(np.int64)
     dst = r["dst_ct"].astype(np.int64)
-    config_in = (r["op"] == Opcode.CONFIG) & (ct == CONTROLLER) & (dst != NONE16) & (dst != CONTROLLER)
-    ct = np.where(config_in, dst, ct)
+    into_ct = at_dst[r["op"]] & (ct == CONTROLLER) & (dst != NONE16) & (dst != CONTROLLER)
+    ct = np.where(into_ct, dst, ct)
     pid = np.where(ct == CONTROLLER, d.num_cts, ct)
-    unit = np.full(len(Opcode), len(UNITS) - 1, dtype=np.int64)
-    for op, u in _UNIT_OF.items():
-        unit[op] = u
     return pid, unit[r["op"]]
 
 

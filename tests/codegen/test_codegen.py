@@ -10,7 +10,7 @@ from primal_compiler.codegen.check import check_configs, check_kv_appends
 from primal_compiler.errors import InputError
 from primal_compiler.frontend import load_model
 from primal_compiler.ir.tiles import Macro
-from primal_compiler.isa.opcodes import CONTROLLER, NONE16, NONE32, BufKind, DmacOp, Flag, Opcode, buf
+from primal_compiler.isa.opcodes import CONTROLLER, NONE16, NONE32, ActFn, BufKind, DmacOp, Flag, Opcode, buf
 from primal_compiler.passmgr import PassManager, parse_pipeline
 
 PLACE = "lower-tiles,blocking,zcurve-order"
@@ -44,16 +44,24 @@ def test_indices_are_within_the_target(emitted, small_target):
                                             "decode:1", "prefill:2", "decode:2"]
 
 
-def test_every_crossbar_fires_once_per_phase_at_its_placed_pe(emitted):
-    t = emitted.tiles
+@pytest.mark.parametrize("pipeline", [True, False])
+def test_every_crossbar_fires_once_per_pass_at_its_placed_pe(emitted, small_target, pipeline):
+    """Pipelined (the default), each of the batch's 2 sequences has its own pass; else one pass carries both."""
+    program = emitted if pipeline else compile_model(
+        load_model("tiny-llama", "q,v:8"), small_target,
+        f"{PLACE},kv-ring{{context=64,batch=2}},codegen{{requests=0;1;1,pipeline=false}}")
+    t = program.tiles
     rram = np.flatnonzero(t.macro == Macro.RRAM)
-    placed = sorted(zip(t.ct[rram].tolist(), t.pe[rram].tolist()))
-    for name, vectors in (("prefill:0", 63 * 2), ("decode:0", 2)):
-        rec = _section(emitted, name)
+    passes, per = (2, 1) if pipeline else (1, 2)
+    placed = sorted(list(zip(t.ct[rram].tolist(), t.pe[rram].tolist())) * passes)
+    for name, vectors in (("prefill:0", 63 * per), ("decode:0", per)):
+        rec = _section(program, name)
         smac = rec[rec["op"] == Opcode.SMAC_RRAM]
         assert sorted(zip(smac["ct"].tolist(), smac["pe"].tolist())) == placed
-        head = smac["layer"] == emitted.model.num_layers
-        assert (smac["count"][~head] == vectors).all() and (smac["count"][head] == 2).all()
+        head = smac["layer"] == program.model.num_layers
+        assert (smac["count"][~head] == vectors).all() and (smac["count"][head] == per).all()
+        argmax = rec[(rec["op"] == Opcode.ACT) & (rec["ct"] == CONTROLLER) & (rec["arg"] == ActFn.ARGMAX)]
+        assert sorted(argmax["dst_buf"].tolist()) == [buf(BufKind.TOKEN, s) for s in range(passes)]
 
 
 def test_column_reductions_gather_exactly_their_column(emitted):
@@ -111,7 +119,7 @@ def test_zero_lora_blocks_are_masked_not_loaded_and_skipped(emitted, small_targe
     assert (rec["op"] == Opcode.CONFIG).sum() == len(sram) - len(sram[::2])
     dec = _section(p, "decode:0")
     smac = dec[dec["op"] == Opcode.SMAC_SRAM]
-    assert ((smac["flags"] & Flag.SKIPPED) != 0).sum() == len(sram[::2])
+    assert ((smac["flags"] & Flag.SKIPPED) != 0).sum() == len(sram[::2]) * p.kv.batch  # one pass per sequence
     check_configs(p.stream)
 
 

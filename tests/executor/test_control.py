@@ -47,15 +47,37 @@ def test_an_unknown_control_mode_is_refused():
         control(_two_cts(1), _target(1, 1), 2, mode="round-robin")
 
 
-def test_a_program_larger_than_its_instruction_buffer_is_named(compiled, small_target):
+def test_a_phase_larger_than_its_instruction_buffer_is_named(compiled, small_target):
     program, meta, arrays = compiled
-    size = control(program.stream, small_target, int(meta["num_cts"])).program_bytes
-    worst = int(np.argmax(size))
-    tight = with_overrides(small_target, {"ct.instruction_buffer_bytes": int(size.max()) - 32})
-    with pytest.raises(InputError, match=rf"CT {worst}'s program for request 0 .* is {int(size.max()):,} B, more than "
-                                         rf"its {int(size.max()) - 32:,} B instruction buffer"):
+    n = int(meta["num_cts"])
+    prefill = program.stream.section("prefill:0")
+    per_ct = np.bincount(prefill["ct"][prefill["ct"] < n], minlength=n) * 32
+    tight = with_overrides(small_target, {"ct.instruction_buffer_bytes": int(per_ct.max()) - 32})
+    with pytest.raises(InputError, match=rf"CT {int(np.argmax(per_ct))}'s prefill program of request 0 is "
+                                         rf"{int(per_ct.max()):,} B, more than its {int(per_ct.max()) - 32:,} B"):
         replay(meta, arrays, program.stream, tight)
     assert replay(meta, arrays, program.stream, small_target, mode="central").end > 0  # central: no CT buffer
+
+
+def test_phases_that_fit_only_one_at_a_time_are_reloaded_and_cost_time(compiled, small_target):
+    """Buffer = the largest phase: each CT reloads its prefill and decode programs, on the NMC's one port."""
+    program, meta, arrays = compiled
+    whole = control(program.stream, small_target, int(meta["num_cts"]))
+    assert not whole.reload.any()  # the default buffer holds every CT's whole program
+    r, n = program.stream.records, int(meta["num_cts"])
+    biggest = max(int(np.bincount(program.stream.section(f"{k}:0")["ct"][program.stream.section(f"{k}:0")["ct"] < n],
+                                  minlength=n).max()) * 32 for k in ("adapter", "prefill", "decode"))
+    tight = with_overrides(small_target, {"ct.instruction_buffer_bytes": biggest})
+    c = control(program.stream, tight, n)
+    bw = tight.d2d.bandwidth_bytes_per_s / tight.system.clock_hz
+    opened = np.flatnonzero(c.reload)
+    assert len(opened) and (r["ct"][opened] < n).all()
+    assert (c.reload[opened] <= np.ceil(biggest / bw)).all()
+    slow, fast = replay(meta, arrays, program.stream, tight), replay(meta, arrays, program.stream, small_target)
+    for i in opened:  # a phase's first record waits for its load, which starts once the CT is done with the last
+        before = np.flatnonzero(r["ct"][:i] == r["ct"][i])
+        assert slow.dispatch[i] >= slow.dispatch[before[-1]] + 1 + c.reload[i]
+    assert slow.end >= fast.end  # the loads may hide behind other CTs' work, never make it faster
 
 
 def test_the_program_is_adapter_prefill_and_one_decode_step_per_ct(compiled, small_target):

@@ -90,7 +90,12 @@ def test_the_controller_token_orders_decode_steps():
     b = StreamBuilder()
     logits = buf(BufKind.HIDDEN, HiddenBuf.LOGITS)
     b.records(1, op=Opcode.ACT, ct=CONTROLLER, pe=0, dst_buf=logits, arg=ActFn.EMBED, count=1, flags=Flag.PREFILL)
-    b.records(1, op=Opcode.ACT, ct=CONTROLLER, pe=0, src_buf=logits, dst_buf=buf(BufKind.HIDDEN, HiddenBuf.TOKEN),
-              arg=ActFn.ARGMAX, count=1)
-    b.records(1, op=Opcode.ACT, ct=CONTROLLER, pe=0, dst_buf=X, arg=ActFn.EMBED, count=1)
-    assert (2, 1) in _edges(b.build())  # a decode EMBED reads the token the ARGMAX picked
+    for seq in (0, 1):
+        b.records(1, op=Opcode.ACT, ct=CONTROLLER, pe=0, src_buf=logits, dst_buf=buf(BufKind.TOKEN, seq),
+                  arg=ActFn.ARGMAX, count=1)
+    for seq in (0, 1):
+        b.records(1, op=Opcode.ACT, ct=CONTROLLER, pe=0, src_buf=buf(BufKind.TOKEN, seq), dst_buf=X,
+                  arg=ActFn.EMBED, count=1)
+    e = _edges(b.build())
+    assert (3, 1) in e and (4, 2) in e  # a decode EMBED reads the token its sequence's ARGMAX picked
+    assert (3, 2) not in e  # and not the other sequence's: sequences pipeline

@@ -73,7 +73,7 @@ EDITS = {
                                         [a.pop(k) for k in ("pg_ct", "pg_on", "pg_off")]),
                        "section decode:0: missing, the program ends after section prefill:0"),
     "decode merged into prefill": (lambda m, a, s: (s.pop(), s[-1].__setitem__(2, len(a["stream.records"]))),
-                                   "section prefill:0: 2 controller ARGMAX records, needs exactly one"),
+                                   "section prefill:0: 2 controller ARGMAX records, needs one per pass, each its own TOKEN buffer"),
     "sections swapped": (lambda m, a, s: s.__setitem__(slice(1, 3), [["decode:0", *s[1][1:]],
                                                                       ["prefill:0", *s[2][1:]]]),
                          "section 1 decode:0: found where prefill:0 belongs"),

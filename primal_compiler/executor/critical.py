@@ -1,0 +1,332 @@
+"""The critical path of a replay: the chain of constraints behind a record's finish, and where its time went.
+
+A record starts at the latest of the constraints of the timing recurrence
+(:mod:`.kernel`); walking back from a **target** record, every record on the
+path is explained by the one constraint that set its start, tried in this
+order (the first that holds wins, so the path is deterministic):
+
+1. ``PRED``: a dependency predecessor finished when it started (the highest-numbered such);
+2. ``UNIT``: the previous record on its unit finished when it started;
+3. its dispatch: the sequencer (below);
+4. ``CT_BUSY`` (a ``PG_OFF``): the last earlier record on its CT to finish;
+5. ``POWER_ORDER`` (a ``PG_ON``/``PG_OFF``): the record before it in the stream started when it started;
+6. ``WAKE``: the ``PG_ON`` of a CT it touches finished when it started;
+7. ``LINK``: it queued behind an earlier transfer on a link (the first of its links that binds).
+
+A ``SYNC`` starts at the latest finish before it (``HORIZON``) or else at its
+dispatch. A dispatch is set by the sequencer's previous record finishing,
+when the controller executed it or it is a ``SYNC`` (``BLOCKING``), else by
+the last ``SYNC`` before it (``BARRIER``), else by the sequencer's previous
+dispatch plus its issue interval (``SEQUENCER``).
+
+**Attribution.** Each record's own ``[start, finish)`` counts under its
+opcode's ``path_class`` (:data:`primal_compiler.isa.descriptors.DESCRIPTORS`;
+router records carrying ``Flag.D2D`` count as ``DIE_TO_DIE``). The gaps
+count under the constraint that caused them: ``BLOCKING`` and ``SEQUENCER``
+gaps (the issue interval, or the wait for the previous dispatch) as
+``CONTROL``; a ``LINK`` wait, from the earlier transfer's start to this
+record's start, as ``MESH_TRANSFER`` on a PE-mesh link and ``DIE_TO_DIE`` on
+a die-to-die or controller link. A span counts once: where a link wait
+overlaps time already explained (a transfer that reaches the shared link
+late), only the unexplained part counts.
+
+**Guarantee.** The walk stops at the window's ``begin``; its ``by_class``
+cycles are non-negative and sum exactly to ``finish[target] - begin``. A
+start no constraint explains (the recurrence and this module disagree) is an
+InputError naming the record.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from enum import IntEnum
+
+import numpy as np
+
+from primal_compiler.errors import InputError
+from primal_compiler.executor.ancestry import argmax_records
+from primal_compiler.executor.replay import Replay, touched, blocking
+from primal_compiler.isa.descriptors import DESCRIPTORS, PathClass
+from primal_compiler.isa.opcodes import Flag, Opcode
+from primal_compiler.jit import njit
+
+_SYNC, _PG_ON, _PG_OFF = int(Opcode.SYNC), int(Opcode.PG_ON), int(Opcode.PG_OFF)
+_SELF, _START, _DISPATCH = 0, 1, 2  # walk states: charge the record's own time, explain its start, its dispatch
+_MESH, _D2D, _CONTROL = int(PathClass.MESH_TRANSFER), int(PathClass.DIE_TO_DIE), int(PathClass.CONTROL)
+
+CLASS_KEYS = tuple(c.name.lower() for c in PathClass)
+"""JSON keys of the classes, in PathClass order."""
+
+LABELS = {"rram_mvm": "RRAM MVM", "sram_mvm": "SRAM MVM", "dmac_attention": "DMAC attention", "reduce": "reduce",
+          "activation": "activation", "mesh_transfer": "mesh transfer", "die_to_die": "die-to-die",
+          "wakeup": "wake-up", "reconfiguration": "reconfiguration", "control": "issue/control"}
+"""Text labels of :data:`CLASS_KEYS`."""
+
+
+class Via(IntEnum):
+    """How a record on the path set the start (or dispatch) of the record before it on the path."""
+
+    PRED = 0  # a dependency predecessor: finished at its start
+    UNIT = 1  # the previous record on its unit: finished at its start
+    BLOCKING = 2  # its sequencer's previous record, a controller ARGMAX/EMBED or a SYNC: held back its dispatch
+    BARRIER = 3  # the last SYNC before it: released its dispatch
+    SEQUENCER = 4  # its sequencer's previous record: dispatched one issue interval (plus a program reload) before it
+    HORIZON = 5  # (it is a SYNC) the latest finish before it
+    CT_BUSY = 6  # (it is a PG_OFF) the latest finish on its CT
+    POWER_ORDER = 7  # (it is a PG_ON/PG_OFF) the record just before it: started at its start
+    WAKE = 8  # the PG_ON of a CT it touches: finished at its start
+    LINK = 9  # the earlier transfer it queued behind on a link
+
+
+_PRED, _UNIT, _BLOCKING, _BARRIER, _SEQUENCER, _HORIZON, _CT_BUSY, _POWER_ORDER, _WAKE, _LINK = (int(v) for v in Via)
+
+
+@dataclass(frozen=True)
+class Path:
+    """One walk: ``records[0]`` is the target, ``records[k]`` set the start or dispatch of ``records[k - 1]``
+    by constraint ``via[k]`` (``via[0] = -1``); ``by_class[c]`` cycles of ``[begin, end)`` per PathClass."""
+
+    records: np.ndarray  # int64, descending
+    via: np.ndarray  # int64 Via
+    begin: int
+    end: int
+    by_class: np.ndarray  # int64 per PathClass, sums to end - begin
+
+
+@njit(nogil=True)
+def _sources(upto, op, unit, seq, nseq, ct_a, ct_b, start, finish, link_ptr, link, link_off, hold_mesh, hold_other,
+             mesh_links, num_units, num_links, num_cts):  # pragma: no cover - compiled
+    """Per record below ``upto``, the candidate that set each constraint of the recurrence (-1 none):
+    previous record on its sequencer, last SYNC before it, previous record on its unit, the wait record
+    (SYNC: latest finish before it; PG_OFF: latest finish on its CT; others: latest PG_ON of its CTs),
+    and the binding link's holder, its bound on the start and whether that link is a PE-mesh link."""
+    seq_prev = np.full(upto, -1, dtype=np.int64)
+    floor_src = np.full(upto, -1, dtype=np.int64)
+    unit_src = np.full(upto, -1, dtype=np.int64)
+    wait_src = np.full(upto, -1, dtype=np.int64)
+    link_src = np.full(upto, -1, dtype=np.int64)
+    link_val = np.zeros(upto, dtype=np.int64)
+    link_mesh = np.zeros(upto, dtype=np.bool_)
+    last_seq = np.full(nseq, -1, dtype=np.int64)
+    last_unit = np.full(num_units, -1, dtype=np.int64)
+    last_on = np.full(num_cts, -1, dtype=np.int64)
+    busy_src = np.full(num_cts, -1, dtype=np.int64)
+    busy_val = np.zeros(num_cts, dtype=np.int64)
+    link_free = np.zeros(num_links, dtype=np.int64)
+    holder = np.full(num_links, -1, dtype=np.int64)
+    last_sync = -1
+    hz_src = -1
+    hz_val = 0
+    for i in range(upto):
+        s = seq[i]
+        seq_prev[i] = last_seq[s]
+        last_seq[s] = i
+        floor_src[i] = last_sync
+        o = op[i]
+        if o == _SYNC:
+            wait_src[i] = hz_src
+            last_sync = i
+            continue
+        u = unit[i]
+        if u >= 0:
+            unit_src[i] = last_unit[u]
+            last_unit[u] = i
+        a = ct_a[i]
+        b = ct_b[i]
+        if o == _PG_OFF:
+            wait_src[i] = busy_src[a]
+        elif o != _PG_ON:
+            for c in (a, b):
+                if c >= 0 and last_on[c] >= 0 and (wait_src[i] < 0 or finish[last_on[c]] > finish[wait_src[i]]):
+                    wait_src[i] = last_on[c]
+        for q in range(link_ptr[i], link_ptr[i + 1]):
+            lk = link[q]
+            v = link_free[lk] - link_off[q]
+            if holder[lk] >= 0 and (link_src[i] < 0 or v > link_val[i]):
+                link_src[i] = holder[lk]
+                link_val[i] = v
+                link_mesh[i] = lk < mesh_links
+        for q in range(link_ptr[i], link_ptr[i + 1]):
+            lk = link[q]
+            e = start[i] + link_off[q] + (hold_mesh[i] if lk < mesh_links else hold_other[i])
+            if e >= link_free[lk]:
+                link_free[lk] = e
+                holder[lk] = i
+        if o == _PG_ON:
+            last_on[a] = i
+        f = finish[i]
+        for c in (a, b):
+            if c >= 0 and f >= busy_val[c]:
+                busy_val[c] = f
+                busy_src[c] = i
+        if f >= hz_val:
+            hz_val = f
+            hz_src = i
+    return seq_prev, floor_src, unit_src, wait_src, link_src, link_val, link_mesh
+
+
+@njit(nogil=True)
+def _walk(target, begin, op, block, seq, issue, reload, pred_ptr, pred, dispatch, start, finish, cls, seq_prev, floor_src,
+          unit_src, wait_src, link_src, link_val, link_mesh, num_classes):  # pragma: no cover - compiled
+    """(records, via, cycles per class, the record whose start or dispatch nothing explains or -1)."""
+    recs = np.empty(target + 1, dtype=np.int64)
+    via = np.empty(target + 1, dtype=np.int64)
+    by = np.zeros(num_classes, dtype=np.int64)
+    recs[0] = target
+    via[0] = -1
+    m = 1
+    i = target
+    state = _SELF
+    cursor = finish[target]
+    while cursor > begin:
+        if state == _SELF:
+            new = max(begin, min(cursor, start[i]))
+            by[cls[i]] += cursor - new
+            cursor = new
+            state = _START
+            continue
+        nxt, kind, to, gap_from, gap_cls = -1, -1, _SELF, 0, -1
+        if state == _START:
+            s = start[i]
+            o = op[i]
+            w = wait_src[i]
+            if o == _SYNC:
+                if w >= 0 and finish[w] == s:
+                    nxt, kind = w, _HORIZON
+                elif dispatch[i] == s:
+                    state = _DISPATCH
+                    continue
+            else:
+                for p in range(pred_ptr[i], pred_ptr[i + 1]):
+                    if finish[pred[p]] == s and pred[p] > nxt:
+                        nxt, kind = pred[p], _PRED
+                u = unit_src[i]
+                power = o == _PG_ON or o == _PG_OFF
+                if nxt >= 0:
+                    pass
+                elif u >= 0 and finish[u] == s:
+                    nxt, kind = u, _UNIT
+                elif dispatch[i] == s:
+                    state = _DISPATCH
+                    continue
+                elif o == _PG_OFF and w >= 0 and finish[w] == s:
+                    nxt, kind = w, _CT_BUSY
+                elif power and i > 0 and start[i - 1] == s:
+                    nxt, kind, to = i - 1, _POWER_ORDER, _START
+                elif not power and w >= 0 and finish[w] == s:
+                    nxt, kind = w, _WAKE
+                elif link_src[i] >= 0 and link_val[i] == s:
+                    nxt, kind, to = link_src[i], _LINK, _START
+                    gap_from, gap_cls = start[nxt], _MESH if link_mesh[i] else _D2D
+        else:
+            d = dispatch[i]
+            p = seq_prev[i]
+            k = floor_src[i]
+            step = issue[seq[i]]
+            if p >= 0 and (block[p] or op[p] == _SYNC) and finish[p] + step == d:
+                nxt, kind, gap_from, gap_cls = p, _BLOCKING, finish[p], _CONTROL
+            elif k >= 0 and start[k] == d:
+                nxt, kind = k, _BARRIER
+            elif p >= 0 and (dispatch[p] + step == d or (reload[i] > 0 and dispatch[p] + step + reload[i] <= d)):
+                nxt, kind, to, gap_from, gap_cls = p, _SEQUENCER, _DISPATCH, dispatch[p], _CONTROL
+        if nxt < 0:
+            return recs[:m], via[:m], by, i
+        if gap_cls >= 0:
+            new = max(begin, min(cursor, gap_from))
+            by[gap_cls] += cursor - new
+            cursor = new
+        recs[m] = nxt
+        via[m] = kind
+        m += 1
+        i = nxt
+        state = to
+    return recs[:m], via[:m], by, -1
+
+
+def record_classes(rp: Replay) -> np.ndarray:
+    """int64 PathClass of every record: its opcode's, DIE_TO_DIE for router records flagged D2D."""
+    table = np.zeros(256, dtype=np.int64)
+    router = np.zeros(256, dtype=bool)
+    for op, d in DESCRIPTORS.items():
+        table[int(op)] = int(d.path_class)
+        router[int(op)] = d.unit == "router"
+    r = rp.stream.records
+    cls = table[r["op"]]
+    cls[router[r["op"]] & ((r["flags"] & Flag.D2D) != 0)] = int(PathClass.DIE_TO_DIE)
+    return cls
+
+
+def walks(rp: Replay, windows: Sequence[tuple[int, int]]) -> list[Path]:
+    """The critical path of each ``(target record, begin cycle)`` window, explaining ``[begin, finish[target])``.
+
+    InputError when a target is not a record, a begin lies after its target's finish, or the replay
+    holds a start no constraint of the recurrence explains.
+    """
+    n = len(rp.start)
+    for target, begin in windows:
+        if not 0 <= target < n or begin > rp.finish[target]:
+            raise InputError("critical path", f"window (record {target}, begin {begin}) is not within the replay")
+    upto = max((t for t, _ in windows), default=-1) + 1
+    r, tr, c = rp.stream.records, rp.transfers, rp.control
+    op = r["op"].astype(np.int64)
+    a, b = touched(r)
+    src = _sources(upto, op, rp.unit, c.seq, len(c.issue_cycles), a, b, rp.start, rp.finish, tr.link_ptr, tr.link,
+                   tr.link_offset, tr.hold_mesh, tr.hold_other, tr.mesh_links, rp.ctx.num_units, rp.topo.num_links,
+                   rp.topo.num_cts)
+    cls, block = record_classes(rp), blocking(r)
+    out = []
+    for target, begin in windows:
+        recs, via, by, bad = _walk(int(target), int(begin), op, block, c.seq, c.issue_cycles, c.reload, rp.pred_ptr,
+                                   rp.pred, rp.dispatch, rp.start, rp.finish, cls, *src, len(PathClass))
+        if bad >= 0:
+            raise InputError("critical path", f"record {bad} ({Opcode(op[bad]).name}) starts at cycle "
+                                              f"{rp.start[bad]} (dispatched at {rp.dispatch[bad]}) but no constraint "
+                                              f"of the timing recurrence explains it")
+        out.append(Path(recs, via, int(begin), int(rp.finish[target]), by))
+    return out
+
+
+def _section(rp: Replay, name: str) -> np.ndarray:
+    try:
+        return rp.section(name)
+    except KeyError:
+        return np.zeros(0, dtype=np.int64)
+
+
+def request_windows(rp: Replay, request: int = 0) -> tuple[tuple[int, int], tuple[int, int], int]:
+    """(TTFT window, decode window, decode steps) of ``request``, as ``metrics`` defines TTFT and ITL.
+
+    TTFT: the prefill's last-finishing controller ARGMAX, from the start of the request's first record.
+    Decode: the last-finishing decode ARGMAX, from the finish of the prefill ARGMAX of the same pass (the
+    one writing the same TOKEN buffer: the batch, or one sequence when pipelined), over that pass's steps.
+    KeyError when the request lacks a prefill or decode ending in a controller ARGMAX.
+    """
+    sink = argmax_records(rp.stream)
+    prefill, decode = (_section(rp, f"{k}:{request}") for k in ("prefill", "decode"))
+    pre_tok, dec_tok = prefill[sink[prefill]], decode[sink[decode]]
+    if not len(pre_tok) or not len(dec_tok):
+        raise KeyError(f"request {request}: prefill and decode must each end with a controller ARGMAX")
+    first = np.concatenate([_section(rp, f"adapter:{request}"), prefill])
+    token, last = (int(t[np.lexsort((t, rp.finish[t]))[-1]]) for t in (pre_tok, dec_tok))
+    tag = rp.stream.records["dst_buf"]
+    mine = pre_tok[tag[pre_tok] == tag[last]]
+    start = int(mine[0]) if len(mine) else token
+    steps = int((tag[dec_tok] == tag[last]).sum())
+    return (token, int(rp.start[first].min())), (last, int(rp.finish[start])), steps
+
+
+def _summary(rp: Replay, path: Path, per: int) -> dict:
+    by = {k: rp.seconds(int(v)) / per for k, v in zip(CLASS_KEYS, path.by_class)}
+    return {"total_s": rp.seconds(path.end - path.begin) / per, "by_class_s": by,
+            "records": len(path.records), "bound_by": CLASS_KEYS[int(np.argmax(path.by_class))]}
+
+
+def critical_path(rp: Replay, request: int = 0) -> dict:
+    """``{"ttft": ..., "itl": ...}`` of ``request``: each ``total_s``, ``by_class_s`` (summing to it),
+    ``records`` on the path and the class ``bound_by`` (largest share). ITL is the decode window of the
+    pass that finishes last (from its prefill ARGMAX to its last decode ARGMAX) divided by its ``steps``;
+    with one pass (batch 1, or pipelining off) its ``total_s`` is the metrics' ``itl_s``."""
+    ttft, decode, steps = request_windows(rp, request)
+    first, itl = walks(rp, [ttft, decode])
+    return {"ttft": _summary(rp, first, 1), "itl": {**_summary(rp, itl, steps), "steps": steps}}
