@@ -118,8 +118,9 @@ class ProgramEmitter:
               flags=Flag.D2D if src[0] != dst[0] else 0)
         return b
 
-    def phase(self, out: _Out, start: int, tokens: int, flags: int, seqs: range) -> None:
-        """Every layer and the LM head for ``tokens`` new tokens of sequences ``seqs`` from position ``start``."""
+    def phase(self, out: _Out, start: int, tokens: int, flags: int, seqs: range, decide: list[range]) -> None:
+        """Every layer and the LM head for ``tokens`` new tokens of sequences ``seqs`` from position ``start``,
+        then one ARGMAX per range of ``decide`` (the passes whose next tokens it picks)."""
         batch, L = len(seqs), self.model.num_layers
         for n in range(L + 1):
             tp = self.templates[self.template_of[n]]
@@ -135,8 +136,9 @@ class ProgramEmitter:
         tail.add(op=Opcode.UNICAST, ct=head[0], pe=head[1], dst_ct=CONTROLLER, dst_pe=0,
                  src_buf=HIDDEN(HiddenBuf.LOGITS), dst_buf=HIDDEN(HiddenBuf.LOGITS), count=batch, nbytes=vocab * 2 * batch,
                  arg=0, layer=L, flags=Flag.D2D)
-        tail.add(op=Opcode.ACT, ct=CONTROLLER, pe=0, src_buf=HIDDEN(HiddenBuf.LOGITS),
-                 dst_buf=buf(BufKind.TOKEN, seqs.start), count=vocab * batch, arg=ActFn.ARGMAX, layer=L)
+        for d in decide:
+            tail.add(op=Opcode.ACT, ct=CONTROLLER, pe=0, src_buf=HIDDEN(HiddenBuf.LOGITS),
+                     dst_buf=buf(BufKind.TOKEN, d.start), count=vocab * len(d), arg=ActFn.ARGMAX, layer=L)
         out.put(tail, flags=flags)
 
     def adapter(self, out: _Out, barrier: int) -> None:
@@ -160,10 +162,11 @@ def emit_stream(program, target, prompt: int, requests: tuple[int, ...], steps: 
                 pipeline: bool = True) -> Stream:
     """The instruction stream of ``requests`` (adapter id per request) on a placed program with a KV map.
 
-    ``pipeline`` (batch > 1): each sequence of the batch runs its own pass through the layers (records
+    ``pipeline`` (batch > 1): each decode step runs one pass per sequence through the layers (records
     of one vector, its own EMBED and ARGMAX), sequence after sequence, so the layers' CTs work on
-    different sequences at once and a sequence's next step starts when its own token is known; off,
-    one pass carries every sequence (records of ``batch`` vectors, one ARGMAX per step).
+    different sequences at once and a sequence's next step starts when its own token is known; the
+    prefill stays one pass of every sequence's prompt, ending with one ARGMAX per sequence. Off, one
+    pass carries every sequence (records of ``batch`` vectors, one ARGMAX per step).
     """
     em = ProgramEmitter(program, target, prompt)
     out = _Out()
@@ -176,13 +179,12 @@ def emit_stream(program, target, prompt: int, requests: tuple[int, ...], steps: 
             em.adapter(out, barrier=r)
             out.section(f"adapter:{r}", start)
         start = out.length
-        for seqs in passes:
-            em.phase(out, 0, prompt, Flag.PREFILL, seqs)
+        em.phase(out, 0, prompt, Flag.PREFILL, range(batch), passes)
         out.section(f"prefill:{r}", start)
         start = out.length
         for step in range(steps):
             for seqs in passes:
-                em.phase(out, prompt + step, 1, 0, seqs)
+                em.phase(out, prompt + step, 1, 0, seqs, [seqs])
         out.section(f"decode:{r}", start)
     stream = out.stream()
     _mark_skipped(stream.records, program.tiles, em.geo_pes)

@@ -12,7 +12,8 @@ Every constant is a field of the target; the formulas are in
 ``docs/executor.md``.
 
 Units: the RRAM macro, the SRAM macro and the router's DMAC/activation path
-of each PE, the controller, and each CT's power controller. A unit runs its
+of each PE, the controller's embedding lookup and its argmax, and each CT's
+power controller. A unit runs its
 records one at a time in stream order.
 """
 
@@ -56,7 +57,7 @@ class Ctx:
 
     @property
     def num_units(self) -> int:
-        return self.controller_unit + 1 + self.topo.num_cts
+        return self.controller_unit + 2 + self.topo.num_cts
 
 
 RRAM_UNIT, SRAM_UNIT, DMAC_UNIT = 0, 1, 2
@@ -135,7 +136,8 @@ def _act(c: Ctx, rec):
     fn = c.records["arg"][rec].astype(np.int64)
     ops = c.records["count"][rec].astype(np.int64) * act_ops(c.target)[fn]
     on_ctl = ct == CONTROLLER
-    unit = np.where(on_ctl, c.controller_unit, c.unit(DMAC_UNIT, np.where(on_ctl, 0, ct), np.where(on_ctl, 0, pe)))
+    ctl = c.controller_unit + (fn == ActFn.ARGMAX)  # the NMC's embedding lookup and its argmax are two units
+    unit = np.where(on_ctl, ctl, c.unit(DMAC_UNIT, np.where(on_ctl, 0, ct), np.where(on_ctl, 0, pe)))
     energy = ops * r.dmac_energy_pj_per_op
     return _ceil(ops, r.dmac_macs_per_cycle), unit, {"router_dmac": np.where(on_ctl, 0.0, energy),
                                                      "controller": np.where(on_ctl, energy, 0.0)}
@@ -174,7 +176,7 @@ def _config(c: Ctx, rec):
 
 def _power(c: Ctx, rec, cycles: int):
     ct = c.records["ct"][rec].astype(np.int64)
-    return np.full(len(rec), cycles, dtype=np.int64), c.controller_unit + 1 + ct, {}
+    return np.full(len(rec), cycles, dtype=np.int64), c.controller_unit + 2 + ct, {}
 
 
 def _pg_on(c: Ctx, rec):

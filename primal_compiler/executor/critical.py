@@ -274,7 +274,7 @@ def walks(rp: Replay, windows: Sequence[tuple[int, int]]) -> list[Path]:
     src = _sources(upto, op, rp.unit, c.seq, len(c.issue_cycles), a, b, rp.start, rp.finish, tr.link_ptr, tr.link,
                    tr.link_offset, tr.hold_mesh, tr.hold_other, tr.mesh_links, rp.ctx.num_units, rp.topo.num_links,
                    rp.topo.num_cts)
-    cls, block = record_classes(rp), blocking(r)
+    cls, block = record_classes(rp), blocking(r, c.mode)
     out = []
     for target, begin in windows:
         recs, via, by, bad = _walk(int(target), int(begin), op, block, c.seq, c.issue_cycles, c.reload, rp.pred_ptr,

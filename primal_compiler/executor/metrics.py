@@ -12,7 +12,8 @@ For request ``r`` (sections ``adapter:r`` if it loads an adapter, ``prefill:r``,
   pipelines), mean over every step of every pass; ``itl_p50_s`` /
   ``itl_p99_s`` over the same gaps; ``itl_first_step_s`` the first step only.
 - **throughput** (of the machine): tokens generated (batch x steps) over the
-  decode window, from the first prefill ARGMAX to the last decode ARGMAX.
+  decode window, from the last prefill ARGMAX (every sequence has its first
+  token) to the last decode ARGMAX.
 - **energy per token / tokens/J / power**: over the decode window: dynamic
   energy of the decode records plus static energy of every CT in its power
   state, divided by the tokens generated in the window; power = that energy /
@@ -156,7 +157,7 @@ def metrics(rp: Replay, request: int = 0) -> dict:
         raise KeyError(f"request {request}: prefill and decode must each end with a controller ARGMAX")
     first_token = int(rp.finish[pre_tok].max())
     gaps, steps = step_gaps(rp, pre_tok, dec_tok)
-    begin, end = int(rp.finish[pre_tok].min()), int(rp.finish[dec_tok].max())
+    begin, end = first_token, int(rp.finish[dec_tok].max())
     itl_cycles = float(gaps.mean())
     comp, states, domains = _window_energy(rp, sec["decode"], begin, end)
     energy = sum(comp.values())

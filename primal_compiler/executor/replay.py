@@ -105,9 +105,12 @@ def touched(records) -> tuple[np.ndarray, np.ndarray]:
     return a, b
 
 
-def blocking(records) -> np.ndarray:
-    """Records the in-order controller executes itself, holding back the issue of later records."""
-    return (records["op"] == Opcode.ACT) & (records["ct"] == CONTROLLER)
+def blocking(records, mode: str) -> np.ndarray:
+    """Records that hold back their sequencer until they finish: under central control, what the in-order
+    NMC executes itself (EMBED, ARGMAX), so a step issues once the previous token is known; under
+    distributed control none (the next EMBED waits for its token through the TOKEN buffer instead)."""
+    own = (records["op"] == Opcode.ACT) & (records["ct"] == CONTROLLER)
+    return own if mode == "central" else np.zeros(len(records), dtype=bool)
 
 
 def replay(meta: dict, arrays: dict, stream, target, where: str = "program", mode: str | None = None) -> Replay:
@@ -140,7 +143,7 @@ def replay(meta: dict, arrays: dict, stream, target, where: str = "program", mod
     a, b = touched(stream.records)
     dispatch, start, finish, bad, n_mesh, n_other = schedule(
         stream.records["op"].astype(np.int64), busy, unit, ptr, pred, tr.link_ptr, tr.link, tr.link_offset,
-        tr.hold_mesh, tr.hold_other, a, b, blocking(stream.records), ctl.seq, ctl.issue_cycles, ctl.reload, ctx.num_units,
+        tr.hold_mesh, tr.hold_other, a, b, blocking(stream.records, ctl.mode), ctl.seq, ctl.issue_cycles, ctl.reload, ctx.num_units,
         topo.num_links, topo.num_cts, topo.d2d_base)
     if bad >= 0:
         rec = stream.records[bad]

@@ -46,22 +46,24 @@ def test_indices_are_within_the_target(emitted, small_target):
 
 @pytest.mark.parametrize("pipeline", [True, False])
 def test_every_crossbar_fires_once_per_pass_at_its_placed_pe(emitted, small_target, pipeline):
-    """Pipelined (the default), each of the batch's 2 sequences has its own pass; else one pass carries both."""
+    """Pipelined (the default), each decode step has one pass per sequence of the batch of 2 and the prefill
+    one pass of both prompts deciding each sequence's token apart; else one pass carries both everywhere."""
     program = emitted if pipeline else compile_model(
         load_model("tiny-llama", "q,v:8"), small_target,
         f"{PLACE},kv-ring{{context=64,batch=2}},codegen{{requests=0;1;1,pipeline=false}}")
     t = program.tiles
     rram = np.flatnonzero(t.macro == Macro.RRAM)
-    passes, per = (2, 1) if pipeline else (1, 2)
-    placed = sorted(list(zip(t.ct[rram].tolist(), t.pe[rram].tolist())) * passes)
-    for name, vectors in (("prefill:0", 63 * per), ("decode:0", per)):
+    decode_passes = 2 if pipeline else 1
+    for name, passes, vectors, head in (("prefill:0", 1, 63 * 2, 2), ("decode:0", decode_passes, 2 // decode_passes,
+                                                                       2 // decode_passes)):
         rec = _section(program, name)
         smac = rec[rec["op"] == Opcode.SMAC_RRAM]
-        assert sorted(zip(smac["ct"].tolist(), smac["pe"].tolist())) == placed
-        head = smac["layer"] == program.model.num_layers
-        assert (smac["count"][~head] == vectors).all() and (smac["count"][head] == per).all()
+        assert sorted(zip(smac["ct"].tolist(), smac["pe"].tolist())) == sorted(
+            list(zip(t.ct[rram].tolist(), t.pe[rram].tolist())) * passes)
+        last = smac["layer"] == program.model.num_layers
+        assert (smac["count"][~last] == vectors).all() and (smac["count"][last] == head).all()
         argmax = rec[(rec["op"] == Opcode.ACT) & (rec["ct"] == CONTROLLER) & (rec["arg"] == ActFn.ARGMAX)]
-        assert sorted(argmax["dst_buf"].tolist()) == [buf(BufKind.TOKEN, s) for s in range(passes)]
+        assert sorted(argmax["dst_buf"].tolist()) == [buf(BufKind.TOKEN, s) for s in range(0, 2, 2 // decode_passes)]
 
 
 def test_column_reductions_gather_exactly_their_column(emitted):

@@ -95,7 +95,7 @@ def _constraint_holds(rp, later: int, earlier: int, via: Via) -> bool:
         Via.PRED: earlier in rp.pred[rp.pred_ptr[later]:rp.pred_ptr[later + 1]] and finish[earlier] == start[later],
         Via.UNIT: rp.unit[earlier] == rp.unit[later] >= 0 and not (rp.unit[between] == rp.unit[later]).any()
         and finish[earlier] == start[later],
-        Via.BLOCKING: same_seq and (blocking(r)[earlier] or op[earlier] == Opcode.SYNC)
+        Via.BLOCKING: same_seq and (blocking(r, rp.control.mode)[earlier] or op[earlier] == Opcode.SYNC)
         and finish[earlier] + step == dispatch[later],
         Via.SEQUENCER: same_seq and dispatch[earlier] + step == dispatch[later],
         Via.BARRIER: op[earlier] == Opcode.SYNC and not (op[between] == Opcode.SYNC).any()
