@@ -23,6 +23,17 @@
   embeddings; ``ARGMAX`` records the logits, picks the next token (the
   host's when it forces tokens), advances the position counter by the
   step's tokens and ends the step.
+
+What each record consumes (for ``Machine(producers=True)``): a SMAC the
+elements of its input it multiplies and, for ``SMAC_SRAM``, the slot's mask
+bit, and the SRAM slot unless masked (a masked macro's zero output depends
+on no input); ``DMAC QK`` its queries and the K rows some query attends
+(:func:`ops.live_keys`), ``DMAC PV`` its scores, the V rows with a finite
+score and, with ``ACCUMULATE``, the partial it merges into; an ``ACT`` its
+whole source (``SWIGLU`` the gate elements it uses) and, for ``SWIGLU`` and
+``RESIDUAL_ADD``, its destination; a decode ``EMBED`` the token and position
+the last ``ARGMAX`` left (the position counter that KV_APPEND, DMAC and ROPE
+use is the controller's issue state, not a consumed value).
 """
 
 from __future__ import annotations
@@ -38,8 +49,9 @@ from primal_compiler.ir.tiles import Part
 from primal_compiler.isa.opcodes import ActFn, BufKind, DmacOp, Flag, HiddenBuf, Opcode, buf, buf_name
 
 
-def _input(m: Machine, r: tuple, width: int) -> np.ndarray:
-    x = m.read((r[CT], r[PE]), r[SRC_BUF])
+def _input(m: Machine, r: tuple, width: int, consumed: bool = True) -> np.ndarray:
+    """The first ``width`` elements of the record's ``count`` input vectors (consumed unless told not)."""
+    x = m.read((r[CT], r[PE]), r[SRC_BUF], cols=slice(0, width if consumed else 0))
     if x.shape[0] != r[COUNT]:
         raise m.fail(f"count {r[COUNT]} but {buf_name(r[SRC_BUF])} holds {x.shape[0]} vectors")
     if x.shape[1] < width:
@@ -63,14 +75,17 @@ def smac_sram(m: Machine, r: tuple) -> None:
         raise m.fail("no LoRA tile is hosted on this PE")
     t = m.program.tiles
     n_in, n_out = (t.rows[row], t.cols[row]) if t.part[row] == Part.LORA_A else (t.cols[row], t.rows[row])
-    x = _input(m, r, int(n_in))
-    if m.mask.get(pos, 0) >> slot & 1:
+    masked = m.mask.get(pos, 0) >> slot & 1
+    x = _input(m, r, int(n_in), consumed=not masked)  # a masked macro's zero output depends on no input
+    m.used_state(("mask", *pos), ("mask", *pos, slot))
+    if masked:
         y = np.zeros((x.shape[0], int(n_out)), np.float32)
     else:
         tile = m.sram.get((pos[0], pos[1], slot))
         if tile is None:
             raise m.fail(f"SRAM slot {slot} was never configured")
         y = m.num.sram(tile, x)
+        m.used_state(("sram", *pos, slot))
     m.write(pos, r[DST_BUF], y)
 
 
@@ -86,7 +101,10 @@ def dmac(m: Machine, r: tuple) -> None:
         if src.shape[1] < grp * hd:
             raise m.fail(f"queries of {src.shape[1]} elements, the KV group needs {grp * hd}")
         keys, key_pos, _ = m.kv_slot(pos, slot, 0, layer)
-        s = ops.scores(src[:, : grp * hd].reshape(t, grp, hd), keys, m.step_positions(), key_pos, m.kv.context)
+        live = ops.live_keys(m.step_positions(), key_pos, m.kv.context)
+        s = ops.scores(src[:, : grp * hd].reshape(t, grp, hd), keys, live)
+        if m.log is not None:
+            m.used_kv(pos, slot, live.any(axis=0))
         m.write(pos, r[DST_BUF], s.reshape(t, -1))
         return
     if op != DmacOp.PV:
@@ -95,6 +113,8 @@ def dmac(m: Machine, r: tuple) -> None:
         raise m.fail(f"scores of {src.shape[1]} elements, expected {grp} heads x {m.kv.chunk_tokens} tokens")
     values, _, _ = m.kv_slot(pos, slot, 1, layer)
     p = ops.partial(src.reshape(t, grp, -1), values)
+    if m.log is not None:
+        m.used_kv(pos, slot, np.isfinite(src.reshape(t, grp, -1)).any(axis=(0, 1)))
     if r[FLAGS] & Flag.ACCUMULATE:
         p = ops.merge(m.read(pos, r[DST_BUF]).reshape(t, grp, hd + 2), p)
     m.write(pos, r[DST_BUF], p.reshape(t, -1))
@@ -116,6 +136,7 @@ def _embed(m: Machine, r: tuple) -> None:
         if n != 1:
             raise m.fail(f"a decode step embeds one token, not {n}")
         ids = [m.token]
+        m.used_state(("ctl",))
     m.tokens = n
     x = m.embed[ids]
     if m.model.embed_scale != 1.0:
@@ -179,6 +200,7 @@ def _argmax(m: Machine, r: tuple) -> None:
     m.position += m.tokens
     m.steps += 1
     m.request_step += 1
+    m.wrote_state(("ctl",))
     m.end_step()
 
 
@@ -191,11 +213,14 @@ def act(m: Machine, r: tuple) -> None:
     if fn in (ActFn.RMSNORM, ActFn.LAYERNORM):
         return _norm(m, r, ActFn(fn))
     pos = (r[CT], r[PE])
-    x = m.read(pos, r[SRC_BUF])
     if fn == ActFn.SWIGLU:
         up = m.read(pos, r[DST_BUF])
+        x = m.read(pos, r[SRC_BUF], cols=slice(0, up.shape[1]))  # the gate elements of up's width
         y = ops.activation(m.model.layers[r[LAYER]].activation, x[:, : up.shape[1]]) * up
-    elif fn == ActFn.RESIDUAL_ADD:
+        m.write(pos, r[DST_BUF], y.astype(np.float32))
+        return
+    x = m.read(pos, r[SRC_BUF])
+    if fn == ActFn.RESIDUAL_ADD:
         other = m.read(pos, r[DST_BUF])
         if other.shape != x.shape:
             raise m.fail(f"adds {buf_name(r[SRC_BUF])} {x.shape} to {buf_name(r[DST_BUF])} {other.shape}")

@@ -11,6 +11,14 @@ CONFIG, mask registers, power states, the crossbars (the tiles placed on
 each PE, prepared once in the chosen precision) and the controller's
 position counter (the NMC's ring pointer) and last token.
 
+Built with ``producers=True``, the machine also keeps a
+:class:`~primal_compiler.functional.provenance.Provenance` (``log``): which
+record last wrote every element of that state, and the (consumer, producer)
+pairs of what every record consumed: the elements a handler names when it
+reads a buffer (:meth:`Machine.read`), and the KV rows and persistent state
+it reports with :meth:`Machine.used_kv` and :meth:`Machine.used_state`.
+Without it the replay keeps none of this.
+
 Every problem is an :class:`InputError` naming the record.
 """
 
@@ -22,19 +30,22 @@ from primal_compiler.errors import InputError
 from primal_compiler.functional import ops
 from primal_compiler.functional.params import Params
 from primal_compiler.functional.precision import Crossbar, Numerics, SramTile
+from primal_compiler.functional.provenance import Provenance
 from primal_compiler.ir.model import Role
 from primal_compiler.ir.tiles import ROLE_CODES, Macro, Part
 from primal_compiler.isa.opcodes import CONTROLLER, NONE16, BufKind, Opcode, buf_name
 from primal_compiler.transforms.lower_tiles import geometry
 
 CTL = (CONTROLLER, 0)
+ALL = slice(None)
 OP, FLAGS, CT, PE, DST_CT, DST_PE, LAYER, SRC_BUF, DST_BUF, GROUP, COUNT, NBYTES, ARG = range(13)
 
 
 class Machine:
     """One replay: the program, its parameters in one precision, and the evolving state."""
 
-    def __init__(self, program, target, params: Params, numerics: Numerics, where: str) -> None:
+    def __init__(self, program, target, params: Params, numerics: Numerics, where: str,
+                 producers: bool = False) -> None:
         self.program, self.model, self.kv, self.params, self.num = program, program.model, program.kv, params, numerics
         self.where = where
         self.geo = geometry(program, target)
@@ -56,6 +67,7 @@ class Machine:
         self.gated: set[int] = set()
         self.record: tuple = ()
         self.index = -1
+        self.log = Provenance(len(stream.records)) if producers else None
         # controller (NMC)
         self.prompt: list[int] = []
         self.token = -1
@@ -88,11 +100,15 @@ class Machine:
         return InputError(self.where, f"record {self.index} ({Opcode(r[OP]).name} ct={ct} pe={r[PE]}): {problem}")
 
     # --- buffers -------------------------------------------------------------------------------
-    def read(self, pos: tuple[int, int], tag: int) -> np.ndarray:
-        value = self.buffers.get((pos[0], pos[1], tag))
+    def read(self, pos: tuple[int, int], tag: int, rows: slice | np.ndarray = ALL, cols: slice = ALL) -> np.ndarray:
+        """The whole buffer ``tag`` at ``pos``, of which the record consumes ``[rows, cols]`` (the log's pairs)."""
+        key = (pos[0], pos[1], tag)
+        value = self.buffers.get(key)
         if value is None:
             where = "the controller" if pos[0] == CONTROLLER else f"ct={pos[0]} pe={pos[1]}"
             raise self.fail(f"reads {buf_name(tag)} at {where}, which no earlier record of this step wrote")
+        if self.log is not None:
+            self.log.consumed(self.index, self.log.buffers[key][rows, cols])
         return value
 
     def write(self, pos: tuple[int, int], tag: int, data: np.ndarray, offset: int = 0) -> None:
@@ -100,7 +116,8 @@ class Machine:
         key = (pos[0], pos[1], tag)
         old = self.buffers.get(key)
         width = offset + data.shape[1]
-        if old is None or old.shape[0] != data.shape[0]:
+        kept = old is not None and old.shape[0] == data.shape[0]
+        if not kept:
             new = np.full((data.shape[0], width), np.nan, np.float32)
         elif old.shape[1] < width:
             new = np.full((data.shape[0], width), np.nan, np.float32)
@@ -109,9 +126,24 @@ class Machine:
             new = old.copy()
         new[:, offset:width] = data
         self.buffers[key] = new
+        if self.log is not None:
+            self.log.wrote(key, new.shape, kept, offset, width, self.index)
+
+    def used_state(self, *keys: tuple[int | str, ...]) -> None:
+        """The record consumes persistent state held under ``keys`` (see :mod:`.provenance`)."""
+        if self.log is not None:
+            self.log.consumed(self.index, self.log.latest(*keys))
+
+    def wrote_state(self, *keys: tuple[int | str, ...]) -> None:
+        """The record writes the persistent state held under ``keys``."""
+        if self.log is not None:
+            for k in keys:
+                self.log.state[k] = self.index
 
     def end_step(self) -> None:
         self.buffers.clear()
+        if self.log is not None:
+            self.log.buffers.clear()
 
     def members(self, group: int) -> list[tuple[int, int]]:
         lo, hi = self.group_ptr[group], self.group_ptr[group + 1]
@@ -179,6 +211,16 @@ class Machine:
             entry = self.kv_slots[key] = [np.zeros((self.kv.chunk_tokens, hd), np.float32),
                                           np.full(self.kv.chunk_tokens, -1, np.int64), unit[1]]
         return entry
+
+    def used_kv(self, pos: tuple[int, int], slot: int, rows: np.ndarray) -> None:
+        """The record consumes token rows ``rows`` (indices or a mask) of the KV chunk in ``slot``."""
+        if self.log is not None:
+            self.log.consumed(self.index, self.log.kv_rows((pos[0], pos[1], slot), self.kv.chunk_tokens)[rows])
+
+    def wrote_kv(self, pos: tuple[int, int], slot: int, rows: slice) -> None:
+        """The record writes token rows ``rows`` of the KV chunk in ``slot``."""
+        if self.log is not None:
+            self.log.kv_rows((pos[0], pos[1], slot), self.kv.chunk_tokens)[rows] = self.index
 
     def step_positions(self) -> np.ndarray:
         return self.position + np.arange(self.tokens)

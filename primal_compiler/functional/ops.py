@@ -67,14 +67,16 @@ def rope(x: np.ndarray, positions: np.ndarray, dim: np.ndarray, partner: np.ndar
     return (x * cos + sign * x[:, partner] * sin).astype(np.float32)
 
 
-def scores(q: np.ndarray, k: np.ndarray, q_pos: np.ndarray, k_pos: np.ndarray, window: int) -> np.ndarray:
-    """Scaled scores (T x heads x C) of queries q (T x heads x hd) against keys k (C x hd).
+def live_keys(q_pos: np.ndarray, k_pos: np.ndarray, window: int) -> np.ndarray:
+    """Which keys (T x C) each query attends: a key counts when it was written (position >= 0), is not
+    after the query and is among the last ``window`` positions."""
+    return (k_pos[None, :] >= 0) & (k_pos[None, :] <= q_pos[:, None]) & (k_pos[None, :] > q_pos[:, None] - window)
 
-    A key counts when it was written (position >= 0), is not after the query
-    and is among the last ``window`` positions; others score ``-inf``.
-    """
+
+def scores(q: np.ndarray, k: np.ndarray, live: np.ndarray) -> np.ndarray:
+    """Scaled scores (T x heads x C) of queries q (T x heads x hd) against keys k (C x hd); keys a query
+    does not attend (``live``, T x C, from :func:`live_keys`) score ``-inf``."""
     s = np.einsum("thd,cd->thc", q, k) / np.float32(math.sqrt(q.shape[-1]))
-    live = (k_pos[None, :] >= 0) & (k_pos[None, :] <= q_pos[:, None]) & (k_pos[None, :] > q_pos[:, None] - window)
     return np.where(live[:, None, :], s, -np.inf).astype(np.float32)
 
 

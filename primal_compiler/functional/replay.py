@@ -46,6 +46,9 @@ class FunctionalResult:
     records: int  # records executed over all requests
     seconds: float
     request_tokens: list[list[int]] = field(default_factory=list)  # generated ids of every request
+    # (consumer, producer) int64 record indices, one row per distinct pair: a value ``producer`` wrote was
+    # consumed by ``consumer`` (every request's records); only with ``producers=True``, else None
+    producers: tuple[np.ndarray, np.ndarray] | None = None
 
     def summary(self) -> dict:
         """JSON-ready facts (no logits)."""
@@ -104,7 +107,7 @@ def _check_program(program, target, where: str, prompt: list[int], generate: int
 
 def replay_functional(program, target, weights_path: str | Path, adapter_dir: str | Path | None = None, *,
                       prompt, generate: int = 1, precision: str = "exact", where: str | None = None,
-                      force=None) -> FunctionalResult:
+                      force=None, producers: bool = False) -> FunctionalResult:
     """Run ``program``'s stream on ``prompt`` for ``generate`` greedy tokens with the weights of the files.
 
     ``weights_path`` is the model's ONNX file (base weights, biases,
@@ -114,8 +117,12 @@ def replay_functional(program, target, weights_path: str | Path, adapter_dir: st
     is step 0) as the input of step k + 1, e.g. a reference continuation,
     so every step's logits are comparable with the reference's; ``tokens``
     still reports each step's argmax. ``where`` names the program in error
-    messages. Any mismatch between files and program, and any record the
-    state cannot execute, is an :class:`InputError`.
+    messages. ``producers``: also log which record produced every value each
+    executed record consumed, at element granularity (buffer elements, KV
+    token rows, SRAM slots, mask bits, the controller's token and position;
+    see :mod:`.provenance`), into ``FunctionalResult.producers``; off, the
+    replay keeps no such state. Any mismatch between files and program, and
+    any record the state cannot execute, is an :class:`InputError`.
     """
     where = where or f"program {program.model.name}"
     if precision not in PRECISIONS:
@@ -128,7 +135,8 @@ def replay_functional(program, target, weights_path: str | Path, adapter_dir: st
     plan = _plan(program, where, prompt, generate)
     params = load_params(program.model, weights_path, adapter_dir)
     start_time = time.perf_counter()
-    m = Machine(program, target, params, Numerics(precision, HardwareSpec.of(target, program.model.precision)), where)
+    numerics = Numerics(precision, HardwareSpec.of(target, program.model.precision))
+    m = Machine(program, target, params, numerics, where, producers=producers)
     m.prompt = prompt
     m.forced = forced
     records = program.stream.records.tolist()
@@ -152,4 +160,4 @@ def replay_functional(program, target, weights_path: str | Path, adapter_dir: st
     runs = [m.logits[a : a + generate] for a in firsts]
     tokens = [[int(np.argmax(x)) for x in run] for run in runs]
     return FunctionalResult(tokens[0], np.stack(runs[0]).astype(np.float32), prompt, precision, executed,
-                            time.perf_counter() - start_time, tokens)
+                            time.perf_counter() - start_time, tokens, None if m.log is None else m.log.pairs())

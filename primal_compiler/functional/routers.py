@@ -24,6 +24,14 @@ size the cost model charges and plays no part here.
   mask bit; ``MASK`` sets the PE's mask register; ``PG_OFF``/``PG_ON`` gate
   and wake a CT (any record using a gated CT is an error); ``SYNC`` orders
   nothing further in a sequential replay.
+
+What each record consumes (for ``Machine(producers=True)``): a move the
+vectors and elements it moves; ``REDUCE SUM`` every member's moved elements
+(and, with ``ACCUMULATE``, the destination region it adds to); ``REDUCE
+SOFTMAX_MERGE`` every member's partials of the heads it merges;
+``KV_APPEND`` the ``head_dim`` elements of the token rows it appends.
+``CONFIG`` writes an SRAM slot and that slot's mask bit, ``MASK`` the whole
+mask register. Power records and ``SYNC`` consume and produce no value.
 """
 
 from __future__ import annotations
@@ -43,7 +51,12 @@ def _dst(r: tuple) -> tuple[int, int]:
     return (r[DST_CT], 0) if r[DST_CT] == CONTROLLER else (r[DST_CT], r[DST_PE])
 
 
-def _vectors(m: Machine, src: np.ndarray, count: int, offset: int) -> np.ndarray:
+def _vectors(m: Machine, pos: tuple[int, int], tag: int, count: int, offset: int,
+             consumed_from: int | None = None) -> np.ndarray:
+    """The last ``count`` vectors of buffer ``tag`` at ``pos`` from element ``offset``; the record consumes
+    them from element ``consumed_from`` (default ``offset``)."""
+    first = offset if consumed_from is None else consumed_from
+    src = m.read(pos, tag, slice(-count, None), slice(first, None))
     if count > src.shape[0]:
         raise m.fail(f"moves {count} vectors but its source holds {src.shape[0]}")
     if offset >= src.shape[1]:
@@ -57,7 +70,7 @@ def _move_args(arg: int) -> tuple[int, int]:
 
 def bcast(m: Machine, r: tuple) -> None:
     so, do = _move_args(r[ARG])
-    data = _vectors(m, m.read((r[CT], r[PE]), r[SRC_BUF]), r[COUNT], so)
+    data = _vectors(m, (r[CT], r[PE]), r[SRC_BUF], r[COUNT], so)
     for member in m.members(r[GROUP]):
         m.write(member, r[DST_BUF], data, do)
 
@@ -65,7 +78,7 @@ def bcast(m: Machine, r: tuple) -> None:
 def unicast(m: Machine, r: tuple) -> None:
     so, do = _move_args(r[ARG])
     src = (r[CT], 0) if r[CT] == CONTROLLER else (r[CT], r[PE])
-    m.write(_dst(r), r[DST_BUF], _vectors(m, m.read(src, r[SRC_BUF]), r[COUNT], so), do)
+    m.write(_dst(r), r[DST_BUF], _vectors(m, src, r[SRC_BUF], r[COUNT], so), do)
 
 
 def reduce_(m: Machine, r: tuple) -> None:
@@ -73,7 +86,11 @@ def reduce_(m: Machine, r: tuple) -> None:
     op, so, do = arg & 0xF, ((arg >> 4) & 0x3FFF) * 8, (arg >> 18) * 8
     members = m.members(r[GROUP])
     merge = op == ReduceOp.SOFTMAX_MERGE  # partials are (hd + 2) wide per head: sliced by head below
-    parts = [_vectors(m, m.read(p, r[SRC_BUF]), r[COUNT], 0 if merge else so) for p in members]
+    if merge:  # the partials of the merged heads are consumed
+        hd = m.model.layers[r[LAYER]].attention.head_dim
+        parts = [_vectors(m, p, r[SRC_BUF], r[COUNT], 0, so // hd * (hd + 2)) for p in members]
+    else:
+        parts = [_vectors(m, p, r[SRC_BUF], r[COUNT], so) for p in members]
     if len({p.shape for p in parts}) != 1:
         raise m.fail(f"its members hold {sorted({p.shape[1] for p in parts})} elements; a reduction needs one width")
     if op == ReduceOp.SUM:
@@ -87,10 +104,11 @@ def reduce_(m: Machine, r: tuple) -> None:
         raise m.fail(f"unknown ReduceOp {op}")
     dst = _dst(r)
     if r[FLAGS] & Flag.ACCUMULATE:
-        old = m.read(dst, r[DST_BUF])
+        region = slice(do, do + total.shape[1])
+        old = m.read(dst, r[DST_BUF], cols=region)
         if old.shape[0] != total.shape[0] or old.shape[1] < do + total.shape[1]:
             raise m.fail(f"accumulates {total.shape} at offset {do} into {buf_name(r[DST_BUF])} of shape {old.shape}")
-        total = old[:, do : do + total.shape[1]] + total
+        total = old[:, region] + total
     m.write(dst, r[DST_BUF], total, do)
 
 
@@ -113,6 +131,7 @@ def config(m: Machine, r: tuple) -> None:
     _, tile = m.sram_block(dst)
     m.sram[(dst[0], dst[1], slot)] = tile
     m.mask[dst] = m.mask.get(dst, 0) & ~(1 << slot)
+    m.wrote_state(("sram", *dst, slot), ("mask", *dst, slot))
 
 
 def kv_append(m: Machine, r: tuple) -> None:
@@ -130,12 +149,13 @@ def kv_append(m: Machine, r: tuple) -> None:
     if rows[-1] >= m.tokens:
         raise m.fail(f"ring position {chunk * kv.chunk_tokens + t0} holds no token of this step "
                      f"(positions {m.position}..{m.position + m.tokens - 1})")
-    src = m.read((r[CT], r[PE]), r[SRC_BUF])
     hd = kv.head_dim
+    src = m.read((r[CT], r[PE]), r[SRC_BUF], rows, slice(so, so + hd))
     if src.shape[1] < so + hd:
         raise m.fail(f"reads {hd} elements at offset {so} of a {src.shape[1]}-element buffer")
     values[t0 : t0 + n] = m.num.kv(src[rows, so : so + hd])
     positions[t0 : t0 + n] = first + np.arange(n)
+    m.wrote_kv(_dst(r), slot, slice(t0, t0 + n))
 
 
 def power(m: Machine, r: tuple) -> None:
@@ -147,6 +167,7 @@ def power(m: Machine, r: tuple) -> None:
 
 def mask(m: Machine, r: tuple) -> None:
     m.mask[(r[CT], r[PE])] = r[ARG]
+    m.wrote_state(("mask", r[CT], r[PE]))
 
 
 def sync(m: Machine, r: tuple) -> None:
