@@ -88,7 +88,10 @@ def render_run(report: dict) -> str:
         f"{k} {v:.3f} W ({100 * v / total:.1f}%)" for k, v in m["power_breakdown_w"].items()))
     lines.append("power by state:     " + ", ".join(f"{k} {v:.3f} W" for k, v in m["power_by_state_w"].items()))
     bound = "instruction issue" if m["decode_issue_s"] >= 0.9 * m["itl_s"] else "the mesh and the macros"
-    lines.append(f"decode step: {human_time(m['decode_issue_s'])} to issue its records, ITL {human_time(m['itl_s'])}: bound by {bound}")
+    lines.append(f"decode: {m['decode_steps']} step(s), {m['passes']} pass(es) per step ({m['control']} control); ITL per "
+                 f"sequence p50 {human_time(m['itl_p50_s'])}, p99 {human_time(m['itl_p99_s'])}, first step "
+                 f"{human_time(m['itl_first_step_s'])}; {human_time(m['decode_issue_s'])} on the busiest sequencer "
+                 f"to issue a step: bound by {bound}; program load {human_time(m['program_load_s'])} (once)")
     lines.append(f"prefill energy {m['prefill_energy_j']:.3f} J; exposed LoRA reconfiguration {human_time(m['reconfig_exposed_s'])}; "
                  f"KV storage-bandwidth utilisation {100 * m['kv_storage_utilisation']:.1f}%")
     a = m["area_mm2"]

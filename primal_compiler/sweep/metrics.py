@@ -24,6 +24,7 @@ from primal_compiler.errors import InputError
 #: Top-level keys of the executor's metrics dict (``executor/metrics.py``) and the H100 baseline.
 KNOWN = (
     "request", "batch", "context", "decode_steps", "prompt_tokens", "ttft_s", "itl_s", "tokens_per_s",
+    "itl_p50_s", "itl_p99_s", "itl_first_step_s", "passes", "program_load_s",
     "energy_per_token_j", "tokens_per_j", "power_w", "power_breakdown_w", "power_by_state_w",
     "static_by_domain_w", "prefill_energy_j", "reconfig_exposed_s", "max_hops", "mean_hops", "weighted_hops",
     "hops", "kv_storage_utilisation", "area_mm2", "num_cts", "records", "h100",
