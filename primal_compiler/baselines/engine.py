@@ -42,7 +42,7 @@ import numpy as np
 from primal_compiler.baselines.profile import PRECISIONS, EngineProfile
 from primal_compiler.errors import InputError
 from primal_compiler.ir.model import Model
-from primal_compiler.target.spec import GpuTarget
+from primal_compiler.target.gpu import GpuTarget
 
 __all__ = ["LORA_MODES", "Precision", "PRECISION", "Serving", "memory_need", "serve"]
 

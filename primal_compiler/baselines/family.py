@@ -74,7 +74,7 @@ def parse_members(text: str) -> tuple[Member, ...]:
 def selection(gpu: str, members: str) -> Selection:
     """The selection of ``--baseline-gpu GPU --baselines MEMBERS``; the GPU target must load and be a GPU."""
     from primal_compiler.target import load_target
-    from primal_compiler.target.spec import GpuTarget
+    from primal_compiler.target.gpu import GpuTarget
 
     target = load_target(gpu)
     if not isinstance(target, GpuTarget):

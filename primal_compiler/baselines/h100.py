@@ -32,7 +32,7 @@ from typing import Any, Mapping
 
 from primal_compiler.errors import InputError
 from primal_compiler.ir.model import Model, Positional
-from primal_compiler.target.spec import GpuTarget
+from primal_compiler.target.gpu import GpuTarget
 
 __all__ = ["GpuCosts", "gpu_costs"]
 

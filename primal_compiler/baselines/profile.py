@@ -20,7 +20,9 @@ from pathlib import Path
 
 from primal_compiler.errors import InputError
 from primal_compiler.target.loader import load_table
-from primal_compiler.target.spec import SCHEMA_VERSION, Problem, _f, _internal, _Table
+from primal_compiler.target.table import SCHEMA_VERSION, Problem, Table
+from primal_compiler.target.table import internal_field as _internal
+from primal_compiler.target.table import spec_field as _f
 
 __all__ = ["ENGINES_DIR", "EngineProfile", "PRECISIONS", "engine_names", "load_engine"]
 
@@ -31,7 +33,7 @@ PRECISIONS = ("fp16", "bf16", "fp8", "w8a16", "w4a16", "w4a8")
 
 
 @dataclass(frozen=True)
-class KernelSpec(_Table):
+class KernelSpec(Table):
     """Fixed costs: kernels per decoder layer and per forward pass, their fixed time, host time."""
 
     per_layer: int = _f("count", "kernels one decoder layer launches per forward pass (GEMMs, norms, rotary, cache write, attention, activations, adds)", ge=1, le=10_000)
@@ -41,7 +43,7 @@ class KernelSpec(_Table):
 
 
 @dataclass(frozen=True)
-class DecodeSpec(_Table):
+class DecodeSpec(Table):
     """Achieved bandwidth of the memory-bound decode kernels, as fractions of the GPU's stream bandwidth."""
 
     weight_bandwidth_fraction: float = _f("fraction", "16- and 8-bit dense GEMV/GEMM weight streaming, of the stream roof", gt=0, le=1)
@@ -51,7 +53,7 @@ class DecodeSpec(_Table):
 
 
 @dataclass(frozen=True)
-class PrefillSpec(_Table):
+class PrefillSpec(Table):
     """Achieved compute of the prefill kernels, as fractions of the dense tensor peak of the data type."""
 
     gemm_compute_fraction: float = _f("fraction", "large dense GEMMs (16-bit and FP8)", gt=0, le=1)
@@ -62,14 +64,14 @@ class PrefillSpec(_Table):
 
 
 @dataclass(frozen=True)
-class LoraSpec(_Table):
+class LoraSpec(Table):
     """How unmerged LoRA adapters run (merged adapters cost nothing at inference)."""
 
     kernels_per_projection: int = _f("count", "kernels per adapted projection and pass when unmerged (shrink x@A, expand (xA)@B, any scale/add)", ge=1, le=100)
 
 
 @dataclass(frozen=True)
-class EngineProfile(_Table):
+class EngineProfile(Table):
     """One serving engine: identity, supported precisions, and its kernel tables."""
 
     schema_version: int = _f("count", "profile file format version", choices=(SCHEMA_VERSION,))

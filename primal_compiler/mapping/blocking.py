@@ -17,7 +17,7 @@ from primal_compiler.ir.tiles import TileTable
 from primal_compiler.mapping.instance import hub_slots
 from primal_compiler.mapping.layout import CtTemplate, Layout, _template_instances, column_major
 from primal_compiler.mapping.lower import layer_templates
-from primal_compiler.target.spec import MAX_CTS, MAX_PES
+from primal_compiler.target.table import MAX_CTS, MAX_PES
 
 CONTROLLER = -1
 

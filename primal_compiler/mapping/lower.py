@@ -22,7 +22,7 @@ import numpy as np
 from primal_compiler.errors import InputError
 from primal_compiler.ir.model import DecoderLayer, Linear, Model, Role
 from primal_compiler.ir.tiles import ROLE_INDEX, Macro, Part, TileTable
-from primal_compiler.target.spec import MAX_PES
+from primal_compiler.target.table import MAX_PES
 
 
 @dataclass(frozen=True)

@@ -15,17 +15,11 @@ from primal_compiler.target.loader import (
     validate_all,
     with_overrides,
 )
+from primal_compiler.target.gpu import GpuComputeSpec, GpuEfficiencySpec, GpuMemorySpec, GpuPowerSpec, GpuTarget
 from primal_compiler.target.spec import (
-    SCHEMA_VERSION,
     AreaSpec,
     CtSpec,
     D2dSpec,
-    FieldInfo,
-    GpuComputeSpec,
-    GpuEfficiencySpec,
-    GpuMemorySpec,
-    GpuPowerSpec,
-    GpuTarget,
     PowerGatingSpec,
     PrimalTarget,
     RouterSpec,
@@ -33,8 +27,8 @@ from primal_compiler.target.spec import (
     SramSpec,
     SystemSpec,
     Target,
-    schema,
 )
+from primal_compiler.target.table import SCHEMA_VERSION, FieldInfo, schema
 
 __all__ = [
     "SCHEMA_VERSION",

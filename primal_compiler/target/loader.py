@@ -31,7 +31,8 @@ from typing import Any
 from primal_compiler.errors import InputError
 from primal_compiler.inputs import read_toml
 from primal_compiler.resources import bundled
-from primal_compiler.target.spec import KINDS, RULE_KEYS, PrimalTarget, Target, type_hints
+from primal_compiler.target.spec import KINDS, PrimalTarget, Target
+from primal_compiler.target.table import RULE_KEYS, type_hints
 
 __all__ = [
     "bundled_targets",

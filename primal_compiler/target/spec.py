@@ -1,9 +1,10 @@
-"""Hardware targets as frozen dataclasses: the PRIMAL accelerator and the GPU baseline.
+"""The PRIMAL accelerator as a hardware target: one frozen dataclass per TOML table.
 
 Each TOML table of a target file maps to one nested frozen dataclass; each key
 to one field. A field's metadata carries its unit, a one-line meaning and its
 value rules (``ge``/``gt``/``le``/``lt``, ``choices``, ``multiple_of``); the
-loader (:mod:`primal_compiler.target.loader`) checks them generically. Rules
+loader (:mod:`primal_compiler.target.loader`) checks them generically; the field machinery is
+in :mod:`.table`, the GPU baseline targets in :mod:`.gpu`. Rules
 that tie several fields together live in each table's ``_problems`` method.
 
 Units are in the key names (``_pj``, ``_cycles``, ``_bytes``, ``_hz``, ``_uw``,
@@ -13,100 +14,24 @@ fractions carry none.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import math
-import typing
 from collections.abc import Iterator
-from dataclasses import dataclass, field, fields, is_dataclass
-from functools import cached_property
-from typing import Any
+from dataclasses import dataclass
 
-SCHEMA_VERSION = 1
-
-#: Metadata keys that constrain a value (checked by the loader in this order).
-RULE_KEYS = ("choices", "ge", "gt", "le", "lt", "multiple_of")
-
-# Upper bounds (``le`` rules) of what a target may declare: every count that sizes an array or fills a
-# fixed-width field of the instruction stream is bounded, so an absurd target is refused when it is
-# loaded instead of overflowing a field or exhausting memory later. Each admits the bundled targets
-# with a wide margin.
-#: CTs of a package: the stream's 16-bit CT field reserves 0xFFFE (the controller) and 0xFFFF (none).
-MAX_CTS = 0xFFFE
-#: PE rows or columns of a CT: the 16-bit PE field reserves 0xFFFF (all PEs); 255 x 255 = 65,025 fit below it.
-MAX_MESH_SIDE = 255
-#: PEs of a package (CTs x PEs per CT): 16.8 M, 15x the 1.1 M Llama-2-70B takes on primal-7nm; the executor
-#: keeps several counters per PE, so this also bounds its memory (checked for num_cts here, for a derived
-#: CT count by the blocking pass).
-MAX_PES = 1 << 24
-#: Rows, columns and banks of a macro, widths of flits, links and banks: 16x the bundled 256 x 256 crossbar.
-MAX_MACRO_SIDE = 4096
-#: Cycles of one operation: 1 ms at 1 GHz, far beyond any macro, router or link.
-MAX_CYCLES = 10**6
-#: Clock, ADC and kernel rates: 1 THz.
-MAX_RATE_HZ = 10**12
-#: Link and memory bandwidth: 1 PB/s, 300x an H100's HBM.
-MAX_BYTES_PER_S = 10**15
-#: Tensor-core peaks: 10^18 op/s, 500x an H100's dense FP8 peak.
-MAX_OPS_PER_S = 10**18
-#: A router scratchpad: 16 MiB, 1024x the bundled 16 KiB.
-MAX_SCRATCHPAD_BYTES = 1 << 24
-
-# Units that need no suffix in the key name.
-UNITLESS = frozenset({"count", "fraction", "bool", "text", "enum"})
-
-
-def _f(unit: str, doc: str, **rules: Any) -> Any:
-    """A dataclass field with its unit, meaning and value rules as metadata."""
-    unknown = set(rules) - set(RULE_KEYS)
-    if unknown:  # pragma: no cover - programming error
-        raise TypeError(f"unknown field rules {sorted(unknown)}")
-    return field(metadata={"unit": unit, "doc": doc, **rules})
-
-
-def _internal(doc: str) -> Any:
-    """A field that is not part of the TOML schema (not loaded, not hashed)."""
-    return field(default="", compare=False, repr=False, metadata={"internal": True, "doc": doc})
-
-
-Problem = tuple[str, str]  # (field name relative to the table, what is wrong)
-
-
-class _Table:
-    """Base of every table dataclass: cross-field rules and plain-data export."""
-
-    def _problems(self) -> Iterator[Problem]:
-        """Cross-field consistency problems as (field, message); none by default."""
-        return iter(())
-
-    def to_dict(self) -> dict[str, Any]:
-        """Nested plain dict of the schema fields (TOML/JSON-compatible values)."""
-        out: dict[str, Any] = {}
-        for f in fields(self):  # type: ignore[arg-type]
-            if f.metadata.get("internal"):
-                continue
-            value = getattr(self, f.name)
-            out[f.name] = value.to_dict() if isinstance(value, _Table) else value
-        return out
-
-
-class _Target(_Table):
-    """Root of a target: identity, canonical hash."""
-
-    source: str
-
-    @cached_property
-    def content_hash(self) -> str:
-        """sha256 hex of the canonical JSON of every value (stable across runs and hosts)."""
-        canonical = json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"), allow_nan=False)
-        return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+from primal_compiler.target.table import (
+    MAX_BYTES_PER_S, MAX_CTS, MAX_CYCLES, MAX_MACRO_SIDE, MAX_MESH_SIDE, MAX_PES, MAX_RATE_HZ,
+    MAX_SCRATCHPAD_BYTES, SCHEMA_VERSION, Problem, Table, TargetBase,
+)
+from primal_compiler.target.table import internal_field as _internal
+from primal_compiler.target.table import spec_field as _f
+from primal_compiler.target.gpu import GpuTarget
 
 
 # --------------------------------------------------------------------------- PRIMAL
 
 
 @dataclass(frozen=True)
-class SystemSpec(_Table):
+class SystemSpec(Table):
     """Package level: clock, number and arrangement of compute tiles (CTs), the NMC controller."""
 
     technology_nm: int = _f("nm", "process node the energy/area figures refer to", ge=1, le=1000)
@@ -120,7 +45,7 @@ class SystemSpec(_Table):
 
 
 @dataclass(frozen=True)
-class CtSpec(_Table):
+class CtSpec(Table):
     """One compute tile: a 2D mesh of PEs (the IPCN)."""
 
     mesh_rows: int = _f("count", "PE rows of the CT mesh", ge=1, le=MAX_MESH_SIDE)
@@ -136,7 +61,7 @@ class CtSpec(_Table):
 
 
 @dataclass(frozen=True)
-class RramSpec(_Table):
+class RramSpec(Table):
     """RRAM-ACIM macro: analog crossbar holding the frozen 4-bit base weights, SAR ADCs on the columns."""
 
     rows: int = _f("count", "crossbar rows (word lines = input vector length)", ge=1, le=MAX_MACRO_SIDE)
@@ -209,7 +134,7 @@ class RramSpec(_Table):
 
 
 @dataclass(frozen=True)
-class SramSpec(_Table):
+class SramSpec(Table):
     """SRAM-DCIM macro: 6T cells with a carry-save adder tree holding 8-bit LoRA weights."""
 
     rows: int = _f("count", "macro rows (input vector length)", ge=1, le=MAX_MACRO_SIDE)
@@ -249,7 +174,7 @@ class SramSpec(_Table):
 
 
 @dataclass(frozen=True)
-class RouterSpec(_Table):
+class RouterSpec(Table):
     """Compute router of a PE: 6 AXI-Stream ports, DMAC units, a scratchpad for KV cache and intermediates."""
 
     ports: int = _f("count", "AXI-Stream ports (4 mesh directions + local)", ge=5, le=64)
@@ -279,7 +204,7 @@ class RouterSpec(_Table):
 
 
 @dataclass(frozen=True)
-class ActSpec(_Table):
+class ActSpec(Table):
     """Work of the router's activation path: DMAC operations per element of each ``ACT`` function."""
 
     embed_ops_per_element: int = _f("count", "controller: embedding-table read and FP16 conversion per element", ge=1, le=1024)
@@ -297,7 +222,7 @@ class ActSpec(_Table):
 
 
 @dataclass(frozen=True)
-class D2dSpec(_Table):
+class D2dSpec(Table):
     """Die-to-die link between neighbouring CTs of the package mesh (per direction)."""
 
     bandwidth_bytes_per_s: int = _f("bytes/s", "payload bandwidth of one CT-to-CT link per direction", gt=0, le=MAX_BYTES_PER_S)
@@ -306,7 +231,7 @@ class D2dSpec(_Table):
 
 
 @dataclass(frozen=True)
-class PowerGatingSpec(_Table):
+class PowerGatingSpec(Table):
     """Per-CT power states (SRPG): what a gated CT switches off, and what waking it costs."""
 
     gate_rram_periphery: bool = _f("bool", "a gated CT switches off its RRAM-ACIM periphery (ADCs, drivers)")
@@ -320,7 +245,7 @@ class PowerGatingSpec(_Table):
 
 
 @dataclass(frozen=True)
-class AreaSpec(_Table):
+class AreaSpec(Table):
     """Area of one PE by component."""
 
     rram_um2: float = _f("um2", "RRAM-ACIM macro: crossbar, ADCs, drivers, analog routing", gt=0)
@@ -335,7 +260,7 @@ class AreaSpec(_Table):
 
 
 @dataclass(frozen=True)
-class PrimalTarget(_Target):
+class PrimalTarget(TargetBase):
     """A PRIMAL accelerator: system, CT, the PE's macros and router, links, power gating, area."""
 
     schema_version: int = _f("count", "target file format version", choices=(SCHEMA_VERSION,))
@@ -369,133 +294,7 @@ class PrimalTarget(_Target):
 # --------------------------------------------------------------------------- GPU
 
 
-@dataclass(frozen=True)
-class GpuMemorySpec(_Table):
-    """HBM: capacity, peak bandwidth and the share a serving engine may fill."""
-
-    hbm_capacity_bytes: int = _f("bytes", "HBM capacity", gt=0, le=1 << 50)
-    hbm_bandwidth_bytes_per_s: int = _f("bytes/s", "peak HBM bandwidth", gt=0, le=MAX_BYTES_PER_S)
-    usable_fraction: float = _f("fraction", "share of HBM the serving engine may fill with weights, adapters and KV cache", gt=0, le=1)
-    stream_bandwidth_fraction: float = _f("fraction", "best achieved / peak HBM bandwidth of a large streaming kernel (the engine-profile model's memory roof)", gt=0, le=1)
-
-
-@dataclass(frozen=True)
-class GpuComputeSpec(_Table):
-    """Dense tensor-core peaks (no 2:4 structured sparsity)."""
-
-    fp16_dense_flop_per_s: int = _f("FLOP/s", "dense FP16 tensor-core peak (no structured sparsity)", gt=0, le=MAX_OPS_PER_S)
-    bf16_dense_flop_per_s: int = _f("FLOP/s", "dense BF16 tensor-core peak", gt=0, le=MAX_OPS_PER_S)
-    fp8_dense_flop_per_s: int = _f("FLOP/s", "dense FP8 tensor-core peak; 0 = no FP8 tensor cores (no FP8 or W4A8 kernels)", ge=0, le=MAX_OPS_PER_S)
-    int8_dense_op_per_s: int = _f("OP/s", "dense INT8 tensor-core peak", gt=0, le=MAX_OPS_PER_S)
-    sm_count: int = _f("count", "streaming multiprocessors", ge=1, le=100_000)
-
-
-@dataclass(frozen=True)
-class GpuPowerSpec(_Table):
-    """Board power by phase."""
-
-    tdp_w: float = _f("W", "board power limit (TDP)", gt=0)
-    idle_w: float = _f("W", "board power idle with a model resident (CUDA context held)", ge=0)
-    decode_power_w: float = _f("W", "average board power during memory-bound decode", gt=0)
-    prefill_power_w: float = _f("W", "average board power during compute-bound prefill", gt=0)
-    memory_dynamic_w: float = _f("W", "board power above idle per unit of HBM utilisation (achieved / peak bandwidth); engine-profile model", ge=0)
-    compute_dynamic_w: float = _f("W", "board power above idle per unit of tensor-core utilisation (achieved / dense peak of the data type); engine-profile model", ge=0)
-
-    def _problems(self) -> Iterator[Problem]:
-        if self.idle_w >= self.tdp_w:
-            yield "idle_w", f"{self.idle_w} W is not below tdp_w {self.tdp_w} W"
-        for name in ("decode_power_w", "prefill_power_w"):
-            value = getattr(self, name)
-            if not self.idle_w <= value <= self.tdp_w:
-                yield name, f"{value} W is outside [idle_w, tdp_w] = [{self.idle_w}, {self.tdp_w}] W"
-
-
-@dataclass(frozen=True)
-class GpuEfficiencySpec(_Table):
-    """Achieved fractions of peak, calibrated on published end-to-end serving measurements."""
-
-    decode_bandwidth_fraction: float = _f("fraction", "achieved / peak HBM bandwidth in decode (MBU)", gt=0, le=1)
-    prefill_compute_fraction: float = _f("fraction", "achieved / peak dense tensor throughput in prefill (MFU); also used for any compute-bound decode", gt=0, le=1)
-
-
-@dataclass(frozen=True)
-class GpuServingSpec(_Table):
-    """Data types the GPU serves the model in (not PRIMAL's 4/8-bit precision)."""
-
-    weight_bits: int = _f("bits", "bits per base weight in HBM (16 = FP16; 8 = FP8)", choices=(8, 16))
-    lora_weight_bits: int = _f("bits", "bits per LoRA A/B weight in HBM", choices=(8, 16))
-    kv_bits: int = _f("bits", "bits per K/V cache entry in HBM", choices=(8, 16))
-    activation_bits: int = _f("bits", "bits per activation; GEMMs run on FP8 tensor cores only when weights and activations are both 8-bit", choices=(8, 16))
-
-
-@dataclass(frozen=True)
-class GpuKernelSpec(_Table):
-    """Fixed per-kernel cost: small dependent kernels take a fixed time however little they move."""
-
-    serial_rate_hz: int = _f("Hz", "small dependent kernels completed per second back to back (1 / fixed time of one kernel)", gt=0, le=MAX_RATE_HZ)
-    per_layer: int = _f("count", "kernels one decoder layer of the base model launches per forward pass (sets a step-time floor)", ge=1, le=10_000)
-    per_lora_projection: int = _f("count", "extra kernels per projection carrying an unmerged LoRA adapter (shrink x@A, expand (xA)@B)", ge=1, le=10_000)
-
-
-@dataclass(frozen=True)
-class GpuTarget(_Target):
-    """A GPU baseline for a roofline model: peaks, power, achieved-efficiency factors, serving data types, kernel costs."""
-
-    schema_version: int = _f("count", "target file format version", choices=(SCHEMA_VERSION,))
-    name: str = _f("text", "target name (bundled targets: the file stem)")
-    description: str = _f("text", "one-line description")
-    kind: str = _f("enum", "target family", choices=("gpu",))
-    memory: GpuMemorySpec = _f("table", "memory")
-    compute: GpuComputeSpec = _f("table", "compute peaks")
-    power: GpuPowerSpec = _f("table", "board power")
-    efficiency: GpuEfficiencySpec = _f("table", "achieved fractions of peak")
-    serving: GpuServingSpec = _f("table", "data types as served")
-    kernels: GpuKernelSpec = _f("table", "fixed per-kernel costs")
-    source: str = _internal("file the target was loaded from (not part of the hash)")
-
-
 Target = PrimalTarget | GpuTarget
 
 #: Target class by the ``kind`` key of a target file.
 KINDS: dict[str, type[PrimalTarget] | type[GpuTarget]] = {"primal": PrimalTarget, "gpu": GpuTarget}
-
-
-# --------------------------------------------------------------------------- introspection
-
-
-@dataclass(frozen=True)
-class FieldInfo:
-    """One key of the schema, for docs and tooling."""
-
-    key: str  # dotted, e.g. "rram.adc_bits"
-    type: type
-    unit: str
-    doc: str
-    rules: dict[str, Any]
-
-
-def type_hints(cls: type) -> dict[str, Any]:
-    """Resolved field annotations of a spec dataclass (cached per class)."""
-    cached = _HINTS.get(cls)
-    if cached is None:
-        cached = _HINTS[cls] = typing.get_type_hints(cls)
-    return cached
-
-
-_HINTS: dict[type, dict[str, Any]] = {}
-
-
-def schema(cls: type, prefix: str = "") -> list[FieldInfo]:
-    """Every leaf key of a target class, depth-first in declaration order."""
-    out: list[FieldInfo] = []
-    hints = type_hints(cls)
-    for f in fields(cls):
-        if f.metadata.get("internal"):
-            continue
-        typ = hints[f.name]
-        if is_dataclass(typ):
-            out.extend(schema(typ, f"{prefix}{f.name}."))
-        else:
-            rules = {k: f.metadata[k] for k in RULE_KEYS if k in f.metadata}
-            out.append(FieldInfo(prefix + f.name, typ, f.metadata["unit"], f.metadata["doc"], rules))
-    return out

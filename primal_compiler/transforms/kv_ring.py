@@ -8,7 +8,7 @@ import numpy as np
 
 from primal_compiler.codegen.kvmap import build_kv_map, occupancy
 from primal_compiler.passmgr import CONTEXT_RANGE, Pass, option
-from primal_compiler.target.spec import MAX_SCRATCHPAD_BYTES
+from primal_compiler.target.table import MAX_SCRATCHPAD_BYTES
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,7 @@ from primal_compiler.target import (
     validate_all,
     with_overrides,
 )
-from primal_compiler.target.spec import UNITLESS
+from primal_compiler.target.table import UNITLESS
 
 REPO = Path(__file__).resolve().parents[2]
 SEVEN = bundled_targets()["primal-7nm"]
