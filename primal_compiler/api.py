@@ -157,13 +157,13 @@ def run_pipeline(pipeline: str, batch: int | None, context: int | None, steps: i
 
 def decode_steps(stream) -> int:
     """Decode steps of request 0: its decode ARGMAXes over its prefill's (one per pass)."""
-    from primal_compiler.isa.opcodes import CONTROLLER, ActFn, Opcode
+    from primal_compiler.isa.opcodes import step_ends
 
     count = {}
     for s in stream.sections:
         if s.name in ("prefill:0", "decode:0"):
             r = stream.records[s.start : s.stop]
-            count[s.name] = int(((r["op"] == Opcode.ACT) & (r["arg"] == ActFn.ARGMAX) & (r["ct"] == CONTROLLER)).sum())
+            count[s.name] = int(step_ends(r).sum())
     return count.get("decode:0", 0) // max(1, count.get("prefill:0", 1))
 
 

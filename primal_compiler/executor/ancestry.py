@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from primal_compiler.isa.opcodes import CONTROLLER, ActFn, Opcode
+from primal_compiler.isa.opcodes import Opcode, step_ends
 from primal_compiler.jit import njit
 
 INERT = (Opcode.PG_ON, Opcode.PG_OFF, Opcode.SYNC)
@@ -102,8 +102,7 @@ def missing_producers(ptr: np.ndarray, pred: np.ndarray, consumer: np.ndarray, p
 
 def argmax_records(stream) -> np.ndarray:
     """bool per record: a controller ARGMAX (the end of a prefill or decode step)."""
-    r = stream.records
-    return (r["op"] == Opcode.ACT) & (r["arg"] == ActFn.ARGMAX) & (r["ct"] == CONTROLLER)
+    return step_ends(stream.records)
 
 
 def dead_records(stream, ptr: np.ndarray, pred: np.ndarray) -> np.ndarray:

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from primal_compiler.errors import InputError
-from primal_compiler.isa.opcodes import CONTROLLER, RECORD, ActFn, Opcode
+from primal_compiler.isa.opcodes import CONTROLLER, RECORD, step_ends
 
 
 @dataclass(frozen=True)
@@ -51,7 +51,7 @@ class Control:
 
 
 def _argmax(r: np.ndarray) -> np.ndarray:
-    return np.flatnonzero((r["op"] == Opcode.ACT) & (r["arg"] == ActFn.ARGMAX) & (r["ct"] == CONTROLLER))
+    return np.flatnonzero(step_ends(r))
 
 
 def _step_records(stream, name: str, passes: int) -> np.ndarray:

@@ -39,14 +39,14 @@ import numpy as np
 from primal_compiler.executor import costs, power
 from primal_compiler.executor.replay import Replay
 from primal_compiler.executor.transfers import attention_legs
-from primal_compiler.isa.opcodes import CONTROLLER, ActFn, Opcode
+from primal_compiler.isa.opcodes import CONTROLLER, ActFn, Opcode, step_ends
 
 COMPONENT_KEYS = ("rram_adc", "sram_dcim", "router_dmac", "links", "controller", "wakeup", "static")
 
 
 def _argmax(rp: Replay, rec: np.ndarray) -> np.ndarray:
     r = rp.stream.records[rec]
-    return rec[(r["op"] == Opcode.ACT) & (r["arg"] == ActFn.ARGMAX) & (r["ct"] == CONTROLLER)]
+    return rec[step_ends(r)]
 
 
 def _sections(rp: Replay, request: int) -> dict[str, np.ndarray]:

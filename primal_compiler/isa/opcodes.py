@@ -153,6 +153,11 @@ class HiddenBuf(IntEnum):
     RESID = 7  # residual copy received at ``mid`` or ``out``
 
 
+def step_ends(records: np.ndarray) -> np.ndarray:
+    """bool per record: a controller ARGMAX, the end of a prefill or decode pass (it picks the next token)."""
+    return (records["op"] == Opcode.ACT) & (records["arg"] == ActFn.ARGMAX) & (records["ct"] == CONTROLLER)
+
+
 def buf(kind: BufKind, index: int = 0) -> int:
     """The 16-bit tag of buffer ``index`` of ``kind``; raises when ``index`` needs more than 12 bits."""
     if not 0 <= index < 4096:

@@ -36,7 +36,7 @@ import numpy as np
 from primal_compiler.errors import InputError
 from primal_compiler.ir.model_json import model_from_dict
 from primal_compiler.ir.tiles import COLUMNS, ROLE_CODES, Macro, Part
-from primal_compiler.isa.opcodes import CONTROLLER, ActFn, Opcode
+from primal_compiler.isa.opcodes import Opcode, step_ends
 from primal_compiler.isa.stream import Stream
 from primal_compiler.mapping.lower import Geometry, lower_model
 
@@ -345,7 +345,7 @@ def _section_issue(arrays: Mapping[str, np.ndarray], stream: Stream) -> Issue | 
     ARGMAX per pass (one pass, or one per sequence when pipelined: distinct TOKEN buffers), decode:r with
     at least one, in that order and nothing else."""
     r = stream.records
-    argmax = (r["op"] == Opcode.ACT) & (r["arg"] == ActFn.ARGMAX) & (r["ct"] == CONTROLLER)
+    argmax = step_ends(r)
     before = np.concatenate([[0], np.cumsum(argmax)])
     lora = bool((arrays["tile_macro"] == Macro.SRAM).any())
     secs, k, request = stream.sections, 0, 0
