@@ -14,7 +14,7 @@ so a user can compare.
 A CT's program is what it issues in one request's phases: adapter load,
 prefill and one decode step (a prefill record covers all prompt tokens and
 decode steps repeat one step's records, so it does not depend on the prompt
-or generation length; a pipelined batch has one pass per sequence). When a
+or generation length; a pipelined decode step has one pass per sequence). When a
 CT's three fit its buffer together, the NMC loads them once, before the
 first request, through its die-to-die port at ``d2d.bandwidth_bytes_per_s``;
 otherwise it reloads each phase's program when the CT has dispatched the
@@ -43,11 +43,6 @@ class Control:
     reload: np.ndarray  # int64 per record: cycles to load its CT's program of the phase it opens (0 none)
     program_bytes: np.ndarray  # int64 per CT: its resident program (distributed), 0 under central control
     load_cycles: int  # NMC cycles to load every CT's program
-
-    @property
-    def controller(self) -> int:
-        """Sequencer index of the NMC."""
-        return len(self.issue_cycles) - 1
 
 
 def _argmax(r: np.ndarray) -> np.ndarray:
