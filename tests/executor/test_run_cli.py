@@ -50,6 +50,7 @@ def test_run_of_a_program_file_equals_run_of_its_directory(out_dir, capsys):
     (["--batch", "4"], "compiled for batch 1, not 4"),
     (["--target", "primal-5nm"], "target: compiled for target primal-7nm"),
     (["--lora", "q:8"], "apply when compiling a model"),
+    (["--generate", "3"], "compiled for 1 generated tokens, not 3"),
 ])
 def test_run_rejects_mismatches(out_dir, capsys, extra, message):
     assert main(["run", str(out_dir)] + extra) == 2
