@@ -306,12 +306,14 @@ def build_parser() -> argparse.ArgumentParser:
     sp.set_defaults(func=cmd_reproduce)
 
     from primal_compiler.baselines.command import add_parser as add_baseline
+    from primal_compiler.report.check import add_parser as add_check
     from primal_compiler.sweep.command import add_parser as add_sweep
     from primal_compiler.viz.command import add_parser as add_viz
 
     add_viz(sub)
     add_sweep(sub)
     add_baseline(sub)
+    add_check(sub)
 
     sp = sub.add_parser("map", help="compare placement strategies (hops) for a model")
     model_args(sp)

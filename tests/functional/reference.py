@@ -1,5 +1,9 @@
 """References the replay is compared with: ONNX Runtime on the fixture files, and a dense numpy model.
 
+The ONNX Runtime runner (``ort_logits``, ``ort_greedy``) lives in
+:mod:`primal_compiler.report.check`, which ``primal check`` uses; it is
+re-exported here.
+
 The numpy model runs one token at a time with a KV cache that keeps the
 last ``window`` positions (a sliding window, what a wrapped KV ring holds),
 straight from the parameters, with no stream, tiles or buffers: it checks
@@ -10,49 +14,13 @@ attention) no longer applies.
 from __future__ import annotations
 
 import math
-from functools import lru_cache
 
 import numpy as np
 
 from primal_compiler.ir.model import Activation, NormKind, Positional, Role
+from primal_compiler.report.check import ort_greedy, ort_logits
 
-
-@lru_cache(maxsize=None)
-def _session(path: str):
-    import onnxruntime as ort
-
-    options = ort.SessionOptions()
-    options.log_severity_level = 3
-    return ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
-
-
-def ort_logits(path: str, ids: list[int]) -> np.ndarray:
-    """Logits of the last position of ``ids`` from ONNX Runtime (empty past for past-KV exports)."""
-    session, n = _session(str(path)), len(ids)
-    feeds = {}
-    for i in session.get_inputs():
-        if i.name == "input_ids":
-            feeds[i.name] = np.array([ids], np.int64)
-        elif i.name == "attention_mask":
-            feeds[i.name] = np.ones((1, n), np.int64)
-        elif i.name == "position_ids":
-            feeds[i.name] = np.arange(n, dtype=np.int64)[None]
-        elif i.name.startswith("past_key_values"):
-            shape = [1] + [d if isinstance(d, int) else 0 for d in i.shape[1:]]
-            feeds[i.name] = np.zeros(shape, np.float32)
-        else:  # TorchScript exports: the index of the position whose logits are returned
-            feeds[i.name] = np.array(n - 1, np.int64)
-    out = session.run(None, feeds)[0]
-    return out[0, -1] if out.ndim == 3 else out[0]
-
-
-def ort_greedy(path: str, prompt: list[int], generate: int) -> np.ndarray:
-    """Logits [generate, vocab] of greedy decoding by ONNX Runtime, feeding the whole sequence each step."""
-    ids, rows = list(prompt), []
-    for _ in range(generate):
-        rows.append(ort_logits(path, ids))
-        ids.append(int(np.argmax(rows[-1])))
-    return np.stack(rows)
+__all__ = ["dense_greedy", "ort_greedy", "ort_logits"]
 
 
 def _norm(model, params, key, x):
