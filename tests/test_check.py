@@ -97,11 +97,11 @@ def test_an_unexplained_constant_is_refused_naming_the_node(tmp_path, capsys):
     assert json.loads(out) == {"verdict": "REFUSED", "file": path, "reason": err.split("REFUSED: ")[1].strip()}
 
 
-def test_a_constant_the_frontend_lets_through_is_never_ok(tmp_path, capsys):
-    """A [hidden] constant added to the token embedding passes the import today; the comparison catches it."""
+def test_a_constant_added_to_the_embedding_is_refused(tmp_path, capsys):
+    """A [hidden] constant added to the token embedding is no folded position table: refused, naming the node."""
     code, out, err = run(["check", _edited(tmp_path, "llama_dynamo", _constant("Add", 0.25, "embedding_add"))],
                          capsys)
-    assert (code, "MISMATCH") == (1, out.split()[2]) or (code == 2 and "embedding_add (Add)" in err)
+    assert code == 2 and "unsupported constant added at node embedding_add (Add) to the token embedding" in err
 
 
 def test_logits_beyond_the_tolerance_are_a_mismatch(capsys, monkeypatch):

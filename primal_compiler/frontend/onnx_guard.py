@@ -20,7 +20,8 @@ outside the projections (and their LoRA scale), each node must:
   node;
 * add a constant only as a projection's bias, a norm's bias or epsilon,
   inside a verified activation or the attention (masks), or to the token
-  embedding (a static export's folded positions).
+  embedding as a static export's folded positions (:func:`folded_positions`:
+  one row per position; any other constant there is refused).
 """
 
 from __future__ import annotations
@@ -43,6 +44,15 @@ KNOWN_OPS = frozenset({
 })
 #: Ops allowed only inside an MLP activation.
 ACTIVATION_ONLY = frozenset({"Tanh", "Erf", "Sigmoid", "Relu", "Gelu", "FastGelu", "BiasGelu"})
+
+
+def folded_positions(g: GraphIndex, x: str, hidden: int):
+    """The constant a static-shape export adds to the token embedding for its positions (``wpe[arange(S)]``
+    folded into ``[1.., S, hidden]``, S > 1), or None: a broadcast ``[hidden]`` vector is no position table."""
+    tensor = g.constant_tensor(x)
+    dims = [int(d) for d in tensor.dims] if tensor is not None else []
+    ok = len(dims) >= 2 and dims[-1] == hidden and all(d == 1 for d in dims[:-2]) and dims[-2] > 1
+    return tensor if ok else None
 
 
 def embed_scale(g: GraphIndex, gather: int) -> tuple[float, int | None]:
@@ -90,7 +100,17 @@ def check_accounted(dec, layers: list, lm_head, norm_regions: list[set[int]], no
         score_side[n] = g.backward([softmax.input[0]], dec.barriers)[0] if softmax.op_type == "Softmax" else set()
     verified = set().union(*(_activation(dec, n, layer) for n, layer in enumerate(layers)))
     product = {n: 1.0 for n in range(len(layers))}
-    biases = _bias_adds(dec) | {c for e in embed_nodes for t in g.nodes[e].output for c in g.consumers.get(t, ())}
+    hidden = lm_head.in_features
+    folded = set()
+    for c in sorted({c for e in embed_nodes for t in g.nodes[e].output for c in g.consumers.get(t, ())} - embed_nodes):
+        node = g.nodes[c]
+        if node.op_type not in ("Add", "Sub") or not any(_is_const(g, x) for x in node.input):
+            continue
+        if not any(folded_positions(g, x, hidden) is not None for x in node.input):
+            raise PatternError(f"unsupported constant added at node {node.name or '#' + str(c)} ({node.op_type}) "
+                               f"to the token embedding: not a table of one row per position")
+        folded.add(c)
+    biases = _bias_adds(dec) | folded
     for i in sorted(path):
         node = g.nodes[i]
         label = f"node {node.name or '#' + str(i)} ({node.op_type})"

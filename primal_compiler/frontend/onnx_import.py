@@ -68,7 +68,7 @@ from primal_compiler.errors import one_line
 from primal_compiler.frontend.onnx_check import read_onnx
 from primal_compiler.frontend.onnx_decoder import Decoder, Layer, g_name
 from primal_compiler.frontend.onnx_graph import GraphIndex, PatternError, Weight, attr
-from primal_compiler.frontend.onnx_guard import check_accounted, embed_scale
+from primal_compiler.frontend.onnx_guard import check_accounted, embed_scale, folded_positions
 from primal_compiler.frontend.onnx_params import ONNX_DEFAULT_EPS, NormRef, norm_ref, rope_frequencies
 from primal_compiler.frontend.onnx_project import Projection, find_weight_matmuls, pair_lora
 from primal_compiler.ir.model import SIZE_LIMITS, Attention, DecoderLayer, Linear, LoRA, Model, Positional, Role
@@ -322,10 +322,9 @@ def _folded_positions(g: GraphIndex, embed_node: int, hidden: int):
         if node.op_type != "Add":
             continue
         for x in node.input:
-            tensor = g.constant_tensor(x)
-            dims = [int(d) for d in tensor.dims] if tensor is not None else []
-            if len(dims) >= 2 and dims[-1] == hidden and all(d == 1 for d in dims[:-2]) and dims[-2] > 1:
-                return None, Weight(tensor.name or x, dims[-2], hidden, False)
+            tensor = folded_positions(g, x, hidden)
+            if tensor is not None:
+                return None, Weight(tensor.name or x, int(tensor.dims[-2]), hidden, False)
     return None
 
 
