@@ -30,10 +30,12 @@ def _target(name: str):
 
 def cmd_inspect(args) -> None:
     from primal_compiler.frontend import load_model
-    from primal_compiler.report.inspect import inspect_model, render_inspect
+    from primal_compiler.report.inspect import adapter_info, inspect_model, render_inspect
 
-    model = load_model(args.model, args.lora)
+    model = load_model(args.model, args.lora, args.adapter)
     info = inspect_model(model, _target(args.target))
+    if args.adapter is not None:
+        info["adapter"] = adapter_info(args.adapter, model)
     print(json.dumps(info, indent=2) if args.json else render_inspect(info))
 
 
@@ -43,9 +45,9 @@ def cmd_compile(args) -> None:
     from primal_compiler.report.inspect import inspect_model, render_inspect
     from primal_compiler.report.hops import render_hops
 
-    inputs = _model_inputs(args.model)
+    inputs = _model_inputs(args.model) + _adapter_inputs(args.adapter)
     check_destination(args.output, args.force, directory=True, inputs=inputs)
-    model = load_model(args.model, args.lora)
+    model = load_model(args.model, args.lora, args.adapter)
     target = _target(args.target)
     program = api.compile_model(model, target, args.pipeline, verify=args.verify)
     api.write_compiled(program, target, Path(args.output), args.force, inputs)
@@ -65,6 +67,11 @@ def cmd_compile(args) -> None:
 def _model_inputs(model: str) -> tuple[str, ...]:
     """The files a model argument names (an ONNX file is read; a built-in name is not a path)."""
     return (model,) if model and Path(model).exists() else ()
+
+
+def _adapter_inputs(adapter: str | None) -> tuple[str, ...]:
+    """The adapter directory ``--adapter`` names, which an output may not replace."""
+    return (adapter,) if adapter else ()
 
 
 def _is_program(spec: str) -> bool:
@@ -110,8 +117,9 @@ def cmd_run_functional(args) -> None:
         from primal_compiler.frontend import load_model
 
         target, where = _target(args.target or "primal-7nm"), args.model
-        program = compile_for_replay(load_model(args.model, args.lora), target, len(prompt), args.generate or 1,
-                                     args.pipeline or "default", args.context)
+        model = load_model(args.model, args.lora, args.adapter)
+        program = compile_for_replay(model, target, len(prompt), args.generate or 1, args.pipeline or "default",
+                                     args.context)
     result = replay_functional(program, target, args.weights, args.adapter, prompt=prompt, generate=args.generate or 1,
                                precision=args.precision, where=where)
     if args.save_logits:
@@ -134,8 +142,9 @@ def cmd_run(args) -> None:
         return
     chosen = selection(args.baseline_gpu, args.baselines)  # checked before any compile or replay
     if _is_program(args.model):
-        if args.lora or args.pipeline or args.output is not None:
-            raise InputError(args.model, "--lora, -p and -o apply when compiling a model; this is a compiled program")
+        if args.lora or args.adapter or args.pipeline or args.output is not None:
+            raise InputError(args.model, "--lora, --adapter, -p and -o apply when compiling a model (--adapter also "
+                                         "with --functional); this is a compiled program")
         meta, arrays, stream, target, where = api.load_compiled(Path(args.model), args.target)
         kv = meta.get("kv", {})
         for name, want in (("batch", args.batch), ("context", args.context)):
@@ -150,10 +159,10 @@ def cmd_run(args) -> None:
         from primal_compiler.frontend import load_model
         from primal_compiler.isa.container import PROGRAM_FILE, load_program
 
-        inputs = _model_inputs(args.model)
+        inputs = _model_inputs(args.model) + _adapter_inputs(args.adapter)
         if args.output is not None:
             check_destination(args.output, args.force, directory=True, inputs=inputs)
-        model = load_model(args.model, args.lora)
+        model = load_model(args.model, args.lora, args.adapter)
         target = _target(args.target or "primal-7nm")
         pipeline = api.run_pipeline(args.pipeline or "default", args.batch, args.context, args.generate)
         program = api.compile_model(model, target, pipeline)
@@ -212,29 +221,6 @@ def cmd_targets(args) -> None:
         raise SystemExit(2)
 
 
-def cmd_disasm(args) -> None:
-    from primal_compiler.isa.container import load_program, program_path
-    from primal_compiler.isa.text import disasm
-
-    text = disasm(*load_program(program_path(args.program)))
-    if args.output is None:
-        sys.stdout.write(text)
-    else:
-        with output_file(args.output, args.force, inputs=(args.program,)) as f:
-            f.write(text.encode("utf-8"))
-
-
-def cmd_asm(args) -> None:
-    from primal_compiler.inputs import PROGRAM_LIMIT_BYTES, read_text
-    from primal_compiler.isa.container import save_program
-    from primal_compiler.isa.text import asm
-
-    text = read_text(args.text, PROGRAM_LIMIT_BYTES, "program text")
-    meta, arrays, stream = asm(text, where=args.text)
-    save_program(args.output, meta, arrays, stream, args.force, inputs=(args.text,))
-    print(f"wrote {args.output} ({len(stream)} records, {stream.num_groups} groups, {len(stream.sections)} sections)")
-
-
 def build_parser() -> argparse.ArgumentParser:
     from primal_compiler.argtypes import option_arg, pipeline_arg
     from primal_compiler.baselines.command import add_family_args
@@ -248,13 +234,16 @@ def build_parser() -> argparse.ArgumentParser:
         sp.add_argument("--lora", default=None, help="adapters, e.g. q,v:8 or q,k,v,o:16:32 (TARGETS:RANK[:ALPHA])")
         sp.add_argument("--target", default="primal-7nm", help="bundled target name or a .toml path")
 
+    adapter_help = "a PEFT adapter directory: its config sets the LoRA (replacing the file's; --lora must agree)"
     sp = sub.add_parser("inspect", help="print the recognised model structure and its hardware needs")
     model_args(sp)
+    sp.add_argument("--adapter", default=None, help=adapter_help + "; also describes the adapter")
     sp.add_argument("--json", action="store_true")
     sp.set_defaults(func=cmd_inspect)
 
     sp = sub.add_parser("compile", help="compile a model to a placed PRIMAL program")
     model_args(sp)
+    sp.add_argument("--adapter", default=None, help=adapter_help)
     sp.add_argument("-p", "--pipeline", type=pipeline_arg, default="default",
                     help="bundled pipeline, .toml file or pipeline text")
     sp.add_argument("-o", "--output", required=True, help="output directory (new, or an earlier output with --force)")
@@ -265,6 +254,7 @@ def build_parser() -> argparse.ArgumentParser:
     sp = sub.add_parser("run", help="replay a compiled program (or compile a model and replay it) and print its costs")
     sp.add_argument("model", help="a compile output directory or program.primal, or a model to compile first")
     sp.add_argument("--lora", default=None, help="adapters when compiling a model, e.g. q,v:8")
+    sp.add_argument("--adapter", default=None, help=adapter_help + "; --functional reads its weights")
     sp.add_argument("--target", default=None, help="target (default: the program's own, or primal-7nm)")
     sp.add_argument("-p", "--pipeline", type=pipeline_arg, default=None,
                     help="pipeline when compiling a model (default: default)")
@@ -283,7 +273,6 @@ def build_parser() -> argparse.ArgumentParser:
     fn = sp.add_argument_group("functional replay (execute the stream numerically, docs/functional.md)")
     fn.add_argument("--functional", action="store_true", help="run the stream on real weights instead of costing it")
     fn.add_argument("--weights", default=None, help="the model's ONNX file (base weights, and its LoRA if unmerged)")
-    fn.add_argument("--adapter", default=None, help="a PEFT adapter directory whose LoRA replaces the file's")
     fn.add_argument("--prompt", default=None, help="prompt token ids, e.g. 1,2,3,4")
     sp.add_argument("--generate", type=option_arg("codegen", "steps"), default=None,
                     help="tokens to generate per sequence (default 1): the cost replay compiles that many decode steps "
@@ -306,6 +295,7 @@ def build_parser() -> argparse.ArgumentParser:
     sp.set_defaults(func=cmd_reproduce)
 
     from primal_compiler.baselines.command import add_parser as add_baseline
+    from primal_compiler.isa.command import add_parsers as add_isa
     from primal_compiler.report.check import add_parser as add_check
     from primal_compiler.sweep.command import add_parser as add_sweep
     from primal_compiler.viz.command import add_parser as add_viz
@@ -314,6 +304,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_sweep(sub)
     add_baseline(sub)
     add_check(sub)
+    add_isa(sub)
 
     sp = sub.add_parser("map", help="compare placement strategies (hops) for a model")
     model_args(sp)
@@ -328,17 +319,6 @@ def build_parser() -> argparse.ArgumentParser:
     sp = sub.add_parser("targets", help="list and validate the bundled targets")
     sp.set_defaults(func=cmd_targets)
 
-    sp = sub.add_parser("disasm", help="print a compiled program as assembly text")
-    sp.add_argument("program", help="program file, or a compile output directory holding program.primal")
-    sp.add_argument("-o", "--output", default=None, help="write the text to this file instead of stdout")
-    sp.add_argument("--force", action="store_true", help="replace FILE if it exists")
-    sp.set_defaults(func=cmd_disasm)
-
-    sp = sub.add_parser("asm", help="assemble text (as printed by disasm) into a program file")
-    sp.add_argument("text", help="assembly text file")
-    sp.add_argument("-o", "--output", required=True, help="program file to write")
-    sp.add_argument("--force", action="store_true", help="replace FILE if it exists")
-    sp.set_defaults(func=cmd_asm)
     return p
 
 

@@ -10,8 +10,12 @@ from primal_compiler.frontend.lora_spec import attach_lora
 from primal_compiler.ir.model import Model
 
 
-def load_model(spec: str, lora: str | None = None) -> Model:
-    """A built-in name or an ONNX path, with the adapters of ``lora`` attached; bad input is an InputError."""
+def load_model(spec: str, lora: str | None = None, adapter: str | None = None) -> Model:
+    """A built-in name or an ONNX path, with the adapters of ``lora`` attached; bad input is an InputError.
+
+    ``adapter`` (a PEFT adapter directory) sets the LoRA from its config instead, replacing the file's;
+    a ``lora`` given with it must agree (see :func:`~primal_compiler.frontend.peft.attach_adapter`).
+    """
     if spec.lower() in BUILTIN:
         model = load_builtin(spec)
     elif spec.endswith(".onnx") or _exists(spec):
@@ -20,6 +24,10 @@ def load_model(spec: str, lora: str | None = None) -> Model:
         model = load_onnx(Path(spec))
     else:
         model = load_builtin(spec)  # raises the "unknown built-in" error
+    if adapter is not None:
+        from primal_compiler.frontend.peft import attach_adapter, read_adapter
+
+        return attach_adapter(model, read_adapter(adapter, model), lora)
     if lora:
         model = attach_lora(model, lora)
     return model

@@ -20,6 +20,7 @@ ALIASES: dict[str, tuple[Role, ...]] = {
     "out_proj": (Role.O,), "dense": (Role.O,), "c_attn": (Role.QKV,), "c_proj": (Role.O,),
     "gate_proj": (Role.GATE,), "up_proj": (Role.UP,), "down_proj": (Role.DOWN,),
     "c_fc": (Role.FC1,), "fc_in": (Role.FC1,), "fc_out": (Role.FC2,),
+    "query_key_value": (Role.QKV,), "dense_h_to_4h": (Role.FC1,), "dense_4h_to_h": (Role.FC2,),
     "attn": ATTENTION_ROLES, "mlp": MLP_ROLES, "all": ATTENTION_ROLES + MLP_ROLES,
 }
 LAYER_ROLES = ATTENTION_ROLES + MLP_ROLES
@@ -111,3 +112,32 @@ def attach_lora(model: Model, spec: str) -> Model:
         for layer in model.layers
     )
     return replace(model, layers=layers)
+
+
+def set_lora(model: Model, loras: dict[Role, LoRA]) -> Model:
+    """Model whose projections carry exactly ``loras`` (by role, on every layer): any other LoRA is removed."""
+    layers = tuple(
+        replace(layer, linears=tuple(replace(lin, lora=loras.get(lin.role)) for lin in layer.linears))
+        for layer in model.layers
+    )
+    return replace(model, layers=layers)
+
+
+def lora_of(model: Model) -> dict[Role, LoRA]:
+    """The LoRA per role of a model whose layers all carry the same adapters (as ``--lora`` attaches them)."""
+    found = {lin.role: lin.lora for layer in model.layers for lin in layer.linears if lin.lora is not None}
+    return {role: found[role] for role in LAYER_ROLES if role in found}
+
+
+def lora_text(loras: dict[Role, LoRA]) -> str:
+    """The ``--lora`` spec that attaches ``loras``: roles of equal rank and alpha share a part, in role order."""
+    parts: dict[LoRA, list[str]] = {}
+    for role in LAYER_ROLES:
+        if role in loras:
+            parts.setdefault(loras[role], []).append(role.value)
+    return ";".join(f"{','.join(roles)}:{lora.rank}:{_alpha_text(lora.alpha)}" for lora, roles in parts.items())
+
+
+def _alpha_text(alpha: float) -> str:
+    """``alpha`` as the shortest text that parses back to the same float."""
+    return str(int(alpha)) if float(alpha).is_integer() else repr(float(alpha))

@@ -16,6 +16,12 @@ number, ``use_rslora`` a boolean, pattern keys module names (PEFT allows
 regular expressions there; they are refused rather than run, since a
 user's pattern could take exponential time); every LoRA tensor finite (a NaN
 or an infinity is refused naming the tensor).
+
+:func:`read_adapter` is what ``--adapter`` compiles with: the LoRA spec per
+role from the config (``target_modules``, ``r``, ``lora_alpha``, and
+``rank_pattern``/``alpha_pattern`` keyed by a target module name), checked
+against the model and the tensors' shapes from the safetensors header (no
+tensor data is read); :func:`attach_adapter` puts it on the model.
 """
 
 from __future__ import annotations
@@ -23,16 +29,18 @@ from __future__ import annotations
 import json
 import math
 import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from primal_compiler.errors import InputError, one_line
-from primal_compiler.frontend.lora_spec import ALIASES, LAYER_ROLES
-from primal_compiler.frontend.weights import ModelWeights, ProjectionWeights
+from primal_compiler.frontend.lora_spec import (ALIASES, LAYER_ROLES, MAX_ALPHA, MAX_RANK, attach_lora, lora_of,
+                                                lora_text, set_lora)
+from primal_compiler.frontend.weights import ModelWeights, ProjectionWeights, check_lora
 from primal_compiler.inputs import TEXT_LIMIT_BYTES, read_text, regular_file
-from primal_compiler.ir.model import Role
+from primal_compiler.ir.model import LoRA, Model, Role
 
 ADAPTER_CONFIG = "adapter_config.json"
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
@@ -43,10 +51,15 @@ ADAPTER_LIMIT_BYTES = 64 << 30
 _LORA_KEY = re.compile(r"^(?P<module>.+)\.lora_(?P<part>[AB])(?:\.(?P<adapter>[^.]+))?\.weight$")
 _LAYER_PATH = re.compile(r"(?:^|\.)(?:layers|h|blocks|layer)\.(?P<index>[0-9]{1,6})\.(?P<path>.+)$")
 _MODULE_NAME = re.compile(r"\^?[A-Za-z0-9_.]+")
+_DTYPES = {"F64": np.float64, "F32": np.float32, "F16": np.float16, "BF16": "bfloat16"}  # bfloat16: ml_dtypes
 
 
-def load_peft_adapter(path: str | Path) -> ModelWeights:
-    """LoRA A (``in x r``) and B (``r x out``) per ``(layer, role)`` from a PEFT adapter directory."""
+def load_peft_adapter(path: str | Path, *, shapes_only: bool = False) -> ModelWeights:
+    """LoRA A (``in x r``) and B (``r x out``) per ``(layer, role)`` from a PEFT adapter directory.
+
+    With ``shapes_only`` no tensor data is read: each factor is a read-only zero-stride view with the
+    stored shape and dtype (``nbytes`` is the stored size), enough for :func:`check_lora`.
+    """
     if not str(path):
         raise InputError("''", "empty path where a PEFT adapter directory was expected")
     directory = Path(path)
@@ -63,7 +76,7 @@ def load_peft_adapter(path: str | Path) -> ModelWeights:
             directory / "adapter_model.bin").exists() else ""
         raise InputError(str(weights_path), f"missing: a PEFT adapter directory needs {ADAPTER_WEIGHTS}{hint}")
     config = _adapter_config(config_path)
-    tensors = _safetensors(weights_path)
+    tensors = _safetensors(weights_path, shapes_only)
     where = str(weights_path)
 
     factors: dict[tuple[int, Role], dict[str, Any]] = {}
@@ -106,9 +119,116 @@ def load_peft_adapter(path: str | Path) -> ModelWeights:
         alpha = _pattern(config["alpha_pattern"], entry["module"], config["lora_alpha"])
         scale = alpha / math.sqrt(rank) if config["use_rslora"] else alpha / rank
         out[(layer, role)] = ProjectionWeights(
-            a=np.ascontiguousarray(a), b=np.ascontiguousarray(b), scale=float(scale), module=entry["module"]
+            a=a if shapes_only else np.ascontiguousarray(a), b=b if shapes_only else np.ascontiguousarray(b),
+            scale=float(scale), module=entry["module"]
         )
     return ModelWeights(where, "adapter", out)
+
+
+@dataclass(frozen=True, eq=False)
+class Adapter:
+    """A PEFT adapter directory checked against a model, its tensor data unread.
+
+    ``loras`` (in role order) is what ``adapter_config.json`` gives each role; ``shapes`` holds the
+    factors as zero-stride views (IR layout, stored dtype), already checked against the model with
+    ``loras`` attached.
+    """
+
+    config: str
+    loras: dict[Role, LoRA]
+    shapes: ModelWeights
+
+    @property
+    def spec(self) -> str:
+        """The ``--lora`` text that attaches the same adapters."""
+        return lora_text(self.loras)
+
+
+def read_adapter(path: str | Path, model: Model) -> Adapter:
+    """The adapter in directory ``path`` for ``model``, from its config and its tensors' headers alone.
+
+    Every problem is a one-line :class:`InputError` naming the file: a config without ``r`` or
+    ``target_modules``, a target module the model lacks, a pattern key that is not a target module
+    name (ranks per layer or per path are not supported), tensors on other roles than the config's,
+    or tensors shaped unlike the model's matrices at the config's ranks.
+    """
+    config_path = Path(path) / ADAPTER_CONFIG
+    shapes = load_peft_adapter(path, shapes_only=True)  # checks the directory, its config and the headers
+    config = _adapter_config(config_path)
+    where = str(config_path)
+    present = {lin.role for layer in model.layers for lin in layer.linears}
+    names = _target_modules(where, config["target_modules"], present)
+    loras: dict[Role, LoRA] = {}
+    for name in names:
+        roles = _module_roles(where, name)
+        found = [r for r in roles if r in present]
+        if not found:
+            have = ", ".join(sorted(r.value for r in present))
+            raise InputError(where, f"target module {name} ({'/'.join(r.value for r in roles)}) is not in model "
+                                    f"{model.name}, whose projections are {have}")
+        rank = _named(where, "rank_pattern", config["rank_pattern"], names, name, config["r"])
+        alpha = _named(where, "alpha_pattern", config["alpha_pattern"], names, name, config["lora_alpha"])
+        if rank > MAX_RANK or alpha > MAX_ALPHA:
+            raise InputError(where, f"{name}: rank {rank} or alpha {alpha:g} above {MAX_RANK} or {MAX_ALPHA:g}")
+        loras.update({r: LoRA(rank, float(alpha)) for r in found})
+    loras = {role: loras[role] for role in LAYER_ROLES if role in loras}
+    if set(shapes.lora_roles) != set(loras):
+        have = ",".join(r.value for r in shapes.lora_roles)
+        want = ",".join(r.value for r in loras)
+        raise InputError(shapes.source, f"has LoRA tensors on {have}, but {ADAPTER_CONFIG}'s target_modules give "
+                                        f"{want}")
+    check_lora(shapes, set_lora(model, loras))
+    return Adapter(where, loras, shapes)
+
+
+def attach_adapter(model: Model, adapter: Adapter, lora: str | None = None) -> Model:
+    """``model`` with exactly the adapter's LoRA (the model file's own LoRA is replaced).
+
+    An explicit ``lora`` spec must attach the same ranks and alphas to the same roles; if it does not,
+    the :class:`InputError` names both.
+    """
+    if lora and lora_of(attach_lora(set_lora(model, {}), lora)) != adapter.loras:
+        raise InputError("--lora", f"{lora!r} disagrees with {adapter.config}, which gives {adapter.spec!r}; "
+                                   "drop --lora (--adapter sets it) or make them agree")
+    return set_lora(model, adapter.loras)
+
+
+def _target_modules(where: str, value: Any, present: set[Role]) -> tuple[str, ...]:
+    """PEFT's ``target_modules``: a list of module names, or ``all-linear`` (every layer projection)."""
+    if value is None:
+        raise InputError(where, "has no target_modules (the modules the LoRA adapts)")
+    if value == "all-linear":
+        return tuple(r.value for r in LAYER_ROLES if r in present)
+    if isinstance(value, str):
+        raise InputError(where, f"target_modules {value!r} is a regular expression; list the module names instead")
+    if not isinstance(value, list) or not value or not all(isinstance(v, str) for v in value):
+        raise InputError(where, f"target_modules must be a non-empty list of module names, got {value!r}")
+    return tuple(sorted(set(value)))
+
+
+def _module_roles(where: str, name: str) -> tuple[Role, ...]:
+    """The roles a PEFT target module name adapts: GPT-2's ``c_proj`` is both o and fc2 unless a path says which."""
+    parts = name.split(".")
+    if any(part.isdigit() for part in parts):
+        raise InputError(where, f"target module {name!r} names one layer's module; every layer of a role gets "
+                                "the same LoRA here")
+    if name == "c_proj":
+        return (Role.O, Role.FC2)
+    role = _role_of(parts[-1], ".".join(parts[-2:]))
+    if role is None:
+        known = ", ".join(sorted(k for k, v in ALIASES.items() if len(v) == 1) + ["c_proj"])
+        raise InputError(where, f"target module {name!r} is not a decoder-layer projection this compiler knows "
+                                f"(known: {known}, or a role name)")
+    return (role,)
+
+
+def _named(where: str, what: str, patterns: dict[str, Any], names: tuple[str, ...], name: str, default: Any) -> Any:
+    """``default``, or the ``patterns`` value for target ``name``; any other key is refused."""
+    for key in patterns:
+        if key not in names:
+            raise InputError(where, f"{what} key {key!r} is not one of target_modules; only per-module-name "
+                                    "values are supported (every layer of a role has one rank and alpha)")
+    return patterns.get(name, default)
 
 
 def _present(path: Path) -> bool:
@@ -132,6 +252,8 @@ def _adapter_config(path: Path) -> dict[str, Any]:
     kind = raw.get("peft_type", "LORA")
     if str(kind).upper() != "LORA":
         raise InputError(where, f"peft_type is {kind}, not LORA")
+    if "r" not in raw:
+        raise InputError(where, "has no r (the LoRA rank)")
     r, alpha = raw.get("r"), raw.get("lora_alpha", raw.get("r"))
     _check_rank(where, "r", r)
     _check_alpha(where, "lora_alpha", alpha)
@@ -152,6 +274,8 @@ def _adapter_config(path: Path) -> dict[str, Any]:
     return {
         "r": r,
         "lora_alpha": float(alpha),
+        "target_modules": raw.get("target_modules"),
+        "rank_pattern": rank_pattern,
         "rank_default": not rank_pattern,  # every module has rank r unless a pattern overrides it
         "alpha_pattern": {key: float(value) for key, value in alpha_pattern.items()},
         "use_rslora": rslora,
@@ -176,11 +300,12 @@ def _pattern(patterns: dict[str, float], module: str, default: float) -> float:
     return default
 
 
-def _safetensors(path: Path) -> dict[str, np.ndarray]:
+def _safetensors(path: Path, shapes_only: bool = False) -> dict[str, np.ndarray]:
     """The LoRA tensors of a safetensors file as float32 (bfloat16 through ml_dtypes, which onnx installs).
 
     Other tensors (``modules_to_save`` copies of whole layers) are never decoded. A LoRA tensor holding
-    a NaN or an infinity is an :class:`InputError` naming it.
+    a NaN or an infinity is an :class:`InputError` naming it. ``shapes_only`` reads the header alone and
+    gives zero-stride views of the stored shape and dtype.
     """
     try:
         import ml_dtypes  # noqa: F401  (registers bfloat16 with numpy)
@@ -195,16 +320,26 @@ def _safetensors(path: Path) -> dict[str, np.ndarray]:
     try:
         with safe_open(str(path), framework="np") as fh:
             for key in fh.keys():
-                if ".lora_" in key:
+                if ".lora_" in key and shapes_only:
+                    out[key] = _shape_view(path, key, fh.get_slice(key))
+                elif ".lora_" in key:
                     out[key] = np.asarray(fh.get_tensor(key)).astype(np.float32)
     except Exception as exc:  # noqa: BLE001 - SafetensorError, TypeError for unknown dtypes, OSError
 
         detail = f"{type(exc).__name__}: {one_line(exc, 200)}"
         raise InputError(str(path), f"not a readable safetensors file ({detail})") from None
     for key, value in out.items():
-        if not np.isfinite(value).all():
+        if not shapes_only and not np.isfinite(value).all():
             raise InputError(str(path), f"{key} holds NaN or infinite values")
     return out
+
+
+def _shape_view(path: Path, key: str, tensor: Any) -> np.ndarray:
+    """A read-only zero-stride array with ``tensor``'s shape and dtype, read from the header only."""
+    dtype = _DTYPES.get(tensor.get_dtype())
+    if dtype is None:
+        raise InputError(str(path), f"{key} has dtype {tensor.get_dtype()}, not a float type LoRA factors use")
+    return np.broadcast_to(np.zeros((), dtype), tuple(tensor.get_shape()))
 
 
 def _role_of(leaf: str, path: str) -> Role | None:

@@ -46,6 +46,65 @@ def inspect_model(model, target, program: Program | None = None) -> dict:
     }
 
 
+#: Side of the blocks :func:`adapter_info` counts; fixed, so the count does not depend on a target.
+BLOCK = 32
+BLOCKS_COUNTED = (f"{BLOCK}x{BLOCK} blocks of each factor in the layout the SRAM tiles hold (A as in x r, "
+                  f"B transposed to out x r), from row and rank 0; edge blocks may be smaller")
+
+
+def adapter_info(directory: str, model) -> dict:
+    """JSON-ready description of the PEFT adapter in ``directory`` for ``model`` (which it must fit).
+
+    Per target role: rank, alpha, layers and the stored tensor shapes (PEFT layout: lora_A ``r x in``,
+    lora_B ``out x r``), dtype and bytes; in total the stored bytes of the LoRA tensors and how many
+    :data:`BLOCK`-square blocks (see :data:`BLOCKS_COUNTED`) are all zero, read from the weights.
+    """
+    from primal_compiler.frontend.peft import load_peft_adapter, read_adapter
+
+    adapter = read_adapter(directory, model)
+    weights = load_peft_adapter(directory)
+    targets, zero, blocks = [], 0, 0
+    for role, lora in adapter.loras.items():
+        shaped = {k: p for k, p in adapter.shapes.lora.items() if k[1] == role}
+        first = next(iter(shaped.values()))
+        targets.append({
+            "role": role.value, "modules": sorted({p.module.rsplit(".", 1)[-1] for p in shaped.values()}),
+            "rank": lora.rank, "alpha": lora.alpha, "layers": len(shaped),
+            "lora_A": list(first.a.T.shape), "lora_B": list(first.b.T.shape), "dtype": str(first.a.dtype),
+            "bytes": sum(int(p.a.nbytes + p.b.nbytes) for p in shaped.values()),
+        })
+    for p in weights.lora.values():
+        for factor in (p.a, p.b.T):
+            z, n = _zero_blocks(factor)
+            zero, blocks = zero + z, blocks + n
+    return {
+        "directory": str(directory), "config": adapter.config, "weights": adapter.shapes.source,
+        "lora": adapter.spec, "targets": targets, "bytes": sum(t["bytes"] for t in targets),
+        "blocks": blocks, "zero_blocks": zero, "blocks_counted": BLOCKS_COUNTED,
+    }
+
+
+def _zero_blocks(factor) -> tuple[int, int]:
+    """(all-zero blocks, blocks) of a ``features x r`` factor cut into :data:`BLOCK`-square blocks."""
+    import numpy as np
+
+    rows, cols = -(-factor.shape[0] // BLOCK), -(-factor.shape[1] // BLOCK)
+    padded = np.zeros((rows * BLOCK, cols * BLOCK), bool)
+    padded[: factor.shape[0], : factor.shape[1]] = factor != 0  # NaN counts as nonzero (the adapter has none)
+    nonzero = padded.reshape(rows, BLOCK, cols, BLOCK).any(axis=(1, 3))
+    return int((~nonzero).sum()), rows * cols
+
+
+def render_adapter(info: dict) -> str:
+    """The lines of :func:`adapter_info`'s description."""
+    lines = [f"adapter {info['directory']}: --lora {info['lora']}, {info['bytes']:,} bytes of LoRA tensors"]
+    lines += [f"  {t['role']} ({','.join(t['modules'])}): rank {t['rank']}, alpha {t['alpha']:g}, {t['layers']} "
+              f"layers, lora_A {t['lora_A'][0]}x{t['lora_A'][1]}, lora_B {t['lora_B'][0]}x{t['lora_B'][1]} "
+              f"{t['dtype']}, {t['bytes']:,} bytes" for t in info["targets"]]
+    lines.append(f"  all-zero blocks: {info['zero_blocks']:,} of {info['blocks']:,} ({info['blocks_counted']})")
+    return "\n".join(lines)
+
+
 def render_inspect(info: dict) -> str:
     n = info["needs"]
     first = info["layers"][0]["matrices"]
@@ -70,7 +129,7 @@ def render_inspect(info: dict) -> str:
         f"  on {n['target']}: {n['rram_macros']:,} RRAM macros, {n['sram_macros']:,} SRAM macros, "
         f"{n['cts']} CTs ({n['cts_per_layer']} per layer + {n['lm_head_cts']} for the LM head), "
         f"PE utilisation {100 * n['pe_utilisation']:.1f}%",
-    ])
+    ] + ([render_adapter(info["adapter"])] if "adapter" in info else []))
 
 
 def render_passes() -> str:
