@@ -120,9 +120,10 @@ class ProgramEmitter:
 
     def phase(self, out: _Out, start: int, tokens: int, flags: int, seqs: range, decide: list[range]) -> None:
         """Every layer and the LM head for ``tokens`` new tokens of sequences ``seqs`` from position ``start``,
-        then one ARGMAX per range of ``decide`` (the passes whose next tokens it picks)."""
+        then one ARGMAX per range of ``decide`` (the passes whose next tokens it picks); with ``decide``
+        empty (a prompt chunk that is not the last), the layers only: no LM head, no ARGMAX."""
         batch, L = len(seqs), self.model.num_layers
-        for n in range(L + 1):
+        for n in range(L + 1 if decide else L):
             tp = self.templates[self.template_of[n]]
             shift = self._first_ct(n) - tp.first_ct
             vectors = batch if n == L else batch * tokens
@@ -131,6 +132,8 @@ class ProgramEmitter:
             if tp.attention is not None:
                 out.put(tp.attention.emit(start, tokens, seqs), shift, n, 1, flags)
             out.put(tp.post, shift, n, vectors, flags)
+        if not decide:
+            return
         vocab, head = self.model.vocab_size, self.hub(L, "out")
         tail = Block()
         tail.add(op=Opcode.UNICAST, ct=head[0], pe=head[1], dst_ct=CONTROLLER, dst_pe=0,
@@ -159,7 +162,7 @@ class ProgramEmitter:
 
 
 def emit_stream(program, target, prompt: int, requests: tuple[int, ...], steps: int = 1,
-                pipeline: bool = True) -> Stream:
+                pipeline: bool = True, prefill_chunk: int = 0) -> Stream:
     """The instruction stream of ``requests`` (adapter id per request) on a placed program with a KV map.
 
     ``pipeline`` (batch > 1): each decode step runs one pass per sequence through the layers (records
@@ -179,7 +182,10 @@ def emit_stream(program, target, prompt: int, requests: tuple[int, ...], steps: 
             em.adapter(out, barrier=r)
             out.section(f"adapter:{r}", start)
         start = out.length
-        em.phase(out, 0, prompt, Flag.PREFILL, range(batch), passes)
+        chunk = prefill_chunk or prompt
+        for first in range(0, prompt, chunk):
+            n = min(chunk, prompt - first)
+            em.phase(out, first, n, Flag.PREFILL, range(batch), passes if first + n == prompt else [])
         out.section(f"prefill:{r}", start)
         start = out.length
         for step in range(steps):

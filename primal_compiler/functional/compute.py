@@ -18,7 +18,8 @@
   is the layer's GELU variant; ``SWIGLU`` gates with the layer's activation
   (SiLU, or GELU for GeGLU); ``ROPE`` rotates the q and k elements of a
   ROOT buffer at the step's positions. ``EMBED`` (controller) embeds the
-  prompt (PREFILL: positions from 0) or the last token (at the position
+  prompt or its next chunk (PREFILL: positions from 0, or where the last
+  chunk ended) or the last token (at the position
   counter), times the model's ``embed_scale``, adding learned position
   embeddings; ``ARGMAX`` records the logits, picks the next token (the
   host's when it forces tokens), advances the position counter by the
@@ -128,10 +129,13 @@ def _embed(m: Machine, r: tuple) -> None:
     if r[COUNT] % h:
         raise m.fail(f"count {r[COUNT]} is not a whole number of {h}-element embeddings")
     n = r[COUNT] // h
-    if r[FLAGS] & Flag.PREFILL:
-        if n != len(m.prompt):
-            raise m.fail(f"prefills {n} tokens but the prompt has {len(m.prompt)}")
-        ids, m.position, m.request_step = m.prompt, 0, 0
+    if r[FLAGS] & Flag.PREFILL:  # the whole prompt, or its next chunk (codegen{prefill_chunk})
+        first = m.prefilled
+        if first + n > len(m.prompt):
+            raise m.fail(f"prefills tokens {first}..{first + n - 1} but the prompt has {len(m.prompt)}")
+        ids, m.position, m.prefilled = m.prompt[first : first + n], first, first + n
+        if first == 0:
+            m.request_step = 0
     else:
         if n != 1:
             raise m.fail(f"a decode step embeds one token, not {n}")
@@ -197,7 +201,10 @@ def _argmax(m: Machine, r: tuple) -> None:
     m.logits.append(logits[0].copy())
     forced = m.forced[m.request_step] if m.request_step < len(m.forced) else None
     m.token = int(np.argmax(logits[0])) if forced is None else forced
+    if m.prefilled not in (0, len(m.prompt)):
+        raise m.fail(f"ends the prefill after {m.prefilled} of the prompt's {len(m.prompt)} tokens")
     m.position += m.tokens
+    m.prefilled = 0
     m.steps += 1
     m.request_step += 1
     m.wrote_state(("ctl",))

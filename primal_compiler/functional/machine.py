@@ -73,6 +73,7 @@ class Machine:
         self.token = -1
         self.position = 0  # position of the first token of the current step
         self.tokens = 0  # tokens of the current step
+        self.prefilled = 0  # prompt tokens the current prefill's chunks embedded so far
         self.steps = 0  # steps finished (ARGMAX records executed)
         self.request_step = 0  # steps finished in the current request
         self.forced: list[int] = []  # force[k] replaces the token step k generated (teacher forcing)

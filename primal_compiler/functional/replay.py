@@ -71,8 +71,8 @@ def _plan(program, where: str, prompt: list[int], generate: int) -> list[tuple[s
         steps = int(((part["op"] == Opcode.ACT) & (part["arg"] == ActFn.ARGMAX)).sum())
         if s.name.startswith("prefill:"):
             embed = part[(part["op"] == Opcode.ACT) & (part["arg"] == ActFn.EMBED)]
-            tokens = int(embed["count"][0]) // model.hidden_size if len(embed) else 0
-            if tokens != len(prompt) or not embed["flags"][0] & Flag.PREFILL:
+            tokens = int(embed["count"].astype(np.int64).sum()) // model.hidden_size if len(embed) else 0
+            if tokens != len(prompt) or not (embed["flags"] & Flag.PREFILL).all():
                 raise InputError(where, f"{s.name} prefills {tokens} tokens but the prompt has {len(prompt)}; "
                                         f"compile for the prompt (codegen{{prompt={len(prompt)}}})")
         if s.name.startswith("decode:"):

@@ -58,6 +58,8 @@ class Codegen(Pass):
     steps: int = option(1, 1, 4096)
     # Batch > 1: one pass per sequence, so the layers work on different sequences at once (docs/executor.md).
     pipeline: bool = option(True)
+    # Prompt tokens per prefill pass: chunks stream through the layer pipeline; 0 = the whole prompt in one pass.
+    prefill_chunk: int = option(0, 0, CONTEXT_RANGE[1])
 
     def check(self) -> None:
         parse_requests(self.requests)
@@ -69,11 +71,11 @@ class Codegen(Pass):
             raise InputError(f"{self.name}.prompt", f"prompt {prompt} + 1 decoded token exceeds the KV context "
                                                     f"{kv.context} allocated by kv-ring")
         requests = parse_requests(self.requests)
-        stream = emit_stream(program, target, prompt, requests, self.steps, self.pipeline)
+        stream = emit_stream(program, target, prompt, requests, self.steps, self.pipeline, self.prefill_chunk)
         ops = np.bincount(stream.records["op"], minlength=len(Opcode))
         details = {
             "records": len(stream), "groups": stream.num_groups, "bytes": stream.nbytes, "prompt": prompt,
-            "steps": self.steps, "pipeline": self.pipeline,
+            "steps": self.steps, "pipeline": self.pipeline, "prefill_chunk": self.prefill_chunk,
             "sections": {s.name: s.stop - s.start for s in stream.sections},
             "opcodes": {op.name: int(ops[op]) for op in Opcode if ops[op]},
         }

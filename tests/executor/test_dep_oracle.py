@@ -24,9 +24,11 @@ from primal_compiler.isa.stream import Section, Stream
 from tests.functional.conftest import PLACE, compiled, fixture, replay_target  # noqa: F401  (replay_target: a fixture)
 
 MASKED = "+masked"  # a case name's suffix: lora-sparsity masks half the LoRA tiles (MASK, skipped SMAC_SRAM)
+CHUNKED = "+chunked"  # a case name's suffix: the prompt streams through the layers in 4-token chunks
 CASES = ["llama_dynamo", "llama_lora_qv_r4_torchscript", "mistral_dynamo", "mistral_lora_qv_r2_dynamo",
          "gpt2_dynamo", "gpt2_lora_cattn_r4_dynamo", "opt_dynamo", "opt_lora_qv_r4_optimum",
-         "llama_lora_qv_r4_torchscript" + MASKED, "gpt2_lora_cattn_r4_dynamo" + MASKED]
+         "llama_lora_qv_r4_torchscript" + MASKED, "gpt2_lora_cattn_r4_dynamo" + MASKED,
+         "llama_lora_qv_r4_torchscript" + CHUNKED, "gpt2_dynamo" + CHUNKED]
 PROMPT = [3, 1, 4, 1, 5, 9]  # fills one 4-token KV chunk and half the next, which the decode steps complete
 GENERATE = 3
 
@@ -47,9 +49,12 @@ def traced(replay_target):  # noqa: F811
 
     def get(case: str) -> Traced:
         if case not in done:
-            name = case.removesuffix(MASKED)
+            name = case.removesuffix(MASKED).removesuffix(CHUNKED)
             if name == case:
                 program = compiled(name, replay_target, len(PROMPT), GENERATE)
+            elif case.endswith(CHUNKED):
+                pipeline = PLACE.format(opts="", context=32).replace("codegen", "codegen{prefill_chunk=4}")
+                program = compile_for_replay(load_model(fixture(name)), replay_target, len(PROMPT), GENERATE, pipeline)
             else:
                 sparse = "lower-tiles,lora-sparsity{zero_fraction=0.5},"
                 pipeline = PLACE.format(opts="", context=32).replace("lower-tiles,", sparse, 1)
