@@ -65,17 +65,18 @@ def verify_activation(g: GraphIndex, barriers: frozenset[int], start: str, end: 
                 out = next(values[x] for x in node.input if x in values)
                 break
             raise PatternError(f"unsupported MLP activation in {where} at {label}: an operand is not a scalar")
-        if node.op_type in TRANSPARENT:
-            value = args[0]
-        elif node.op_type in _BINARY and len(args) == 2:
-            value = _BINARY[node.op_type](args[0], args[1])
-        elif node.op_type in _UNARY:
-            value = _UNARY[node.op_type](args[0])
-        elif node.op_type == "Gelu":
-            tanh = attr(node, "approximate", b"none") in (b"tanh", "tanh")
-            value = REFERENCE[Activation.GELU_NEW if tanh else Activation.GELU](args[0])
-        else:
-            raise PatternError(f"unsupported MLP activation in {where} at {label}: not an element-wise function")
+        with np.errstate(all="ignore"):  # a file's odd constants make NaN or inf, judged below, not warned about
+            if node.op_type in TRANSPARENT:
+                value = args[0]
+            elif node.op_type in _BINARY and len(args) == 2:
+                value = _BINARY[node.op_type](args[0], args[1])
+            elif node.op_type in _UNARY:
+                value = _UNARY[node.op_type](args[0])
+            elif node.op_type == "Gelu":
+                tanh = attr(node, "approximate", b"none") in (b"tanh", "tanh")
+                value = REFERENCE[Activation.GELU_NEW if tanh else Activation.GELU](args[0])
+            else:
+                raise PatternError(f"unsupported MLP activation in {where} at {label}: not an element-wise function")
         values[node.output[0]] = np.broadcast_to(value, PROBE.shape).astype(np.float64)
         used.add(i)
         if node.output[0] == end:
@@ -84,7 +85,8 @@ def verify_activation(g: GraphIndex, barriers: frozenset[int], start: str, end: 
     if out is None:
         raise PatternError(f"unsupported MLP activation in {where}: its output could not be followed")
     want = REFERENCE[kind](PROBE)
-    err = np.abs(out - want) / (1.0 + np.abs(want))
+    with np.errstate(all="ignore"):
+        err = np.abs(out - want) / (1.0 + np.abs(want))
     if not err.max() <= TOLERANCE:
         worst = int(np.nanargmax(np.where(np.isnan(err), np.inf, err)))
         first = g.nodes[min(used)] if used else None
