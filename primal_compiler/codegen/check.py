@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from primal_compiler.arrays import distinct
 from primal_compiler.codegen.kvmap import KvMap
 from primal_compiler.codegen.power import touches
 from primal_compiler.isa.opcodes import ActFn, Flag, Opcode
@@ -89,7 +90,7 @@ def check_kv_map(kv: KvMap, layer_cts: list[np.ndarray]) -> None:
     n_layers = len(layer_cts)
     u = np.arange(kv.units * n_layers)
     key = kv.ct.astype(np.int64) << 32 | kv.pe.astype(np.int64) << 16 | kv.slot
-    if len(np.unique(key)) != len(key):
+    if len(distinct(key)) != len(key):
         raise AssertionError("two KV units share a scratchpad slot")
     if (kv.slot >= kv.chunk_slots).any():
         raise AssertionError("a KV unit is beyond its router's chunk slots")

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from primal_compiler.arrays import distinct
 from primal_compiler.isa.opcodes import ALL_PES, CONTROLLER, NONE16, NONE32, Opcode, empty
 from primal_compiler.isa.stream import Section, Stream
 
@@ -37,7 +38,7 @@ def touches(stream: Stream) -> tuple[np.ndarray, np.ndarray]:
     members = first + np.arange(len(owner))
     idx.append(owner)
     cts.append(stream.group_ct[members])
-    pair = np.unique(np.concatenate(idx).astype(np.int64) << 16 | np.concatenate(cts).astype(np.int64))
+    pair = distinct(np.concatenate(idx).astype(np.int64) << 16 | np.concatenate(cts).astype(np.int64))
     return pair >> 16, pair & 0xFFFF
 
 

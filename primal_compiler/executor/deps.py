@@ -36,6 +36,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from primal_compiler.arrays import distinct
 from primal_compiler.errors import InputError
 from primal_compiler.executor.transfers import group_members
 from primal_compiler.isa.descriptors import DESCRIPTORS, END, Access, At, Buffer, Extent, Pseudo
@@ -230,8 +231,7 @@ def predecessors(stream, where: str = "program") -> tuple[np.ndarray, np.ndarray
         op = Opcode(stream.records["op"][rec]).name
         raise InputError(where, f"record {rec} ({op}) reads {buf_name(int(tag[bad]))} at {ct}, "
                                 f"which no earlier record wrote")
-    pair = np.sort(cons * (n + 1) + prod)  # np.unique hashes, far slower on millions of keys
-    pair = pair[np.concatenate(([True], pair[1:] != pair[:-1]))] if len(pair) else pair
+    pair = distinct(cons * (n + 1) + prod)
     cons, prod = pair // (n + 1), pair % (n + 1)
     ptr = np.zeros(n + 1, dtype=np.int64)
     np.add.at(ptr, cons + 1, 1)

@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from primal_compiler.arrays import distinct
+
 Key = tuple[int, int, int]
 
 
@@ -46,7 +48,7 @@ class Provenance:
 
     def consumed(self, record: int, producers: np.ndarray | int) -> None:
         """``record`` consumed values produced by ``producers`` (-1 entries: unwritten, ignored)."""
-        p = np.unique(np.asarray(producers, dtype=np.int64))
+        p = distinct(np.asarray(producers, dtype=np.int64))
         p = p[p >= 0]
         if len(p):
             self._keys.append(record * self.records + p)
@@ -66,5 +68,5 @@ class Provenance:
         """(consumer, producer) int64 arrays of every distinct pair, sorted by consumer then producer."""
         if not self._keys:
             return np.zeros(0, np.int64), np.zeros(0, np.int64)
-        keys = np.unique(np.concatenate(self._keys))
+        keys = distinct(np.concatenate(self._keys))
         return keys // self.records, keys % self.records
