@@ -11,7 +11,8 @@ order (the first that holds wins, so the path is deterministic):
 4. ``CT_BUSY`` (a ``PG_OFF``): the last earlier record on its CT to finish;
 5. ``POWER_ORDER`` (a ``PG_ON``/``PG_OFF``): the record before it in the stream started when it started;
 6. ``WAKE``: the ``PG_ON`` of a CT it touches finished when it started;
-7. ``LINK``: it queued behind an earlier transfer on a link (the first of its links that binds).
+7. ``LINK``: it waited for an earlier transfer's reservation of a link, the one the schedule
+   recorded as binding (:class:`.replay.LinkWait`).
 
 A ``SYNC`` starts at the latest finish before it (``HORIZON``) or else at its
 dispatch. A dispatch is set by the sequencer's previous record finishing,
@@ -95,26 +96,20 @@ class Path:
 
 
 @njit(nogil=True)
-def _sources(upto, op, unit, seq, nseq, ct_a, ct_b, start, finish, link_ptr, link, link_off, hold_mesh, hold_other,
-             mesh_links, num_units, num_links, num_cts):  # pragma: no cover - compiled
+def _sources(upto, op, unit, seq, nseq, ct_a, ct_b, finish, num_units, num_cts):  # pragma: no cover - compiled
     """Per record below ``upto``, the candidate that set each constraint of the recurrence (-1 none):
-    previous record on its sequencer, last SYNC before it, previous record on its unit, the wait record
-    (SYNC: latest finish before it; PG_OFF: latest finish on its CT; others: latest PG_ON of its CTs),
-    and the binding link's holder, its bound on the start and whether that link is a PE-mesh link."""
+    previous record on its sequencer, last SYNC before it, previous record on its unit and the wait record
+    (SYNC: latest finish before it; PG_OFF: latest finish on its CT; others: latest PG_ON of its CTs).
+    The link constraint comes from the schedule itself (``Replay.link_wait``)."""
     seq_prev = np.full(upto, -1, dtype=np.int64)
     floor_src = np.full(upto, -1, dtype=np.int64)
     unit_src = np.full(upto, -1, dtype=np.int64)
     wait_src = np.full(upto, -1, dtype=np.int64)
-    link_src = np.full(upto, -1, dtype=np.int64)
-    link_val = np.zeros(upto, dtype=np.int64)
-    link_mesh = np.zeros(upto, dtype=np.bool_)
     last_seq = np.full(nseq, -1, dtype=np.int64)
     last_unit = np.full(num_units, -1, dtype=np.int64)
     last_on = np.full(num_cts, -1, dtype=np.int64)
     busy_src = np.full(num_cts, -1, dtype=np.int64)
     busy_val = np.zeros(num_cts, dtype=np.int64)
-    link_free = np.zeros(num_links, dtype=np.int64)
-    holder = np.full(num_links, -1, dtype=np.int64)
     last_sync = -1
     hz_src = -1
     hz_val = 0
@@ -140,19 +135,6 @@ def _sources(upto, op, unit, seq, nseq, ct_a, ct_b, start, finish, link_ptr, lin
             for c in (a, b):
                 if c >= 0 and last_on[c] >= 0 and (wait_src[i] < 0 or finish[last_on[c]] > finish[wait_src[i]]):
                     wait_src[i] = last_on[c]
-        for q in range(link_ptr[i], link_ptr[i + 1]):
-            lk = link[q]
-            v = link_free[lk] - link_off[q]
-            if holder[lk] >= 0 and (link_src[i] < 0 or v > link_val[i]):
-                link_src[i] = holder[lk]
-                link_val[i] = v
-                link_mesh[i] = lk < mesh_links
-        for q in range(link_ptr[i], link_ptr[i + 1]):
-            lk = link[q]
-            e = start[i] + link_off[q] + (hold_mesh[i] if lk < mesh_links else hold_other[i])
-            if e >= link_free[lk]:
-                link_free[lk] = e
-                holder[lk] = i
         if o == _PG_ON:
             last_on[a] = i
         f = finish[i]
@@ -163,7 +145,7 @@ def _sources(upto, op, unit, seq, nseq, ct_a, ct_b, start, finish, link_ptr, lin
         if f >= hz_val:
             hz_val = f
             hz_src = i
-    return seq_prev, floor_src, unit_src, wait_src, link_src, link_val, link_mesh
+    return seq_prev, floor_src, unit_src, wait_src
 
 
 @njit(nogil=True)
@@ -268,12 +250,11 @@ def walks(rp: Replay, windows: Sequence[tuple[int, int]]) -> list[Path]:
         if not 0 <= target < n or begin > rp.finish[target]:
             raise InputError("critical path", f"window (record {target}, begin {begin}) is not within the replay")
     upto = max((t for t, _ in windows), default=-1) + 1
-    r, tr, c = rp.stream.records, rp.transfers, rp.control
+    r, c, lw = rp.stream.records, rp.control, rp.link_wait
     op = r["op"].astype(np.int64)
     a, b = touched(r)
-    src = _sources(upto, op, rp.unit, c.seq, len(c.issue_cycles), a, b, rp.start, rp.finish, tr.link_ptr, tr.link,
-                   tr.link_offset, tr.hold_mesh, tr.hold_other, tr.mesh_links, rp.ctx.num_units, rp.topo.num_links,
-                   rp.topo.num_cts)
+    src = _sources(upto, op, rp.unit, c.seq, len(c.issue_cycles), a, b, rp.finish, rp.ctx.num_units, rp.topo.num_cts)
+    src += (lw.by[:upto], lw.bound[:upto], lw.mesh[:upto])
     cls, block = record_classes(rp), blocking(r, c.mode)
     out = []
     for target, begin in windows:

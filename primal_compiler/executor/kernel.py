@@ -13,12 +13,31 @@ record before it. A record the controller executes itself (``ACT`` at
 finishes. A record starts at the latest of: its dispatch, the finish of
 every record it depends on (:mod:`.deps`: RAW, WAR, WAW), its unit being
 free, its CTs being awake (``PG_ON`` finished), and each link it uses being
-free when its head reaches it (links serve transfers in stream order, so two
-transfers sharing a link in the same interval serialize). It finishes
-``busy`` cycles later. Power records keep their place in the stream: a
+free for the window its transfer needs (below). It finishes ``busy`` cycles
+later. Power records keep their place in the stream: a
 ``PG_ON`` or ``PG_OFF`` starts no earlier than the record before it started
 (``srpg`` places a wake-up just ahead of the work it prepares for), and a
 ``PG_OFF`` also waits for everything earlier on its CT.
+
+**Links** (``router.link_schedule``). Under ``"cut-through"`` (the default)
+each leg of a transfer advances hop by hop: its head enters a link at the
+earliest time, no earlier than it reaches the link, at which the link is free
+for the cycles the transfer holds it; until then the transfer waits in the
+router it reached (virtual cut-through: a packet waits whole in the router's
+input buffer; a long message is a train of such packets). Each link keeps a
+calendar of its reserved windows and a transfer takes the earliest gap that
+fits, even one ahead of an older transfer's reservation, so a link never idles
+while a transfer that could use it waits (work-conserving). Legs of one
+record that share a link (a multicast tree's common prefix, a reduction
+tree's common suffix) cross it once when they reach it no later than the
+first did, else again. The record finishes ``busy`` cycles after its start
+plus the largest wait any of its legs accumulated. A calendar keeps its link's
+latest ``CALENDAR`` windows; one more merges its two earliest (the gap between
+them is lost, so the approximation can only delay a transfer).
+``"in-order"`` is the executor before cut-through, kept to compare: a
+transfer starts when every link of its route is free at the offset its head
+reaches it, and each link keeps only the end of its latest reservation, so
+transfers cross a shared link strictly in stream order.
 
 The recurrence is sequential by nature; it runs over plain integer columns
 prepared by the vectorized stages, so its cost is one pass over records,
@@ -34,17 +53,203 @@ from primal_compiler.jit import njit
 
 _SYNC, _PG_ON, _PG_OFF = int(Opcode.SYNC), int(Opcode.PG_ON), int(Opcode.PG_OFF)
 
+CALENDAR = 8
+"""Reserved windows a link's calendar keeps under cut-through (see the module docstring)."""
+
+
+@njit(nogil=True)
+def _fit(cs, ce, cn, lk, at, length):  # pragma: no cover - compiled
+    """Earliest start >= ``at`` of a window of ``length`` cycles in the gaps of link ``lk``'s calendar."""
+    s = at
+    for k in range(cn[lk]):
+        if s + length <= cs[lk, k]:
+            break
+        if ce[lk, k] > s:
+            s = ce[lk, k]
+    return s
+
+
+@njit(nogil=True)
+def _reserve(cs, ce, cn, lk, s, e):  # pragma: no cover - compiled
+    """Add window [s, e) (free by :func:`_fit`) to link ``lk``'s calendar, kept sorted, touching windows merged."""
+    n = cn[lk]
+    if n == CALENDAR:  # full: merge the two earliest windows
+        ce[lk, 0] = ce[lk, 1]
+        for k in range(1, n - 1):
+            cs[lk, k] = cs[lk, k + 1]
+            ce[lk, k] = ce[lk, k + 1]
+        n -= 1
+    k = n
+    while k > 0 and cs[lk, k - 1] > s:
+        cs[lk, k] = cs[lk, k - 1]
+        ce[lk, k] = ce[lk, k - 1]
+        k -= 1
+    cs[lk, k] = s
+    ce[lk, k] = e
+    n += 1
+    for j in (k, k - 1):  # merge with the next window, then the previous one with this, where they touch
+        if 0 <= j and j + 1 < n and ce[lk, j] >= cs[lk, j + 1]:
+            ce[lk, j] = max(ce[lk, j], ce[lk, j + 1])
+            for m in range(j + 1, n - 1):
+                cs[lk, m] = cs[lk, m + 1]
+                ce[lk, m] = ce[lk, m + 1]
+            n -= 1
+    cn[lk] = n
+
+
+@njit(nogil=True)
+def _fifo_ready(fifo, lk, a, i):  # pragma: no cover - compiled
+    """Earliest cycle record ``i``'s head that reached the input buffer at the end of link ``lk`` at cycle
+    ``a`` can leave it: once every other packet that reached that buffer before it has left (first in,
+    first out; the copies of one multicast leave together)."""
+    fa, fd, _, fo, fn, floor = fifo
+    r = floor[lk, 1] if floor[lk, 0] <= a else 0
+    for k in range(fn[lk]):
+        if fa[lk, k] <= a and fo[lk, k] != i:
+            r = max(r, fd[lk, k])
+    return r
+
+
+@njit(nogil=True)
+def _fifo_room(fifo, lk, a, need, cap, i):  # pragma: no cover - compiled
+    """Earliest cycle >= ``a`` at which the input buffer at the end of link ``lk`` holds at most
+    ``cap - need`` flits of the other packets it knows (arrived, tail not yet gone)."""
+    fa, fd, ff, fo, fn, _ = fifo
+    t = a
+    while True:
+        held = 0
+        gone = -1
+        for k in range(fn[lk]):
+            if fa[lk, k] <= t < fd[lk, k] and fo[lk, k] != i:
+                held += ff[lk, k]
+                gone = fd[lk, k] if gone < 0 else min(gone, fd[lk, k])
+        if held + need <= cap or gone < 0:
+            return t
+        t = gone
+
+
+@njit(nogil=True)
+def _fifo_push(fifo, lk, a, d, flits, i):  # pragma: no cover - compiled
+    """Note record ``i``'s packet of ``flits`` buffer flits that reached link ``lk``'s input buffer at ``a``
+    and whose tail left it at ``d``; a full record folds its earliest arrival into ``floor`` (arrival,
+    departure), which then holds back every later head as that packet would."""
+    fa, fd, ff, fo, fn, floor = fifo
+    n = fn[lk]
+    if n == CALENDAR:
+        k0 = 0
+        for k in range(1, n):
+            if fa[lk, k] < fa[lk, k0]:
+                k0 = k
+        floor[lk, 0] = max(floor[lk, 0], fa[lk, k0])
+        floor[lk, 1] = max(floor[lk, 1], fd[lk, k0])
+        n -= 1
+        fa[lk, k0] = fa[lk, n]
+        fd[lk, k0] = fd[lk, n]
+        ff[lk, k0] = ff[lk, n]
+        fo[lk, k0] = fo[lk, n]
+    fa[lk, n] = a
+    fd[lk, n] = d
+    ff[lk, n] = flits
+    fo[lk, n] = i
+    fn[lk] = n + 1
+
+
+@njit(nogil=True)
+def _enter(cal, fifo, lk, ready, h, latency, flits, cap, buffered, i):  # pragma: no cover - compiled
+    """Earliest cycle >= ``ready`` at which a head can enter link ``lk``: the link free for ``h`` cycles
+    and, for a buffered (PE-mesh) link, room for ``flits`` in the buffer it reaches ``latency`` later."""
+    cs, ce, cn = cal
+    e = _fit(cs, ce, cn, lk, ready, h)
+    while buffered:
+        room = _fifo_room(fifo, lk, e + latency, flits, cap, i)
+        if room == e + latency:
+            break
+        e = _fit(cs, ce, cn, lk, room - latency, h)
+    _reserve(cs, ce, cn, lk, e, e + h)
+    return e
+
+
+@njit(nogil=True)
+def _cut_through(i, t, lo, hi, link, link_off, hold, latency, cap, mesh_links, cal, fifo, seen, enter,
+                 wait):  # pragma: no cover - compiled
+    """Reserve record ``i``'s link rows ``lo:hi`` hop by hop from start ``t`` (module docstring); fills
+    ``wait`` per row and returns the largest wait a leg accumulated. ``hold``, ``latency``: per link
+    kind (PE mesh, other); ``cap``: flits of a PE-mesh link's input buffer."""
+    worst = 0
+    prev_e = t
+    prev_off = 0
+    prev_lk = -1
+    prev_at = 0
+    for q in range(lo, hi):
+        lk = link[q]
+        mesh = lk < mesh_links
+        off = link_off[q]
+        h = hold[0] if mesh else hold[1]
+        flits = min(h, cap)  # a message longer than the buffer streams through it, filling it
+        first = off == 0  # the first link of a leg: its head is at the source, in no input buffer
+        arrive = t if first else prev_e + off - prev_off
+        lat = latency[0] if mesh else latency[1]
+        if seen[lk] == i and arrive <= enter[lk]:
+            e = enter[lk]  # an earlier leg of this record crosses it then: ride along
+        else:
+            held = not first and prev_lk < mesh_links
+            ready = max(arrive, _fifo_ready(fifo, prev_lk, arrive, i)) if held else arrive
+            e = _enter(cal, fifo, lk, ready, h, lat, flits, cap, mesh, i)
+            if held:
+                _fifo_push(fifo, prev_lk, prev_at, e + h, min(hold[0], cap), i)
+            if mesh and (q + 1 == hi or link_off[q + 1] == 0):  # the leg's last link: ejected on arrival
+                _fifo_push(fifo, lk, e + lat, e + lat + h, flits, i)
+            if seen[lk] != i:
+                seen[lk] = i
+                enter[lk] = e
+        wait[q] = e - (t + off)
+        worst = max(worst, wait[q])
+        prev_e = e
+        prev_off = off
+        prev_lk = lk
+        prev_at = e + lat
+    return worst
+
+
+@njit(nogil=True)
+def _in_order(i, t, lo, hi, link, link_off, hold, mesh_links, link_free, holder, link_by, link_bound,
+              link_mesh):  # pragma: no cover - compiled
+    """Start of record ``i`` no earlier than ``t`` with every link row ``lo:hi`` free when its head gets
+    there, and reserve them (module docstring); records the binding link's holder for the critical path."""
+    for q in range(lo, hi):
+        lk = link[q]
+        v = link_free[lk] - link_off[q]
+        if holder[lk] >= 0 and (link_by[i] < 0 or v > link_bound[i]):
+            link_by[i] = holder[lk]
+            link_bound[i] = v
+            link_mesh[i] = lk < mesh_links
+        t = max(t, v)
+    for q in range(lo, hi):
+        lk = link[q]
+        e = t + link_off[q] + (hold[0] if lk < mesh_links else hold[1])
+        if e >= link_free[lk]:
+            link_free[lk] = e
+            holder[lk] = i
+    return t
+
 
 @njit(nogil=True)
 def schedule(op, busy, unit, pred_ptr, pred, link_ptr, link, link_off, hold_mesh, hold_other, ct_a, ct_b, blocking,
-             seq, issue_cycles, reload, num_units, num_links, num_cts, mesh_links):  # pragma: no cover - compiled
-    """(dispatch, start, finish, first record touching a gated CT or -1, distinct mesh links and other links per record).
+             seq, issue_cycles, reload, num_units, num_links, num_cts, mesh_links, cut_through, hop_cycles, other_cycles,
+             buffer_flits):  # pragma: no cover - compiled
+    """(dispatch, start, finish, first record touching a gated CT or -1, distinct mesh links and other links per
+    record, per link row the cycles its head waited at the router before entering the link, and per record
+    the link constraint on its start (in-order only): the earlier transfer whose reservation bounds it or
+    -1, that bound, and whether the link is a PE-mesh link).
 
     ``seq[i]`` is the sequencer of record i, ``issue_cycles[s]`` the dispatch interval of sequencer s;
     ``reload[i] > 0``: record i opens a phase whose program the NMC loads first (that many cycles on
     its one port, once the CT's sequencer is done with the previous phase).
 
     Links ``< mesh_links`` are PE-mesh links; a link listed twice by one record counts once.
+    ``cut_through``: ``router.link_schedule = "cut-through"``, else in-order; ``hop_cycles`` and
+    ``other_cycles``: head latency of a PE-mesh link and of any other link; ``buffer_flits``: flits of a
+    PE-mesh link's input buffer (cut-through).
     """
     n = len(op)
     dispatch = np.empty(n, dtype=np.int64)
@@ -56,6 +261,22 @@ def schedule(op, busy, unit, pred_ptr, pred, link_ptr, link, link_off, hold_mesh
     ct_busy = np.zeros(num_cts, dtype=np.int64)
     gated = np.zeros(num_cts, dtype=np.bool_)
     seen = np.full(num_links, -1, dtype=np.int64)
+    counted = np.full(num_links, -1, dtype=np.int64)
+    enter = np.zeros(num_links, dtype=np.int64)
+    rows = num_links if cut_through else 0
+    cs = np.zeros((rows, CALENDAR), dtype=np.int64)
+    ce = np.zeros((rows, CALENDAR), dtype=np.int64)
+    cn = np.zeros(rows, dtype=np.int64)
+    fifo = (np.zeros((rows, CALENDAR), dtype=np.int64), np.zeros((rows, CALENDAR), dtype=np.int64),
+            np.zeros((rows, CALENDAR), dtype=np.int64), np.zeros((rows, CALENDAR), dtype=np.int64),
+            np.zeros(rows, dtype=np.int64), np.zeros((rows, 2), dtype=np.int64))
+    latency = np.array([hop_cycles, other_cycles], dtype=np.int64)
+    holder = np.full(num_links, -1, dtype=np.int64)
+    wait = np.zeros(len(link), dtype=np.int64)
+    hold = np.zeros(2, dtype=np.int64)
+    link_by = np.full(n, -1, dtype=np.int64)
+    link_bound = np.zeros(n, dtype=np.int64)
+    link_mesh = np.zeros(n, dtype=np.bool_)
     n_mesh = np.zeros(n, dtype=np.int64)
     n_other = np.zeros(n, dtype=np.int64)
     seq_free = np.zeros(len(issue_cycles), dtype=np.int64)
@@ -99,23 +320,29 @@ def schedule(op, busy, unit, pred_ptr, pred, link_ptr, link, link_off, hold_mesh
                     if gated[c] and bad < 0:
                         bad = i
                     t = max(t, ct_wake[c])
-        for q in range(link_ptr[i], link_ptr[i + 1]):
-            t = max(t, link_free[link[q]] - link_off[q])
-        f = t + busy[i]
-        start[i] = t
-        finish[i] = f
-        if u >= 0:
-            unit_free[u] = f
-        for q in range(link_ptr[i], link_ptr[i + 1]):
+        lo, hi = link_ptr[i], link_ptr[i + 1]
+        hold[0] = hold_mesh[i]
+        hold[1] = hold_other[i]
+        delay = 0
+        if cut_through:
+            delay = _cut_through(i, t, lo, hi, link, link_off, hold, latency, buffer_flits, mesh_links, (cs, ce, cn),
+                                 fifo, seen, enter, wait)
+        else:
+            t = _in_order(i, t, lo, hi, link, link_off, hold, mesh_links, link_free, holder, link_by, link_bound,
+                          link_mesh)
+        for q in range(lo, hi):  # distinct links, for the energy of each bit crossing them once
             lk = link[q]
-            hold = hold_mesh[i] if lk < mesh_links else hold_other[i]
-            link_free[lk] = max(link_free[lk], t + link_off[q] + hold)
-            if seen[lk] != i:
-                seen[lk] = i
+            if counted[lk] != i:
+                counted[lk] = i
                 if lk < mesh_links:
                     n_mesh[i] += 1
                 else:
                     n_other[i] += 1
+        f = t + busy[i] + delay
+        start[i] = t
+        finish[i] = f
+        if u >= 0:
+            unit_free[u] = f
         if o == _PG_ON:
             ct_wake[a] = f
         for c in (a, b):
@@ -124,4 +351,4 @@ def schedule(op, busy, unit, pred_ptr, pred, link_ptr, link, link_off, hold_mesh
         horizon = max(horizon, f)
         if blocking[i]:
             seq_free[s] = max(seq_free[s], f + issue_cycles[s])
-    return dispatch, start, finish, bad, n_mesh, n_other
+    return dispatch, start, finish, bad, n_mesh, n_other, wait, link_by, link_bound, link_mesh

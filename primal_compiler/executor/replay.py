@@ -27,6 +27,19 @@ from primal_compiler.isa.opcodes import CONTROLLER, NONE16, Opcode
 
 
 @dataclass(frozen=True, eq=False)
+class LinkWait:
+    """What the links did (:mod:`.kernel`): per link row of the transfers, the cycles its head waited in
+    a router before entering the link (cut-through; 0 in-order); per record, the link constraint on its
+    start (in-order; -1 none under cut-through): the earlier transfer whose reservation bounds it, that
+    bound in cycles, and whether the link is a PE-mesh link."""
+
+    wait: np.ndarray  # int64 per link row
+    by: np.ndarray  # int64
+    bound: np.ndarray  # int64
+    mesh: np.ndarray  # bool
+
+
+@dataclass(frozen=True, eq=False)
 class Replay:
     """Per-record timing and energy of one replayed stream, and how it was obtained."""
 
@@ -47,6 +60,7 @@ class Replay:
     energy_pj: dict[str, np.ndarray]  # component -> per record
     timeline: power.Timeline
     stages: tuple[tuple[str, float], ...]
+    link_wait: LinkWait
 
     @property
     def transfers(self) -> transfers.Transfers:
@@ -141,10 +155,11 @@ def replay(meta: dict, arrays: dict, stream, target, where: str = "program", mod
     ctl = control(stream, target, topo.num_cts, where, mode)
     mark("control")
     a, b = touched(stream.records)
-    dispatch, start, finish, bad, n_mesh, n_other = schedule(
+    dispatch, start, finish, bad, n_mesh, n_other, wait, link_by, link_bound, link_mesh = schedule(
         stream.records["op"].astype(np.int64), busy, unit, ptr, pred, tr.link_ptr, tr.link, tr.link_offset,
         tr.hold_mesh, tr.hold_other, a, b, blocking(stream.records, ctl.mode), ctl.seq, ctl.issue_cycles, ctl.reload, ctx.num_units,
-        topo.num_links, topo.num_cts, topo.d2d_base)
+        topo.num_links, topo.num_cts, topo.d2d_base, r.link_schedule == "cut-through",
+        r.hop_latency_cycles, target.d2d.latency_cycles, r.buffer_link_cycles)
     if bad >= 0:
         rec = stream.records[bad]
         raise InputError(where, f"record {bad} ({Opcode(rec['op']).name} ct={rec['ct']}) runs on a gated CT "
@@ -155,4 +170,4 @@ def replay(meta: dict, arrays: dict, stream, target, where: str = "program", mod
     tl = power.timeline(stream.records, start, finish, topo.num_cts, end)
     mark("power")
     return Replay(meta, arrays, stream, target, topo, ctx, ctl, ptr, pred, busy, unit, dispatch, start, finish, energy, tl,
-                  tuple(stages))
+                  tuple(stages), LinkWait(wait, link_by, link_bound, link_mesh))

@@ -181,6 +181,8 @@ class RouterSpec(Table):
     flit_bits: int = _f("bits", "flit width", ge=8, multiple_of=8, le=MAX_MACRO_SIDE)
     link_bits_per_cycle: int = _f("bits", "payload bits a mesh link carries per cycle and direction", ge=1, le=MAX_MACRO_SIDE)
     hop_latency_cycles: int = _f("cycles", "cycles per hop (router pipeline + link traversal)", ge=1, le=MAX_CYCLES)
+    buffer_flits: int = _f("flits", "input buffer of each PE-mesh link at the router it enters (cut-through: a waiting packet sits there; full, it holds back the link)", ge=1, le=MAX_SCRATCHPAD_BYTES)
+    link_schedule: str = _f("enum", "how transfers share links: hop by hop, each taking a link's earliest idle window and waiting in the router's buffer until then (cut-through), or the whole route at once in stream order per link (in-order, the executor before cut-through)", choices=("cut-through", "in-order"))
     energy_pj_per_bit_hop: float = _f("pJ", "energy to move one bit across one router and one PE-to-PE link", gt=0)
     dmac_units: int = _f("count", "dynamic MAC units (activation x activation, accumulation, activation functions)", ge=1, le=MAX_MACRO_SIDE)
     dmac_ops_per_cycle: int = _f("count", "MACs per cycle of one DMAC unit", ge=1, le=MAX_MACRO_SIDE)
@@ -194,11 +196,18 @@ class RouterSpec(Table):
     scratchpad_leakage_uw: float = _f("uW", "static power of the scratchpad (retained when the CT is gated)", ge=0)
 
     @property
+    def buffer_link_cycles(self) -> int:
+        """Cycles of link traffic one input buffer holds (its flits at the link's flits per cycle)."""
+        return max(1, self.buffer_flits * self.flit_bits // self.link_bits_per_cycle)
+
+    @property
     def dmac_macs_per_cycle(self) -> int:
         """MACs per cycle of all DMAC units of one router."""
         return self.dmac_units * self.dmac_ops_per_cycle
 
     def _problems(self) -> Iterator[Problem]:
+        if self.link_bits_per_cycle % self.flit_bits:
+            yield "flit_bits", f"{self.flit_bits} does not divide link_bits_per_cycle {self.link_bits_per_cycle}"
         if self.scratchpad_bytes % self.scratchpad_banks:
             yield "scratchpad_banks", f"{self.scratchpad_banks} does not divide scratchpad_bytes {self.scratchpad_bytes}"
 

@@ -13,6 +13,7 @@ The model:
   ``i * issue_cycles`` with all its flits there; the source may feed any of its
   output links (no injection-port limit), a destination ejects one flit of a
   packet per cycle and has no other limit (the fast executor models links only).
+  ``run(traffic, inject)`` takes the injection cycles instead (non-decreasing).
 * XY routing, hop by hop: move along x until the column matches, then along y.
   A multicast packet follows the union of the XY routes to its members: at a
   router it needs the next hops towards the members reached through it
@@ -116,15 +117,18 @@ class Mesh:
     def flits(self, nbytes: int) -> int:
         return max(1, -(-nbytes * 8 // self.link_bits))
 
-    def run(self, traffic) -> list[Packet]:
-        """Simulate ``traffic``: (source, destinations, nbytes) per packet in stream order."""
+    def run(self, traffic, inject=None) -> list[Packet]:
+        """Simulate ``traffic``: (source, destinations, nbytes) per packet in stream order, packet ``i``
+        injected at ``inject[i]`` (default ``i * issue_cycles``)."""
         assert self.buffer_flits > self.hop_cycles, "buffers too small for one flit per cycle"
+        inject = [i * self.issue_cycles for i in range(len(traffic))] if inject is None else [int(c) for c in inject]
+        assert len(inject) == len(traffic) and all(a <= b for a, b in zip(inject, inject[1:]))
         pk, trees = [], []
         for i, (src, dsts, nbytes) in enumerate(traffic):
             dsts = tuple(int(d) for d in dsts)
             assert dsts and src not in dsts and len(set(dsts)) == len(dsts)
             out, hops = self.tree(int(src), dsts)
-            pk.append(Packet(int(src), dsts, self.flits(int(nbytes)), i * self.issue_cycles, hops))
+            pk.append(Packet(int(src), dsts, self.flits(int(nbytes)), inject[i], hops))
             trees.append({u: sorted(ds) for u, ds in out.items()})
         assert self.order in ("age", "stream")
         assert not self.cut_through or self.buffer_flits >= max((p.flits for p in pk), default=1)
@@ -139,15 +143,20 @@ class Mesh:
         sent = [0] * len(pk)  # flits that left their source
         granted = set()  # (packet, router) holding its output links there
         left = sum(p.flits * len(p.dsts) for p in pk)  # flit ejections still to come
+        sources = []  # packets injected with flits still at their source, oldest first
+        nxt = 0  # next packet to inject
         c = 0
         while left:
+            while nxt < len(pk) and pk[nxt].inject <= c:
+                sources.append(nxt)
+                nxt += 1
             for link, q in inflight.items():
                 while q and q[0][0] == c:
                     _, i, j = q.popleft()
                     buf[link].append((i, j))
             # fronts: (packet, flit, router, its input buffer or None at the source, output links)
             fronts = [(q[0][0], q[0][1], self.neighbour(*link), q) for link, q in buf.items() if q]
-            fronts += [(i, sent[i], p.src, None) for i, p in enumerate(pk) if p.inject <= c and sent[i] < p.flits]
+            fronts += [(i, sent[i], pk[i].src, None) for i in sources]
             fronts = sorted((i, j, u, q, [(u, d) for d in trees[i][u]]) for i, j, u, q in fronts)  # oldest first
             for i, j, u, _, links in fronts:  # allocation: a head takes all its output links or none
                 free = all(lk not in holder for lk in links)
@@ -164,6 +173,8 @@ class Mesh:
                 moved = True
                 if q is None:
                     sent[i] += 1
+                    if sent[i] == pk[i].flits:
+                        sources.remove(i)
                 else:
                     q.popleft()
                 for lk in links:
@@ -178,10 +189,10 @@ class Mesh:
                         queue[lk].remove(i)
                     granted.discard((i, u))
             busy = any(inflight.values())
-            if not moved and not busy and all(p.inject <= c for p in pk):
+            if not moved and not busy and nxt == len(pk):
                 raise Deadlock(f"no flit can move at cycle {c}; links held: {holder}")
-            if not moved and not busy and not any(buf.values()):  # idle: skip to the next injection
-                c = min((p.inject for p in pk if p.inject > c), default=c + 1)
+            if not moved and not busy and not any(buf.values()) and nxt < len(pk):  # idle: skip to the next injection
+                c = max(c + 1, pk[nxt].inject)
             else:
                 c += 1
         return pk

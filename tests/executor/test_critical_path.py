@@ -23,11 +23,14 @@ META = {"num_cts": 2, "mesh_rows": 8, "mesh_cols": 8, "num_layers": 1, "package_
 MVM = 260  # primal-7nm rram.mvm_latency_cycles
 
 
-@pytest.fixture(scope="module", params=["distributed", "central"])
+@pytest.fixture(scope="module", params=["distributed", "central", "in-order"])
 def paths(request, compiled, small_target):
-    """The fixture's replay under each control mode, and the TTFT and decode-window paths of both requests."""
+    """The fixture's replay under each control mode (``in-order``: distributed control, in-order links),
+    and the TTFT and decode-window paths of both requests."""
     program, meta, arrays = compiled
-    rp = replay(meta, arrays, program.stream, small_target, mode=request.param)
+    target = with_overrides(small_target, {"router.link_schedule": "in-order"}) if request.param == "in-order" \
+        else small_target
+    rp = replay(meta, arrays, program.stream, target, mode=None if request.param == "in-order" else request.param)
     out = []
     for req in (0, 1):
         ttft, decode, steps = request_windows(rp, req)
@@ -119,7 +122,10 @@ def test_the_path_is_a_chain_of_constraints(paths):
             later, earlier, via = int(p.records[k - 1]), int(p.records[k]), Via(p.via[k])
             assert _constraint_holds(replayed, later, earlier, via), (later, earlier, via.name)
             kinds.add(via)
-    assert {Via.PRED, Via.LINK} <= kinds and len(kinds) >= 4
+    # in-order, a transfer's start waits for its links; under cut-through it never does (it waits inside
+    # its own span, hop by hop), so LINK appears exactly in-order
+    in_order = replayed.target.router.link_schedule == "in-order"
+    assert Via.PRED in kinds and (Via.LINK in kinds) == in_order and len(kinds) >= 3 + in_order
 
 
 def _replay(builder: StreamBuilder, target):
@@ -150,15 +156,23 @@ def test_a_slow_sequencer_bounds_independent_work(small_target, issue, bound):
     assert int(np.argmax(p.by_class)) == bound
 
 
-def test_a_transfer_queued_behind_another_on_a_link_is_mesh_time(small_target):
+@pytest.mark.parametrize("links", ["in-order", "cut-through"])
+def test_a_transfer_queued_behind_another_on_a_link_is_mesh_time(small_target, links):
     b = StreamBuilder()
     b.records(2, op=Opcode.UNICAST, ct=0, pe=0, dst_ct=0, dst_pe=3, dst_buf=[buf(BufKind.IN, 0), buf(BufKind.IN, 1)],
               nbytes=4096)
-    rp = _replay(b, small_target)
-    assert rp.start[1] > rp.dispatch[1]  # it waited for the first transfer's links
+    rp = _replay(b, with_overrides(small_target, {"router.link_schedule": links}))
     (p,) = walks(rp, [(1, 0)])
-    assert p.via.tolist() == [-1, Via.LINK]
-    assert p.by_class[PathClass.MESH_TRANSFER] == p.end == rp.finish[1]
+    # by hand: 4096 B hold each link 256 cycles; 3 hops of 2 cycles: the first finishes at 262
+    assert rp.finish[0] == 262 and rp.finish[1] == 262 + 256
+    if links == "in-order":
+        assert rp.start[1] == 256  # it waited at its source for the first transfer's links
+        assert p.via.tolist() == [-1, Via.LINK]
+        assert p.by_class[PathClass.MESH_TRANSFER] == p.end == rp.finish[1]
+    else:  # dispatched at cycle 1, it waits 255 cycles in its router at the first link, then follows
+        assert rp.start[1] == rp.dispatch[1] == 1 and rp.link_wait.wait.tolist() == [0, 0, 0, 255, 255, 255]
+        assert p.via.tolist() == [-1, Via.SEQUENCER]
+        assert p.by_class[PathClass.MESH_TRANSFER] == p.end - 1 and p.by_class[PathClass.CONTROL] == 1
 
 
 @pytest.mark.parametrize("ct, via, control", [(0, Via.BLOCKING, 1), (1, Via.BARRIER, 0)])

@@ -20,15 +20,21 @@ from primal_compiler.target import load_target, with_overrides
 from tests.executor.refsim import Deadlock, Mesh
 
 
+#: The executor's link schedule that corresponds to each reference arbitration order.
+SCHEDULE = {"stream": "in-order", "age": "cut-through"}
+
+
 @lru_cache(maxsize=None)
-def _target(rows, cols, hop, bits, issue):
+def _target(rows, cols, hop, bits, issue, schedule, buffer):
     return with_overrides(load_target("primal-7nm"), {
-        "ct.mesh_rows": rows, "ct.mesh_cols": cols, "router.hop_latency_cycles": hop,
-        "router.link_bits_per_cycle": bits, "system.nmc_issue_cycles": issue})
+        "ct.mesh_rows": rows, "ct.mesh_cols": cols, "router.hop_latency_cycles": hop, "router.flit_bits": bits,
+        "router.link_bits_per_cycle": bits, "system.nmc_issue_cycles": issue, "router.link_schedule": schedule,
+        "router.buffer_flits": buffer})
 
 
 def fast(mesh: Mesh, traffic):
-    """Replay ``traffic`` (source, destinations, nbytes) as UNICAST / BCAST records on one CT."""
+    """Replay ``traffic`` (source, destinations, nbytes) as UNICAST / BCAST records on one CT, under the
+    link schedule matching the reference's arbitration order (``SCHEDULE``)."""
     b = StreamBuilder()
     for src, dsts, nbytes in traffic:
         if len(dsts) == 1:
@@ -37,7 +43,8 @@ def fast(mesh: Mesh, traffic):
             g = b.groups([len(dsts)], np.zeros(len(dsts)), np.asarray(dsts))
             b.records(1, op=Opcode.BCAST, ct=0, pe=src, group=g[0], nbytes=nbytes)
     meta = {"num_cts": 1, "mesh_rows": mesh.rows, "mesh_cols": mesh.cols, "num_layers": 1, "package_cols": 1}
-    target = _target(mesh.rows, mesh.cols, mesh.hop_cycles, mesh.link_bits, mesh.issue_cycles)
+    target = _target(mesh.rows, mesh.cols, mesh.hop_cycles, mesh.link_bits, mesh.issue_cycles, SCHEDULE[mesh.order],
+                     mesh.buffer_flits)
     return replay(meta, {}, b.build(), target, mode="central")  # the reference injects at one central issue rate
 
 

@@ -52,16 +52,14 @@ def test_a_unit_runs_one_record_at_a_time(compiled, replayed):
 
 
 def _link_use(replayed):
-    """One row per (record, link): the record, the link, when it takes it and when it lets it go."""
+    """One row per window a record holds a link: the record, the link, when it takes it (its start plus
+    the head's offset plus the cycles it waited in routers on the way) and when it lets it go. Legs of
+    one record crossing a link together (a multicast's shared prefix) are one window."""
     tr = replayed.transfers
     rec = np.repeat(np.arange(len(tr.link_ptr) - 1), np.diff(tr.link_ptr))
-    key = rec * replayed.topo.num_links + tr.link
-    order = np.argsort(key, kind="stable")
-    key = key[order]
-    first = np.flatnonzero(np.r_[True, key[1:] != key[:-1]])
-    begin = np.minimum.reduceat((replayed.start[rec] + tr.link_offset)[order], first)
-    end = np.maximum.reduceat((replayed.start[rec] + tr.link_offset + tr.link_hold)[order], first)
-    return rec[order][first], tr.link[order][first], begin, end
+    begin = replayed.start[rec] + tr.link_offset + replayed.link_wait.wait
+    _, first = np.unique(np.stack([rec, tr.link, begin], 1), axis=0, return_index=True)
+    return rec[first], tr.link[first], begin[first], begin[first] + tr.link_hold[first]
 
 
 def test_transfers_sharing_a_link_do_not_overlap(replayed):
@@ -71,6 +69,18 @@ def test_transfers_sharing_a_link_do_not_overlap(replayed):
     same = link[1:] == link[:-1]
     assert same.sum() > 10
     assert (begin[1:][same] >= end[:-1][same]).all()
+
+
+def test_a_waiting_head_never_enters_a_link_early(replayed):
+    """Per leg, each link is entered no earlier than the head left the one before plus its latency."""
+    tr, lw = replayed.transfers, replayed.link_wait
+    rec = np.repeat(np.arange(len(tr.link_ptr) - 1), np.diff(tr.link_ptr))
+    enter = replayed.start[rec] + tr.link_offset + lw.wait
+    inside = tr.link_offset[1:] > 0  # not the first link of a leg
+    assert (lw.wait >= 0).all() and (lw.wait[1:][inside] >= lw.wait[:-1][inside]).all()
+    assert (enter[1:][inside] - enter[:-1][inside] >= np.diff(tr.link_offset)[inside]).all()
+    late = lw.wait.max() > 0
+    assert late and (replayed.finish >= replayed.start + replayed.busy).all()
 
 
 def test_sync_waits_for_everything_before_it(compiled, replayed):
@@ -121,8 +131,9 @@ def test_replay_is_deterministic(compiled, replayed, small_target):
 
 
 def test_link_energy_is_bits_times_distinct_links(compiled, replayed, small_target):
-    r = compiled[0].stream.records
-    rec, link, _, _ = _link_use(replayed)
+    r, tr = compiled[0].stream.records, replayed.transfers
+    rec = np.repeat(np.arange(len(tr.link_ptr) - 1), np.diff(tr.link_ptr))
+    rec, link = np.unique(np.stack([rec, tr.link], 1), axis=0).T
     mesh = link < replayed.topo.d2d_base
     bits = r["nbytes"][rec].astype(np.float64) * 8
     expect = (bits[mesh].sum() * small_target.router.energy_pj_per_bit_hop

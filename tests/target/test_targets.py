@@ -479,7 +479,7 @@ def test_every_value_has_a_source_comment(name):
 @pytest.mark.parametrize("cls", [PrimalTarget, GpuTarget])
 def test_units_are_in_key_names(cls):
     suffix = {"pJ": "pj", "uW": "uw", "um2": "um2", "cycles": "cycles", "bytes": "bytes", "bytes/s": "bytes_per_s",
-              "Hz": "hz", "bits": "bits", "nm": "nm", "W": "w", "FLOP/s": "flop_per_s", "OP/s": "op_per_s"}
+              "Hz": "hz", "bits": "bits", "flits": "flits", "nm": "nm", "W": "w", "FLOP/s": "flop_per_s", "OP/s": "op_per_s"}
     for info in schema(cls):
         if info.unit in UNITLESS:
             continue
