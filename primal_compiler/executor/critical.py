@@ -27,9 +27,11 @@ count under the constraint that caused them: ``BLOCKING`` and ``SEQUENCER``
 gaps (the issue interval, or the wait for the previous dispatch) as
 ``CONTROL``; a ``LINK`` wait, from the earlier transfer's start to this
 record's start, as ``MESH_TRANSFER`` on a PE-mesh link and ``DIE_TO_DIE`` on
-a die-to-die or controller link. A span counts once: where a link wait
-overlaps time already explained (a transfer that reaches the shared link
-late), only the unexplained part counts.
+a die-to-die or controller link. Under cut-through a transfer waits inside
+its own span (its heads held in routers): that part, along its leg that
+waited longest, counts by the kind of link each wait was for. A span counts
+once: where a link wait overlaps time already explained (a transfer that
+reaches the shared link late), only the unexplained part counts.
 
 **Guarantee.** The walk stops at the window's ``begin``; its ``by_class``
 cycles are non-negative and sum exactly to ``finish[target] - begin``. A
@@ -150,7 +152,8 @@ def _sources(upto, op, unit, seq, nseq, ct_a, ct_b, finish, num_units, num_cts):
 
 @njit(nogil=True)
 def _walk(target, begin, op, block, seq, issue, reload, pred_ptr, pred, dispatch, start, finish, cls, seq_prev, floor_src,
-          unit_src, wait_src, link_src, link_val, link_mesh, num_classes):  # pragma: no cover - compiled
+          unit_src, wait_src, link_src, link_val, link_mesh, held_mesh, held_other,
+          num_classes):  # pragma: no cover - compiled
     """(records, via, cycles per class, the record whose start or dispatch nothing explains or -1)."""
     recs = np.empty(target + 1, dtype=np.int64)
     via = np.empty(target + 1, dtype=np.int64)
@@ -162,9 +165,14 @@ def _walk(target, begin, op, block, seq, issue, reload, pred_ptr, pred, dispatch
     state = _SELF
     cursor = finish[target]
     while cursor > begin:
-        if state == _SELF:
+        if state == _SELF:  # its own span; the part its heads waited in routers goes to that link's kind
             new = max(begin, min(cursor, start[i]))
-            by[cls[i]] += cursor - new
+            span = cursor - new
+            w_mesh = min(span, held_mesh[i])
+            w_other = min(span - w_mesh, held_other[i])
+            by[_MESH] += w_mesh
+            by[_D2D] += w_other
+            by[cls[i]] += span - w_mesh - w_other
             cursor = new
             state = _START
             continue
@@ -226,6 +234,29 @@ def _walk(target, begin, op, block, seq, issue, reload, pred_ptr, pred, dispatch
     return recs[:m], via[:m], by, -1
 
 
+def held_in_routers(rp: Replay, upto: int) -> tuple[np.ndarray, np.ndarray]:
+    """(cycles waiting before PE-mesh links, before other links) per record below ``upto``, along the leg
+    whose heads waited longest (the wait the schedule adds to its finish; zero in-order)."""
+    tr, wait = rp.transfers, rp.link_wait.wait
+    rows = int(tr.link_ptr[upto])
+    wait, off, link = wait[:rows], tr.link_offset[:rows], tr.link[:rows]
+    rec = np.repeat(np.arange(upto), np.diff(tr.link_ptr[: upto + 1]))
+    leg = np.cumsum(off == 0) - 1  # rows of one leg are contiguous and its first row has offset 0
+    inc = wait - np.where(off == 0, 0, np.r_[0, wait[:-1]])
+    mesh = link < tr.mesh_links
+    if not rows:
+        return np.zeros(upto, np.int64), np.zeros(upto, np.int64)
+    last = np.r_[np.flatnonzero(np.diff(leg)), rows - 1]  # each leg's last row: its total wait
+    worst = np.full(upto, -1, dtype=np.int64)
+    order = np.lexsort((wait[last], rec[last]))
+    worst[rec[last][order]] = leg[last][order]  # per record, its leg with the largest wait (last wins)
+    pick = worst[rec] == leg
+    out = []
+    for kind in (mesh, ~mesh):
+        out.append(np.bincount(rec[pick & kind], weights=inc[pick & kind], minlength=upto).astype(np.int64))
+    return out[0], out[1]
+
+
 def record_classes(rp: Replay) -> np.ndarray:
     """int64 PathClass of every record: its opcode's, DIE_TO_DIE for router records flagged D2D."""
     table = np.zeros(256, dtype=np.int64)
@@ -254,7 +285,7 @@ def walks(rp: Replay, windows: Sequence[tuple[int, int]]) -> list[Path]:
     op = r["op"].astype(np.int64)
     a, b = touched(r)
     src = _sources(upto, op, rp.unit, c.seq, len(c.issue_cycles), a, b, rp.finish, rp.ctx.num_units, rp.topo.num_cts)
-    src += (lw.by[:upto], lw.bound[:upto], lw.mesh[:upto])
+    src += (lw.by[:upto], lw.bound[:upto], lw.mesh[:upto]) + held_in_routers(rp, upto)
     cls, block = record_classes(rp), blocking(r, c.mode)
     out = []
     for target, begin in windows:

@@ -28,10 +28,13 @@ input buffer; a long message is a train of such packets). Each link keeps a
 calendar of its reserved windows and a transfer takes the earliest gap that
 fits, even one ahead of an older transfer's reservation, so a link never idles
 while a transfer that could use it waits (work-conserving). Legs of one
-record that share a link (a multicast tree's common prefix, a reduction
-tree's common suffix) cross it once when they reach it no later than the
-first did, else again. The record finishes ``busy`` cycles after its start
-plus the largest wait any of its legs accumulated. A calendar keeps its link's
+record share links: a multicast's copies cross their common prefix once (a
+later leg rides along); a reduction combines at every router, so each of
+its links carries it once, from the earliest leg's head to the latest's
+tail, and its members send when all those windows fit (first fit over the
+calendars), waiting where they are until then. The record finishes
+``busy`` cycles after its start plus the largest wait any of its legs
+accumulated. A calendar keeps its link's
 latest ``CALENDAR`` windows; one more merges its two earliest (the gap between
 them is lost, so the approximation can only delay a transfer).
 ``"in-order"`` is the executor before cut-through, kept to compare: a
@@ -212,6 +215,44 @@ def _cut_through(i, t, lo, hi, link, link_off, hold, latency, cap, mesh_links, c
 
 
 @njit(nogil=True)
+def _together(i, t, lo, hi, link, link_off, hold, mesh_links, cal, seen, slot, win, wait):  # pragma: no cover
+    """A reduction tree under cut-through: its legs combine at every router, so each distinct link carries
+    it once, from the earliest offset a leg reaches it to the latest plus the hold; the members send when
+    every such window fits a gap (first fit), waiting where they are until then. Fills ``wait`` (the same
+    on every row) and returns it."""
+    cs, ce, cn = cal
+    win_link, win_lo, win_hi = win
+    w = 0
+    for q in range(lo, hi):
+        lk = link[q]
+        h = hold[0] if lk < mesh_links else hold[1]
+        if seen[lk] != i:
+            seen[lk] = i
+            slot[lk] = w
+            win_link[w] = lk
+            win_lo[w] = link_off[q]
+            win_hi[w] = link_off[q] + h
+            w += 1
+        else:
+            win_lo[slot[lk]] = min(win_lo[slot[lk]], link_off[q])
+            win_hi[slot[lk]] = max(win_hi[slot[lk]], link_off[q] + h)
+    s = t
+    moved = True
+    while moved:  # s only grows, past a reserved window each time: ends
+        moved = False
+        for k in range(w):
+            e = _fit(cs, ce, cn, win_link[k], s + win_lo[k], win_hi[k] - win_lo[k])
+            if e > s + win_lo[k]:
+                s = e - win_lo[k]
+                moved = True
+    for k in range(w):
+        _reserve(cs, ce, cn, win_link[k], s + win_lo[k], s + win_hi[k])
+    for q in range(lo, hi):
+        wait[q] = s - t
+    return s - t
+
+
+@njit(nogil=True)
 def _in_order(i, t, lo, hi, link, link_off, hold, mesh_links, link_free, holder, link_by, link_bound,
               link_mesh):  # pragma: no cover - compiled
     """Start of record ``i`` no earlier than ``t`` with every link row ``lo:hi`` free when its head gets
@@ -236,7 +277,7 @@ def _in_order(i, t, lo, hi, link, link_off, hold, mesh_links, link_free, holder,
 @njit(nogil=True)
 def schedule(op, busy, unit, pred_ptr, pred, link_ptr, link, link_off, hold_mesh, hold_other, ct_a, ct_b, blocking,
              seq, issue_cycles, reload, num_units, num_links, num_cts, mesh_links, cut_through, hop_cycles, other_cycles,
-             buffer_flits):  # pragma: no cover - compiled
+             buffer_flits, combine):  # pragma: no cover - compiled
     """(dispatch, start, finish, first record touching a gated CT or -1, distinct mesh links and other links per
     record, per link row the cycles its head waited at the router before entering the link, and per record
     the link constraint on its start (in-order only): the earlier transfer whose reservation bounds it or
@@ -249,7 +290,7 @@ def schedule(op, busy, unit, pred_ptr, pred, link_ptr, link, link_off, hold_mesh
     Links ``< mesh_links`` are PE-mesh links; a link listed twice by one record counts once.
     ``cut_through``: ``router.link_schedule = "cut-through"``, else in-order; ``hop_cycles`` and
     ``other_cycles``: head latency of a PE-mesh link and of any other link; ``buffer_flits``: flits of a
-    PE-mesh link's input buffer (cut-through).
+    PE-mesh link's input buffer (cut-through); ``combine[i]``: record i is a reduction tree.
     """
     n = len(op)
     dispatch = np.empty(n, dtype=np.int64)
@@ -272,6 +313,11 @@ def schedule(op, busy, unit, pred_ptr, pred, link_ptr, link, link_off, hold_mesh
             np.zeros(rows, dtype=np.int64), np.zeros((rows, 2), dtype=np.int64))
     latency = np.array([hop_cycles, other_cycles], dtype=np.int64)
     holder = np.full(num_links, -1, dtype=np.int64)
+    slot = np.zeros(num_links, dtype=np.int64)
+    widest = 0
+    for i in range(n):
+        widest = max(widest, link_ptr[i + 1] - link_ptr[i])
+    win = (np.empty(widest, dtype=np.int64), np.empty(widest, dtype=np.int64), np.empty(widest, dtype=np.int64))
     wait = np.zeros(len(link), dtype=np.int64)
     hold = np.zeros(2, dtype=np.int64)
     link_by = np.full(n, -1, dtype=np.int64)
@@ -324,7 +370,9 @@ def schedule(op, busy, unit, pred_ptr, pred, link_ptr, link, link_off, hold_mesh
         hold[0] = hold_mesh[i]
         hold[1] = hold_other[i]
         delay = 0
-        if cut_through:
+        if cut_through and combine[i]:
+            delay = _together(i, t, lo, hi, link, link_off, hold, mesh_links, (cs, ce, cn), seen, slot, win, wait)
+        elif cut_through:
             delay = _cut_through(i, t, lo, hi, link, link_off, hold, latency, buffer_flits, mesh_links, (cs, ce, cn),
                                  fifo, seen, enter, wait)
         else:

@@ -52,14 +52,19 @@ def test_a_unit_runs_one_record_at_a_time(compiled, replayed):
 
 
 def _link_use(replayed):
-    """One row per window a record holds a link: the record, the link, when it takes it (its start plus
-    the head's offset plus the cycles it waited in routers on the way) and when it lets it go. Legs of
-    one record crossing a link together (a multicast's shared prefix) are one window."""
+    """One row per (record, link): the record, the link, when it takes it (its start plus the head's
+    offset plus the cycles its heads waited in routers on the way) and when it lets it go. A record's
+    legs over one link (a multicast's shared prefix, a reduction's shared suffix) make one window."""
     tr = replayed.transfers
     rec = np.repeat(np.arange(len(tr.link_ptr) - 1), np.diff(tr.link_ptr))
-    begin = replayed.start[rec] + tr.link_offset + replayed.link_wait.wait
-    _, first = np.unique(np.stack([rec, tr.link, begin], 1), axis=0, return_index=True)
-    return rec[first], tr.link[first], begin[first], begin[first] + tr.link_hold[first]
+    key = rec * replayed.topo.num_links + tr.link
+    order = np.argsort(key, kind="stable")
+    key = key[order]
+    first = np.flatnonzero(np.r_[True, key[1:] != key[:-1]])
+    enter = replayed.start[rec] + tr.link_offset + replayed.link_wait.wait
+    begin = np.minimum.reduceat(enter[order], first)
+    end = np.maximum.reduceat((enter + tr.link_hold)[order], first)
+    return rec[order][first], tr.link[order][first], begin, end
 
 
 def test_transfers_sharing_a_link_do_not_overlap(replayed):
@@ -131,9 +136,8 @@ def test_replay_is_deterministic(compiled, replayed, small_target):
 
 
 def test_link_energy_is_bits_times_distinct_links(compiled, replayed, small_target):
-    r, tr = compiled[0].stream.records, replayed.transfers
-    rec = np.repeat(np.arange(len(tr.link_ptr) - 1), np.diff(tr.link_ptr))
-    rec, link = np.unique(np.stack([rec, tr.link], 1), axis=0).T
+    r = compiled[0].stream.records
+    rec, link, _, _ = _link_use(replayed)
     mesh = link < replayed.topo.d2d_base
     bits = r["nbytes"][rec].astype(np.float64) * 8
     expect = (bits[mesh].sum() * small_target.router.energy_pj_per_bit_hop

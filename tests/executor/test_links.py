@@ -1,0 +1,98 @@
+"""The link model of the schedule (``router.link_schedule``), on hand-built streams worked out by hand.
+
+Row 0 of an 8x8 mesh: PE ``x`` is column ``x``, PE 10 is row 1 column 2. 128-bit links carry 16 B per
+cycle and a hop takes 2 cycles, so a transfer of ``n`` bytes over ``H`` hops alone takes ``2H + n/16``
+cycles. All records sit on CT 0, whose sequencer dispatches one per cycle (record k at cycle k).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from primal_compiler.executor.replay import replay
+from primal_compiler.isa.opcodes import BufKind, Opcode, buf
+from primal_compiler.isa.stream import StreamBuilder
+from primal_compiler.target import with_overrides
+
+META = {"num_cts": 1, "mesh_rows": 8, "mesh_cols": 8, "num_layers": 1, "package_cols": 1}
+
+
+def _replay(b: StreamBuilder, target, **overrides):
+    return replay(META, {}, b.build(), with_overrides(target, overrides) if overrides else target)
+
+
+def _send(b: StreamBuilder, src: int, dst: int, nbytes: int) -> None:
+    b.records(1, op=Opcode.UNICAST, ct=0, pe=src, dst_ct=0, dst_pe=dst, nbytes=nbytes)
+
+
+@pytest.mark.parametrize("links", ["cut-through", "in-order"])
+def test_a_younger_transfer_uses_a_link_an_older_one_reserved_for_later(small_target, links):
+    """Record 1 waits for a 2600-cycle RRAM product; record 2, dispatched later, crosses the same links at once
+    under cut-through; in-order it must queue behind record 1's reservation."""
+    b = StreamBuilder()
+    b.records(1, op=Opcode.SMAC_RRAM, ct=0, pe=0, dst_buf=buf(BufKind.PSUM, 0), count=10)
+    b.records(1, op=Opcode.UNICAST, ct=0, pe=0, dst_ct=0, dst_pe=3, src_buf=buf(BufKind.PSUM, 0), nbytes=4096)
+    _send(b, 1, 3, 64)
+    rp = _replay(b, small_target, **{"router.link_schedule": links})
+    assert rp.start[1] == rp.finish[0] == 2600
+    if links == "cut-through":
+        assert rp.finish[2] == 2 + 2 * 2 + 4
+    else:
+        assert rp.start[2] == 2600 + 2 + 256  # link 1->2 is free once record 1's tail has crossed it
+
+
+def test_a_reduction_crosses_each_shared_link_once(small_target):
+    """Members PE 1 and PE 0 reduce into PE 3 (160 B, 10 cycles a link): link 1->2 carries the combined
+    partials once, from the nearer member's head (cycle 0) to the farther one's tail (2 + 10); a transfer
+    over 1->2 dispatched at cycle 1 enters it at 12. Were the legs sent apart, 1->2 would be busy to 20."""
+    b = StreamBuilder()
+    g = b.groups([2], [0, 0], [1, 0])
+    b.records(1, op=Opcode.REDUCE, ct=0, pe=1, group=g[0], dst_ct=0, dst_pe=3, nbytes=160)
+    _send(b, 1, 2, 160)
+    rp = _replay(b, small_target)
+    assert rp.link_wait.wait[:5].tolist() == [0] * 5  # the reduction itself waited nowhere
+    assert rp.finish[1] == 12 + 2 + 10
+
+
+@pytest.mark.parametrize("buffer, waits", [(16, [3, 3, 254]), (4, [3, 254, 254])])
+def test_a_head_waits_behind_the_packet_ahead_of_it_in_its_input_buffer(small_target, buffer, waits):
+    """Record 0 holds link 2->3 for 256 cycles. Record 1 (PE 0 -> 3) reaches router 2 at cycle 5 and waits
+    there for 2->3 until 256, leaving the buffer at 260. Record 2 (PE 0 -> 10: east to column 2, then
+    south) reaches router 2 behind it and, its own output free, still leaves only at 260 (first in, first
+    out): 254 cycles more than its path alone (it also waited 3 cycles for 0->1). With 4-flit buffers,
+    record 1 fills router 2's input, so record 2 waits before 1->2 instead; it finishes at the same time."""
+    b = StreamBuilder()
+    _send(b, 2, 3, 4096)
+    _send(b, 0, 3, 64)
+    _send(b, 0, 10, 64)
+    rp = _replay(b, small_target, **{"router.buffer_flits": buffer})
+    assert rp.finish[1] == 256 + 2 + 4
+    lw = rp.link_wait.wait
+    assert lw[1:4].tolist() == [0, 0, 256 - 5]  # record 1 waits at router 2 only (record 0 has row 0)
+    assert lw[-3:].tolist() == waits  # record 2: 0->1 at 5 (record 1 held it 1..5), ..., 2->10 at 260
+    assert rp.finish[2] == 2 + 3 * 2 + 4 + 254
+
+
+@pytest.mark.parametrize("buffer, finish", [(16, 2 + 2 * 2 + 4 + 3), (4, 2 + 2 * 2 + 4 + 254)])
+def test_a_full_input_buffer_holds_back_the_link_into_it(small_target, buffer, finish):
+    """As above, but record 2 ends at router 2 (PE 0 -> 2). With 16-flit buffers it fits beside record 1's 4
+    flits waiting there and is ejected at once; with 4-flit buffers record 1 fills router 2's input from
+    the west until 260, so record 2 may enter 1->2 only at 258 (its head arrives as the space frees)."""
+    b = StreamBuilder()
+    _send(b, 2, 3, 4096)
+    _send(b, 0, 3, 64)
+    _send(b, 0, 2, 64)
+    rp = _replay(b, small_target, **{"router.buffer_flits": buffer})
+    assert rp.finish[1] == 256 + 2 + 4 and rp.finish[2] == finish
+
+
+def test_in_order_waits_at_the_source_for_the_whole_route(small_target):
+    """The executor before cut-through: record 1 starts when 2->3 is free at its head's offset (4), so at
+    252, and then crosses without waiting; record 2 queues behind record 1 on 0->1 in stream order."""
+    b = StreamBuilder()
+    _send(b, 2, 3, 4096)
+    _send(b, 0, 3, 64)
+    _send(b, 0, 10, 64)
+    rp = _replay(b, small_target, **{"router.link_schedule": "in-order"})
+    assert rp.start[1] == 256 - 4 and rp.finish[1] == 256 + 2 + 4
+    assert rp.link_wait.wait.max() == 0 and rp.start[2] == 252 + 4
