@@ -90,6 +90,7 @@ def topology(meta: dict, target) -> Topology:
         routing=target.ct.routing, hop_cycles=r.hop_latency_cycles, d2d_cycles=target.d2d.latency_cycles,
         mesh_bytes_per_cycle=r.link_bits_per_cycle / 8,
         d2d_bytes_per_cycle=target.d2d.bandwidth_bytes_per_s / target.system.clock_hz,
+        terminal_cycles=r.injection_cycles + r.ejection_cycles,
     )
 
 

@@ -16,6 +16,10 @@ Link ids: mesh link ``((ct * P + node) * 4 + d)`` leaves ``node`` in direction
 a partly filled last row); the controller links follow the last site's (to
 CT 0, then from CT 0).
 
+A PE's injection and ejection channels (``router.injection_cycles`` and
+``router.ejection_cycles``, the terminal channels of a router pipeline) are
+its own, so they add to a leg's latency and never contend.
+
 Every function is vectorized over legs: a leg set expands to one row per
 (leg, link) with the cycle offset at which the leg's head enters the link.
 """
@@ -45,6 +49,7 @@ class Topology:
     d2d_cycles: int  # per die-to-die (or controller) link
     mesh_bytes_per_cycle: float
     d2d_bytes_per_cycle: float
+    terminal_cycles: int = 0  # a PE's injection plus ejection channel, added to every leg between PEs
 
     @property
     def pes(self) -> int:
@@ -87,7 +92,7 @@ class Routes:
     offset: np.ndarray  # int32 cycles from injection until the head enters the link
     mesh_hops: np.ndarray  # per leg: PE-mesh hops (both CTs' meshes for a die-to-die leg)
     pkg_hops: np.ndarray  # per leg: die-to-die links crossed (controller link included)
-    latency: np.ndarray  # per leg: head latency in cycles (sum of link latencies)
+    latency: np.ndarray  # per leg: head latency in cycles (link latencies plus the terminal channels)
 
 
 def route_legs(t: Topology, src_ct, src_pe, dst_ct, dst_pe) -> Routes:
@@ -115,7 +120,8 @@ def route_legs(t: Topology, src_ct, src_pe, dst_ct, dst_pe) -> Routes:
     _walk(ptr, src_ct, src_pe, dst_ct, dst_pe, c, t.pes, t.package_cols, t.routing == "xy", t.hop_cycles,
           t.d2d_cycles, t.d2d_base, t.ctl_link, CONTROLLER, link, off)
     leg = np.repeat(np.arange(len(src_ct)), rows)
-    return Routes(leg, link, off, a_h + b_h, p_h, (a_h + b_h) * t.hop_cycles + p_h * t.d2d_cycles)
+    terminal = np.where(rows > 0, t.terminal_cycles, 0)  # a PE's own channels: latency, no contention
+    return Routes(leg, link, off, a_h + b_h, p_h, (a_h + b_h) * t.hop_cycles + p_h * t.d2d_cycles + terminal)
 
 
 @njit(nogil=True)

@@ -181,6 +181,8 @@ class RouterSpec(Table):
     flit_bits: int = _f("bits", "flit width", ge=8, multiple_of=8, le=MAX_MACRO_SIDE)
     link_bits_per_cycle: int = _f("bits", "payload bits a mesh link carries per cycle and direction", ge=1, le=MAX_MACRO_SIDE)
     hop_latency_cycles: int = _f("cycles", "cycles per hop (router pipeline + link traversal)", ge=1, le=MAX_CYCLES)
+    injection_cycles: int = _f("cycles", "a PE's injection channel into its router, before the first hop of every transfer it sends (a PE's own: adds latency, no contention)", ge=0, le=MAX_CYCLES)
+    ejection_cycles: int = _f("cycles", "the router's ejection channel into its PE, after the last hop of every transfer it receives", ge=0, le=MAX_CYCLES)
     buffer_flits: int = _f("flits", "input buffer of each PE-mesh link at the router it enters (cut-through: a waiting packet sits there; full, it holds back the link)", ge=1, le=MAX_SCRATCHPAD_BYTES)
     link_schedule: str = _f("enum", "how transfers share links: hop by hop, each taking a link's earliest idle window and waiting in the router's buffer until then (cut-through), or the whole route at once in stream order per link (in-order, the executor before cut-through)", choices=("cut-through", "in-order"))
     energy_pj_per_bit_hop: float = _f("pJ", "energy to move one bit across one router and one PE-to-PE link", gt=0)

@@ -96,3 +96,15 @@ def test_in_order_waits_at_the_source_for_the_whole_route(small_target):
     rp = _replay(b, small_target, **{"router.link_schedule": "in-order"})
     assert rp.start[1] == 256 - 4 and rp.finish[1] == 256 + 2 + 4
     assert rp.link_wait.wait.max() == 0 and rp.start[2] == 252 + 4
+
+
+@pytest.mark.parametrize("links", ["cut-through", "in-order"])
+def test_terminal_channels_add_latency_but_never_contend(small_target, links):
+    """1 injection + 2 ejection cycles: a lone transfer takes 2H + F + 3 (as a router pipeline with
+    terminal channels, BookSim2's +3); two PEs sending at once still cross their own links unhindered."""
+    b = StreamBuilder()
+    _send(b, 0, 3, 64)
+    _send(b, 8, 11, 64)  # row 1: no link in common
+    rp = _replay(b, small_target, **{"router.injection_cycles": 1, "router.ejection_cycles": 2,
+                                     "router.link_schedule": links})
+    assert rp.finish.tolist() == [2 * 3 + 4 + 3, 1 + 2 * 3 + 4 + 3]
