@@ -12,35 +12,17 @@ record before it. A record the controller executes itself (``ACT`` at
 ``CONTROLLER``: embedding lookup, argmax) holds back its sequencer until it
 finishes. A record starts at the latest of: its dispatch, the finish of
 every record it depends on (:mod:`.deps`: RAW, WAR, WAW), its unit being
-free, its CTs being awake (``PG_ON`` finished), and each link it uses being
-free for the window its transfer needs (below). It finishes ``busy`` cycles
-later. Power records keep their place in the stream: a
+free and its CTs being awake (``PG_ON`` finished). It finishes ``busy``
+cycles later (plus, under cut-through, its legs' waits in routers). Power records keep their place in the stream: a
 ``PG_ON`` or ``PG_OFF`` starts no earlier than the record before it started
 (``srpg`` places a wake-up just ahead of the work it prepares for), and a
 ``PG_OFF`` also waits for everything earlier on its CT.
 
-**Links** (``router.link_schedule``). Under ``"cut-through"`` (the default)
-each leg of a transfer advances hop by hop: its head enters a link at the
-earliest time, no earlier than it reaches the link, at which the link is free
-for the cycles the transfer holds it; until then the transfer waits in the
-router it reached (virtual cut-through: a packet waits whole in the router's
-input buffer; a long message is a train of such packets). Each link keeps a
-calendar of its reserved windows and a transfer takes the earliest gap that
-fits, even one ahead of an older transfer's reservation, so a link never idles
-while a transfer that could use it waits (work-conserving). Legs of one
-record share links: a multicast's copies cross their common prefix once (a
-later leg rides along); a reduction combines at every router, so each of
-its links carries it once, from the earliest leg's head to the latest's
-tail, and its members send when all those windows fit (first fit over the
-calendars), waiting where they are until then. The record finishes
-``busy`` cycles after its start plus the largest wait any of its legs
-accumulated. A calendar keeps its link's
-latest ``CALENDAR`` windows; one more merges its two earliest (the gap between
-them is lost, so the approximation can only delay a transfer).
-``"in-order"`` is the executor before cut-through, kept to compare: a
-transfer starts when every link of its route is free at the offset its head
-reaches it, and each link keeps only the end of its latest reservation, so
-transfers cross a shared link strictly in stream order.
+Links follow ``router.link_schedule`` (:mod:`.links`): under cut-through a
+transfer starts at once and its heads wait in routers, hop by hop, and the
+record finishes ``busy`` cycles after its start plus the largest wait any of
+its legs accumulated; in-order, it starts only when every link of its route
+is free when its head gets there.
 
 The recurrence is sequential by nature; it runs over plain integer columns
 prepared by the vectorized stages, so its cost is one pass over records,
@@ -51,228 +33,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from primal_compiler.executor.links import CALENDAR, cut_through_links, in_order_links, reduction_links
 from primal_compiler.isa.opcodes import Opcode
 from primal_compiler.jit import njit
 
 _SYNC, _PG_ON, _PG_OFF = int(Opcode.SYNC), int(Opcode.PG_ON), int(Opcode.PG_OFF)
-
-CALENDAR = 8
-"""Reserved windows a link's calendar keeps under cut-through (see the module docstring)."""
-
-
-@njit(nogil=True)
-def _fit(cs, ce, cn, lk, at, length):  # pragma: no cover - compiled
-    """Earliest start >= ``at`` of a window of ``length`` cycles in the gaps of link ``lk``'s calendar."""
-    s = at
-    for k in range(cn[lk]):
-        if s + length <= cs[lk, k]:
-            break
-        if ce[lk, k] > s:
-            s = ce[lk, k]
-    return s
-
-
-@njit(nogil=True)
-def _reserve(cs, ce, cn, lk, s, e):  # pragma: no cover - compiled
-    """Add window [s, e) (free by :func:`_fit`) to link ``lk``'s calendar, kept sorted, touching windows merged."""
-    n = cn[lk]
-    if n == CALENDAR:  # full: merge the two earliest windows
-        ce[lk, 0] = ce[lk, 1]
-        for k in range(1, n - 1):
-            cs[lk, k] = cs[lk, k + 1]
-            ce[lk, k] = ce[lk, k + 1]
-        n -= 1
-    k = n
-    while k > 0 and cs[lk, k - 1] > s:
-        cs[lk, k] = cs[lk, k - 1]
-        ce[lk, k] = ce[lk, k - 1]
-        k -= 1
-    cs[lk, k] = s
-    ce[lk, k] = e
-    n += 1
-    for j in (k, k - 1):  # merge with the next window, then the previous one with this, where they touch
-        if 0 <= j and j + 1 < n and ce[lk, j] >= cs[lk, j + 1]:
-            ce[lk, j] = max(ce[lk, j], ce[lk, j + 1])
-            for m in range(j + 1, n - 1):
-                cs[lk, m] = cs[lk, m + 1]
-                ce[lk, m] = ce[lk, m + 1]
-            n -= 1
-    cn[lk] = n
-
-
-@njit(nogil=True)
-def _fifo_ready(fifo, lk, a, i):  # pragma: no cover - compiled
-    """Earliest cycle record ``i``'s head that reached the input buffer at the end of link ``lk`` at cycle
-    ``a`` can leave it: once every other packet that reached that buffer before it has left (first in,
-    first out; the copies of one multicast leave together)."""
-    fa, fd, _, fo, fn, floor = fifo
-    r = floor[lk, 1] if floor[lk, 0] <= a else 0
-    for k in range(fn[lk]):
-        if fa[lk, k] <= a and fo[lk, k] != i:
-            r = max(r, fd[lk, k])
-    return r
-
-
-@njit(nogil=True)
-def _fifo_room(fifo, lk, a, need, cap, i):  # pragma: no cover - compiled
-    """Earliest cycle >= ``a`` at which the input buffer at the end of link ``lk`` holds at most
-    ``cap - need`` flits of the other packets it knows (arrived, tail not yet gone)."""
-    fa, fd, ff, fo, fn, _ = fifo
-    t = a
-    while True:
-        held = 0
-        gone = -1
-        for k in range(fn[lk]):
-            if fa[lk, k] <= t < fd[lk, k] and fo[lk, k] != i:
-                held += ff[lk, k]
-                gone = fd[lk, k] if gone < 0 else min(gone, fd[lk, k])
-        if held + need <= cap or gone < 0:
-            return t
-        t = gone
-
-
-@njit(nogil=True)
-def _fifo_push(fifo, lk, a, d, flits, i):  # pragma: no cover - compiled
-    """Note record ``i``'s packet of ``flits`` buffer flits that reached link ``lk``'s input buffer at ``a``
-    and whose tail left it at ``d``; a full record folds its earliest arrival into ``floor`` (arrival,
-    departure), which then holds back every later head as that packet would."""
-    fa, fd, ff, fo, fn, floor = fifo
-    n = fn[lk]
-    if n == CALENDAR:
-        k0 = 0
-        for k in range(1, n):
-            if fa[lk, k] < fa[lk, k0]:
-                k0 = k
-        floor[lk, 0] = max(floor[lk, 0], fa[lk, k0])
-        floor[lk, 1] = max(floor[lk, 1], fd[lk, k0])
-        n -= 1
-        fa[lk, k0] = fa[lk, n]
-        fd[lk, k0] = fd[lk, n]
-        ff[lk, k0] = ff[lk, n]
-        fo[lk, k0] = fo[lk, n]
-    fa[lk, n] = a
-    fd[lk, n] = d
-    ff[lk, n] = flits
-    fo[lk, n] = i
-    fn[lk] = n + 1
-
-
-@njit(nogil=True)
-def _enter(cal, fifo, lk, ready, h, latency, flits, cap, buffered, i):  # pragma: no cover - compiled
-    """Earliest cycle >= ``ready`` at which a head can enter link ``lk``: the link free for ``h`` cycles
-    and, for a buffered (PE-mesh) link, room for ``flits`` in the buffer it reaches ``latency`` later."""
-    cs, ce, cn = cal
-    e = _fit(cs, ce, cn, lk, ready, h)
-    while buffered:
-        room = _fifo_room(fifo, lk, e + latency, flits, cap, i)
-        if room == e + latency:
-            break
-        e = _fit(cs, ce, cn, lk, room - latency, h)
-    _reserve(cs, ce, cn, lk, e, e + h)
-    return e
-
-
-@njit(nogil=True)
-def _cut_through(i, t, lo, hi, link, link_off, hold, latency, cap, mesh_links, cal, fifo, seen, enter,
-                 wait):  # pragma: no cover - compiled
-    """Reserve record ``i``'s link rows ``lo:hi`` hop by hop from start ``t`` (module docstring); fills
-    ``wait`` per row and returns the largest wait a leg accumulated. ``hold``, ``latency``: per link
-    kind (PE mesh, other); ``cap``: flits of a PE-mesh link's input buffer."""
-    worst = 0
-    prev_e = t
-    prev_off = 0
-    prev_lk = -1
-    prev_at = 0
-    for q in range(lo, hi):
-        lk = link[q]
-        mesh = lk < mesh_links
-        off = link_off[q]
-        h = hold[0] if mesh else hold[1]
-        flits = min(h, cap)  # a message longer than the buffer streams through it, filling it
-        first = off == 0  # the first link of a leg: its head is at the source, in no input buffer
-        arrive = t if first else prev_e + off - prev_off
-        lat = latency[0] if mesh else latency[1]
-        if seen[lk] == i and arrive <= enter[lk]:
-            e = enter[lk]  # an earlier leg of this record crosses it then: ride along
-        else:
-            held = not first and prev_lk < mesh_links
-            ready = max(arrive, _fifo_ready(fifo, prev_lk, arrive, i)) if held else arrive
-            e = _enter(cal, fifo, lk, ready, h, lat, flits, cap, mesh, i)
-            if held:
-                _fifo_push(fifo, prev_lk, prev_at, e + h, min(hold[0], cap), i)
-            if mesh and (q + 1 == hi or link_off[q + 1] == 0):  # the leg's last link: ejected on arrival
-                _fifo_push(fifo, lk, e + lat, e + lat + h, flits, i)
-            if seen[lk] != i:
-                seen[lk] = i
-                enter[lk] = e
-        wait[q] = e - (t + off)
-        worst = max(worst, wait[q])
-        prev_e = e
-        prev_off = off
-        prev_lk = lk
-        prev_at = e + lat
-    return worst
-
-
-@njit(nogil=True)
-def _together(i, t, lo, hi, link, link_off, hold, mesh_links, cal, seen, slot, win, wait):  # pragma: no cover
-    """A reduction tree under cut-through: its legs combine at every router, so each distinct link carries
-    it once, from the earliest offset a leg reaches it to the latest plus the hold; the members send when
-    every such window fits a gap (first fit), waiting where they are until then. Fills ``wait`` (the same
-    on every row) and returns it."""
-    cs, ce, cn = cal
-    win_link, win_lo, win_hi = win
-    w = 0
-    for q in range(lo, hi):
-        lk = link[q]
-        h = hold[0] if lk < mesh_links else hold[1]
-        if seen[lk] != i:
-            seen[lk] = i
-            slot[lk] = w
-            win_link[w] = lk
-            win_lo[w] = link_off[q]
-            win_hi[w] = link_off[q] + h
-            w += 1
-        else:
-            win_lo[slot[lk]] = min(win_lo[slot[lk]], link_off[q])
-            win_hi[slot[lk]] = max(win_hi[slot[lk]], link_off[q] + h)
-    s = t
-    moved = True
-    while moved:  # s only grows, past a reserved window each time: ends
-        moved = False
-        for k in range(w):
-            e = _fit(cs, ce, cn, win_link[k], s + win_lo[k], win_hi[k] - win_lo[k])
-            if e > s + win_lo[k]:
-                s = e - win_lo[k]
-                moved = True
-    for k in range(w):
-        _reserve(cs, ce, cn, win_link[k], s + win_lo[k], s + win_hi[k])
-    for q in range(lo, hi):
-        wait[q] = s - t
-    return s - t
-
-
-@njit(nogil=True)
-def _in_order(i, t, lo, hi, link, link_off, hold, mesh_links, link_free, holder, link_by, link_bound,
-              link_mesh):  # pragma: no cover - compiled
-    """Start of record ``i`` no earlier than ``t`` with every link row ``lo:hi`` free when its head gets
-    there, and reserve them (module docstring); records the binding link's holder for the critical path."""
-    for q in range(lo, hi):
-        lk = link[q]
-        v = link_free[lk] - link_off[q]
-        if holder[lk] >= 0 and (link_by[i] < 0 or v > link_bound[i]):
-            link_by[i] = holder[lk]
-            link_bound[i] = v
-            link_mesh[i] = lk < mesh_links
-        t = max(t, v)
-    for q in range(lo, hi):
-        lk = link[q]
-        e = t + link_off[q] + (hold[0] if lk < mesh_links else hold[1])
-        if e >= link_free[lk]:
-            link_free[lk] = e
-            holder[lk] = i
-    return t
-
 
 @njit(nogil=True)
 def schedule(op, busy, unit, pred_ptr, pred, link_ptr, link, link_off, hold_mesh, hold_other, ct_a, ct_b, blocking,
@@ -371,12 +136,12 @@ def schedule(op, busy, unit, pred_ptr, pred, link_ptr, link, link_off, hold_mesh
         hold[1] = hold_other[i]
         delay = 0
         if cut_through and combine[i]:
-            delay = _together(i, t, lo, hi, link, link_off, hold, mesh_links, (cs, ce, cn), seen, slot, win, wait)
+            delay = reduction_links(i, t, lo, hi, link, link_off, hold, mesh_links, (cs, ce, cn), seen, slot, win, wait)
         elif cut_through:
-            delay = _cut_through(i, t, lo, hi, link, link_off, hold, latency, buffer_flits, mesh_links, (cs, ce, cn),
+            delay = cut_through_links(i, t, lo, hi, link, link_off, hold, latency, buffer_flits, mesh_links, (cs, ce, cn),
                                  fifo, seen, enter, wait)
         else:
-            t = _in_order(i, t, lo, hi, link, link_off, hold, mesh_links, link_free, holder, link_by, link_bound,
+            t = in_order_links(i, t, lo, hi, link, link_off, hold, mesh_links, link_free, holder, link_by, link_bound,
                           link_mesh)
         for q in range(lo, hi):  # distinct links, for the energy of each bit crossing them once
             lk = link[q]
