@@ -73,9 +73,10 @@ def schedule(op, busy, unit, pred_ptr, pred, link_ptr, link, link_off, hold_mesh
     cs = np.zeros((rows, CALENDAR), dtype=np.int64)
     ce = np.zeros((rows, CALENDAR), dtype=np.int64)
     cn = np.zeros(rows, dtype=np.int64)
-    fifo = (np.zeros((rows, CALENDAR), dtype=np.int64), np.zeros((rows, CALENDAR), dtype=np.int64),
-            np.zeros((rows, CALENDAR), dtype=np.int64), np.zeros((rows, CALENDAR), dtype=np.int64),
-            np.zeros(rows, dtype=np.int64), np.zeros((rows, 2), dtype=np.int64))
+    buffered = mesh_links if cut_through else 0  # only PE-mesh links end in a limited buffer
+    fifo = (np.zeros((buffered, CALENDAR), dtype=np.int64), np.zeros((buffered, CALENDAR), dtype=np.int64),
+            np.zeros((buffered, CALENDAR), dtype=np.int32), np.zeros((buffered, CALENDAR), dtype=np.int32),
+            np.zeros(buffered, dtype=np.int32), np.zeros((buffered, 2), dtype=np.int64))
     latency = np.array([hop_cycles, other_cycles], dtype=np.int64)
     holder = np.full(num_links, -1, dtype=np.int64)
     slot = np.zeros(num_links, dtype=np.int64)
@@ -83,7 +84,7 @@ def schedule(op, busy, unit, pred_ptr, pred, link_ptr, link, link_off, hold_mesh
     for i in range(n):
         widest = max(widest, link_ptr[i + 1] - link_ptr[i])
     win = (np.empty(widest, dtype=np.int64), np.empty(widest, dtype=np.int64), np.empty(widest, dtype=np.int64))
-    wait = np.zeros(len(link), dtype=np.int64)
+    wait = np.zeros(len(link), dtype=np.int32)
     hold = np.zeros(2, dtype=np.int64)
     link_by = np.full(n, -1, dtype=np.int64)
     link_bound = np.zeros(n, dtype=np.int64)

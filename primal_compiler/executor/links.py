@@ -40,6 +40,9 @@ from primal_compiler.jit import njit
 CALENDAR = 8
 """Reserved windows a link's calendar keeps under cut-through (see the module docstring)."""
 
+WAIT_LIMIT = 2**31 - 1
+"""Per-link waits are kept in 32 bits; a wait that reaches this is refused (:func:`.replay.replay`)."""
+
 
 @njit(nogil=True)
 def _fit(cs, ce, cn, lk, at, length):  # pragma: no cover - compiled
@@ -186,8 +189,8 @@ def cut_through_links(i, t, lo, hi, link, link_off, hold, latency, cap, mesh_lin
             if seen[lk] != i:
                 seen[lk] = i
                 enter[lk] = e
-        wait[q] = e - (t + off)
-        worst = max(worst, wait[q])
+        worst = max(worst, e - (t + off))
+        wait[q] = min(e - (t + off), WAIT_LIMIT)
         prev_e = e
         prev_off = off
         prev_lk = lk
@@ -229,7 +232,7 @@ def reduction_links(i, t, lo, hi, link, link_off, hold, mesh_links, cal, seen, s
     for k in range(w):
         _reserve(cs, ce, cn, win_link[k], s + win_lo[k], s + win_hi[k])
     for q in range(lo, hi):
-        wait[q] = s - t
+        wait[q] = min(s - t, WAIT_LIMIT)
     return s - t
 
 

@@ -21,6 +21,7 @@ from primal_compiler.errors import InputError
 from primal_compiler.executor import costs, deps, power, transfers
 from primal_compiler.executor.control import Control, control
 from primal_compiler.executor.kernel import schedule
+from primal_compiler.executor.links import WAIT_LIMIT
 from primal_compiler.executor.topology import Topology
 from primal_compiler.ir.tiles import Macro
 from primal_compiler.isa.opcodes import CONTROLLER, NONE16, Opcode
@@ -33,7 +34,7 @@ class LinkWait:
     start (in-order; -1 none under cut-through): the earlier transfer whose reservation bounds it, that
     bound in cycles, and whether the link is a PE-mesh link."""
 
-    wait: np.ndarray  # int64 per link row
+    wait: np.ndarray  # int32 per link row
     by: np.ndarray  # int64
     bound: np.ndarray  # int64
     mesh: np.ndarray  # bool
@@ -165,6 +166,10 @@ def replay(meta: dict, arrays: dict, stream, target, where: str = "program", mod
         rec = stream.records[bad]
         raise InputError(where, f"record {bad} ({Opcode(rec['op']).name} ct={rec['ct']}) runs on a gated CT "
                                 f"(no PG_ON after its PG_OFF)")
+    if len(wait) and int(wait.max()) >= WAIT_LIMIT:
+        rec = int(np.searchsorted(tr.link_ptr, int(np.argmax(wait)), side="right") - 1)
+        raise InputError(where, f"record {rec} ({Opcode(stream.records['op'][rec]).name}) waits {WAIT_LIMIT:,} cycles "
+                                f"or more in routers, beyond what the replay records per link")
     energy["links"] = costs.link_energy(ctx, n_mesh, n_other)
     mark("schedule")
     end = int(finish.max()) if len(finish) else 0
