@@ -25,7 +25,7 @@ Legs of one record share links: a multicast's copies cross their common
 prefix once (a later leg rides along); a reduction combines at every
 router, so each of its links carries it once, from the earliest leg's head
 to the latest's tail, and its members send when all those windows fit,
-waiting where they are until then.
+waiting where they are until then (a reduction holds links, not buffers).
 
 ``"in-order"``, the executor before cut-through, kept to compare: a
 transfer starts when every link of its route is free at the offset its head
