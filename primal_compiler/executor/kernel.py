@@ -13,10 +13,11 @@ record before it. A record the controller executes itself (``ACT`` at
 finishes. A record starts at the latest of: its dispatch, the finish of
 every record it depends on (:mod:`.deps`: RAW, WAR, WAW), its unit being
 free and its CTs being awake (``PG_ON`` finished). It finishes ``busy``
-cycles later (plus, under cut-through, its legs' waits in routers). Power records keep their place in the stream: a
-``PG_ON`` or ``PG_OFF`` starts no earlier than the record before it started
-(``srpg`` places a wake-up just ahead of the work it prepares for), and a
-``PG_OFF`` also waits for everything earlier on its CT.
+cycles later (plus, under cut-through, its legs' waits in routers). Power
+records keep their place in the stream: a ``PG_ON`` or ``PG_OFF`` starts no
+earlier than the record before it started (``srpg`` places a wake-up just
+ahead of the work it prepares for), and a ``PG_OFF`` also waits for
+everything earlier on its CT.
 
 Links follow ``router.link_schedule`` (:mod:`.links`): under cut-through a
 transfer starts at once and its heads wait in routers, hop by hop, and the
@@ -38,6 +39,7 @@ from primal_compiler.isa.opcodes import Opcode
 from primal_compiler.jit import njit
 
 _SYNC, _PG_ON, _PG_OFF = int(Opcode.SYNC), int(Opcode.PG_ON), int(Opcode.PG_OFF)
+
 
 @njit(nogil=True)
 def schedule(op, busy, unit, pred_ptr, pred, link_ptr, link, link_off, hold_mesh, hold_other, ct_a, ct_b, blocking,
