@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from primal_compiler.executor.links import CALENDAR, cut_through_links, in_order_links, reduction_links
+from primal_compiler.executor.links import BUF_WIDTH, CAL_WIDTH, cut_through_links, in_order_links, reduction_links
 from primal_compiler.isa.opcodes import Opcode
 from primal_compiler.jit import njit
 
@@ -71,14 +71,8 @@ def schedule(op, busy, unit, pred_ptr, pred, link_ptr, link, link_off, hold_mesh
     seen = np.full(num_links, -1, dtype=np.int64)
     counted = np.full(num_links, -1, dtype=np.int64)
     enter = np.zeros(num_links, dtype=np.int64)
-    rows = num_links if cut_through else 0
-    cs = np.zeros((rows, CALENDAR), dtype=np.int64)
-    ce = np.zeros((rows, CALENDAR), dtype=np.int64)
-    cn = np.zeros(rows, dtype=np.int64)
-    buffered = mesh_links if cut_through else 0  # only PE-mesh links end in a limited buffer
-    fifo = (np.zeros((buffered, CALENDAR), dtype=np.int64), np.zeros((buffered, CALENDAR), dtype=np.int64),
-            np.zeros((buffered, CALENDAR), dtype=np.int32), np.zeros((buffered, CALENDAR), dtype=np.int32),
-            np.zeros(buffered, dtype=np.int32), np.zeros((buffered, 2), dtype=np.int64))
+    cal = np.zeros((num_links if cut_through else 0, CAL_WIDTH), dtype=np.int64)
+    buf = np.zeros((mesh_links if cut_through else 0, BUF_WIDTH), dtype=np.int64)  # PE-mesh links only
     latency = np.array([hop_cycles, other_cycles], dtype=np.int64)
     holder = np.full(num_links, -1, dtype=np.int64)
     slot = np.zeros(num_links, dtype=np.int64)
@@ -139,10 +133,10 @@ def schedule(op, busy, unit, pred_ptr, pred, link_ptr, link, link_off, hold_mesh
         hold[1] = hold_other[i]
         delay = 0
         if cut_through and combine[i]:
-            delay = reduction_links(i, t, lo, hi, link, link_off, hold, mesh_links, (cs, ce, cn), seen, slot, win, wait)
+            delay = reduction_links(i, t, lo, hi, link, link_off, hold, mesh_links, cal, seen, slot, win, wait)
         elif cut_through:
-            delay = cut_through_links(i, t, lo, hi, link, link_off, hold, latency, buffer_flits, mesh_links, (cs, ce, cn),
-                                 fifo, seen, enter, wait)
+            delay = cut_through_links(i, t, lo, hi, link, link_off, hold, latency, buffer_flits, mesh_links, cal, buf,
+                                      seen, enter, wait)
         else:
             t = in_order_links(i, t, lo, hi, link, link_off, hold, mesh_links, link_free, holder, link_by, link_bound,
                           link_mesh)

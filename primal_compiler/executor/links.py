@@ -44,120 +44,135 @@ WAIT_LIMIT = 2**31 - 1
 """Per-link waits are kept in 32 bits; a wait that reaches this is refused (:func:`.replay.replay`)."""
 
 
+CAL_WIDTH = 1 + 2 * CALENDAR
+"""Columns of a link's calendar row: the window count, then (start, end) per window, sorted by start."""
+
+BUF_WIDTH = 3 + 4 * CALENDAR
+"""Columns of a buffer's row: the packet count, the folded (arrival, departure), then per packet
+(arrival, tail departure, flits, record). One row per link keeps a link's state in adjacent cache lines."""
+
+
 @njit(nogil=True)
-def _fit(cs, ce, cn, lk, at, length):  # pragma: no cover - compiled
+def _fit(cal, lk, at, length):  # pragma: no cover - compiled
     """Earliest start >= ``at`` of a window of ``length`` cycles in the gaps of link ``lk``'s calendar."""
     s = at
-    for k in range(cn[lk]):
-        if s + length <= cs[lk, k]:
+    row = cal[lk]
+    for k in range(row[0]):
+        if s + length <= row[1 + 2 * k]:
             break
-        if ce[lk, k] > s:
-            s = ce[lk, k]
+        if row[2 + 2 * k] > s:
+            s = row[2 + 2 * k]
     return s
 
 
 @njit(nogil=True)
-def _reserve(cs, ce, cn, lk, s, e):  # pragma: no cover - compiled
-    """Add window [s, e) (free by :func:`_fit`) to link ``lk``'s calendar, kept sorted, touching windows merged."""
-    n = cn[lk]
-    if n == CALENDAR:  # full: merge the two earliest windows
-        ce[lk, 0] = ce[lk, 1]
-        for k in range(1, n - 1):
-            cs[lk, k] = cs[lk, k + 1]
-            ce[lk, k] = ce[lk, k + 1]
-        n -= 1
-    k = n
-    while k > 0 and cs[lk, k - 1] > s:
-        cs[lk, k] = cs[lk, k - 1]
-        ce[lk, k] = ce[lk, k - 1]
-        k -= 1
-    cs[lk, k] = s
-    ce[lk, k] = e
-    n += 1
-    for j in (k, k - 1):  # merge with the next window, then the previous one with this, where they touch
-        if 0 <= j and j + 1 < n and ce[lk, j] >= cs[lk, j + 1]:
-            ce[lk, j] = max(ce[lk, j], ce[lk, j + 1])
-            for m in range(j + 1, n - 1):
-                cs[lk, m] = cs[lk, m + 1]
-                ce[lk, m] = ce[lk, m + 1]
-            n -= 1
-    cn[lk] = n
+def _drop(row, j, n):  # pragma: no cover - compiled
+    """Remove window ``j`` of ``n`` from a calendar row."""
+    for m in range(j, n - 1):
+        row[1 + 2 * m] = row[3 + 2 * m]
+        row[2 + 2 * m] = row[4 + 2 * m]
 
 
 @njit(nogil=True)
-def _fifo_ready(fifo, lk, a, i):  # pragma: no cover - compiled
+def _reserve(cal, lk, s, e):  # pragma: no cover - compiled
+    """Add window [s, e) (free by :func:`_fit`) to link ``lk``'s calendar, kept sorted, touching windows merged."""
+    row = cal[lk]
+    n = row[0]
+    if n == CALENDAR:  # full: merge the two earliest windows
+        row[2] = row[4]
+        _drop(row, 1, n)
+        n -= 1
+    k = n
+    while k > 0 and row[1 + 2 * (k - 1)] > s:
+        row[1 + 2 * k] = row[1 + 2 * (k - 1)]
+        row[2 + 2 * k] = row[2 + 2 * (k - 1)]
+        k -= 1
+    row[1 + 2 * k] = s
+    row[2 + 2 * k] = e
+    n += 1
+    for j in (k, k - 1):  # merge with the next window, then the previous one with this, where they touch
+        if 0 <= j and j + 1 < n and row[2 + 2 * j] >= row[3 + 2 * j]:
+            row[2 + 2 * j] = max(row[2 + 2 * j], row[4 + 2 * j])
+            _drop(row, j + 1, n)
+            n -= 1
+    row[0] = n
+
+
+@njit(nogil=True)
+def _fifo_ready(buf, lk, a, i):  # pragma: no cover - compiled
     """Earliest cycle record ``i``'s head that reached the input buffer at the end of link ``lk`` at cycle
     ``a`` can leave it: once every other packet that reached that buffer before it has left (first in,
     first out; the copies of one multicast leave together)."""
-    fa, fd, _, fo, fn, floor = fifo
-    r = floor[lk, 1] if floor[lk, 0] <= a else 0
-    for k in range(fn[lk]):
-        if fa[lk, k] <= a and fo[lk, k] != i:
-            r = max(r, fd[lk, k])
+    row = buf[lk]
+    r = row[2] if row[1] <= a else 0
+    for k in range(row[0]):
+        p = 3 + 4 * k
+        if row[p] <= a and row[p + 3] != i:
+            r = max(r, row[p + 1])
     return r
 
 
 @njit(nogil=True)
-def _fifo_room(fifo, lk, a, need, cap, i):  # pragma: no cover - compiled
+def _fifo_room(buf, lk, a, need, cap, i):  # pragma: no cover - compiled
     """Earliest cycle >= ``a`` at which the input buffer at the end of link ``lk`` holds at most
     ``cap - need`` flits of the other packets it knows (arrived, tail not yet gone)."""
-    fa, fd, ff, fo, fn, _ = fifo
+    row = buf[lk]
     t = a
     while True:
         held = 0
         gone = -1
-        for k in range(fn[lk]):
-            if fa[lk, k] <= t < fd[lk, k] and fo[lk, k] != i:
-                held += ff[lk, k]
-                gone = fd[lk, k] if gone < 0 else min(gone, fd[lk, k])
+        for k in range(row[0]):
+            p = 3 + 4 * k
+            if row[p] <= t < row[p + 1] and row[p + 3] != i:
+                held += row[p + 2]
+                gone = row[p + 1] if gone < 0 else min(gone, row[p + 1])
         if held + need <= cap or gone < 0:
             return t
         t = gone
 
 
 @njit(nogil=True)
-def _fifo_push(fifo, lk, a, d, flits, i):  # pragma: no cover - compiled
+def _fifo_push(buf, lk, a, d, flits, i):  # pragma: no cover - compiled
     """Note record ``i``'s packet of ``flits`` buffer flits that reached link ``lk``'s input buffer at ``a``
-    and whose tail left it at ``d``; a full record folds its earliest arrival into ``floor`` (arrival,
-    departure), which then holds back every later head as that packet would."""
-    fa, fd, ff, fo, fn, floor = fifo
-    n = fn[lk]
+    and whose tail left it at ``d``; a full record folds its earliest arrival into the folded bound
+    (arrival, departure), which then holds back every later head as that packet would."""
+    row = buf[lk]
+    n = row[0]
     if n == CALENDAR:
         k0 = 0
         for k in range(1, n):
-            if fa[lk, k] < fa[lk, k0]:
+            if row[3 + 4 * k] < row[3 + 4 * k0]:
                 k0 = k
-        floor[lk, 0] = max(floor[lk, 0], fa[lk, k0])
-        floor[lk, 1] = max(floor[lk, 1], fd[lk, k0])
+        p0 = 3 + 4 * k0
+        row[1] = max(row[1], row[p0])
+        row[2] = max(row[2], row[p0 + 1])
         n -= 1
-        fa[lk, k0] = fa[lk, n]
-        fd[lk, k0] = fd[lk, n]
-        ff[lk, k0] = ff[lk, n]
-        fo[lk, k0] = fo[lk, n]
-    fa[lk, n] = a
-    fd[lk, n] = d
-    ff[lk, n] = flits
-    fo[lk, n] = i
-    fn[lk] = n + 1
+        for c in range(4):
+            row[p0 + c] = row[3 + 4 * n + c]
+    p = 3 + 4 * n
+    row[p] = a
+    row[p + 1] = d
+    row[p + 2] = flits
+    row[p + 3] = i
+    row[0] = n + 1
 
 
 @njit(nogil=True)
-def _enter(cal, fifo, lk, ready, h, latency, flits, cap, buffered, i):  # pragma: no cover - compiled
+def _enter(cal, buf, lk, ready, h, latency, flits, cap, buffered, i):  # pragma: no cover - compiled
     """Earliest cycle >= ``ready`` at which a head can enter link ``lk``: the link free for ``h`` cycles
     and, for a buffered (PE-mesh) link, room for ``flits`` in the buffer it reaches ``latency`` later."""
-    cs, ce, cn = cal
-    e = _fit(cs, ce, cn, lk, ready, h)
+    e = _fit(cal, lk, ready, h)
     while buffered:
-        room = _fifo_room(fifo, lk, e + latency, flits, cap, i)
+        room = _fifo_room(buf, lk, e + latency, flits, cap, i)
         if room == e + latency:
             break
-        e = _fit(cs, ce, cn, lk, room - latency, h)
-    _reserve(cs, ce, cn, lk, e, e + h)
+        e = _fit(cal, lk, room - latency, h)
+    _reserve(cal, lk, e, e + h)
     return e
 
 
 @njit(nogil=True)
-def cut_through_links(i, t, lo, hi, link, link_off, hold, latency, cap, mesh_links, cal, fifo, seen, enter,
+def cut_through_links(i, t, lo, hi, link, link_off, hold, latency, cap, mesh_links, cal, buf, seen, enter,
                  wait):  # pragma: no cover - compiled
     """Reserve record ``i``'s link rows ``lo:hi`` hop by hop from start ``t`` (module docstring); fills
     ``wait`` per row and returns the largest wait a leg accumulated. ``hold``, ``latency``: per link
@@ -180,12 +195,12 @@ def cut_through_links(i, t, lo, hi, link, link_off, hold, latency, cap, mesh_lin
             e = enter[lk]  # an earlier leg of this record crosses it then: ride along
         else:
             held = not first and prev_lk < mesh_links
-            ready = max(arrive, _fifo_ready(fifo, prev_lk, arrive, i)) if held else arrive
-            e = _enter(cal, fifo, lk, ready, h, lat, flits, cap, mesh, i)
+            ready = max(arrive, _fifo_ready(buf, prev_lk, arrive, i)) if held else arrive
+            e = _enter(cal, buf, lk, ready, h, lat, flits, cap, mesh, i)
             if held:
-                _fifo_push(fifo, prev_lk, prev_at, e + h, min(hold[0], cap), i)
+                _fifo_push(buf, prev_lk, prev_at, e + h, min(hold[0], cap), i)
             if mesh and (q + 1 == hi or link_off[q + 1] == 0):  # the leg's last link: ejected on arrival
-                _fifo_push(fifo, lk, e + lat, e + lat + h, flits, i)
+                _fifo_push(buf, lk, e + lat, e + lat + h, flits, i)
             if seen[lk] != i:
                 seen[lk] = i
                 enter[lk] = e
@@ -204,7 +219,6 @@ def reduction_links(i, t, lo, hi, link, link_off, hold, mesh_links, cal, seen, s
     it once, from the earliest offset a leg reaches it to the latest plus the hold; the members send when
     every such window fits a gap (first fit), waiting where they are until then. Fills ``wait`` (the same
     on every row) and returns it."""
-    cs, ce, cn = cal
     win_link, win_lo, win_hi = win
     w = 0
     for q in range(lo, hi):
@@ -225,12 +239,12 @@ def reduction_links(i, t, lo, hi, link, link_off, hold, mesh_links, cal, seen, s
     while moved:  # s only grows, past a reserved window each time: ends
         moved = False
         for k in range(w):
-            e = _fit(cs, ce, cn, win_link[k], s + win_lo[k], win_hi[k] - win_lo[k])
+            e = _fit(cal, win_link[k], s + win_lo[k], win_hi[k] - win_lo[k])
             if e > s + win_lo[k]:
                 s = e - win_lo[k]
                 moved = True
     for k in range(w):
-        _reserve(cs, ce, cn, win_link[k], s + win_lo[k], s + win_hi[k])
+        _reserve(cal, win_link[k], s + win_lo[k], s + win_hi[k])
     for q in range(lo, hi):
         wait[q] = min(s - t, WAIT_LIMIT)
     return s - t
