@@ -2,11 +2,12 @@
 flit-level reference model (docs/refsim.md).
 
 Open-loop Bernoulli traffic (tests/executor/noc.py): uniform random, transpose, bit-complement and
-hotspot (a quarter of the packets to the centre) on 8x8 with 1- and 4-flit packets, executor and
-reference side by side; on 32x32 the executor alone (the reference is a Python flit loop, too slow
-there). 16-flit buffers, 2-cycle hops, 1000 cycles of which 200 warm-up. Prints mean latency (cycles)
-and accepted throughput (flits per node per cycle) per offered load, and each model's saturation load
-(accepted under 95% of offered). ``--plot FILE.svg`` also draws the 8x8 curves. About 10 minutes.
+hotspot (a quarter of the packets to the centre) on 8x8 with 1- and 4-flit packets and on 32x32 with
+4-flit packets, executor (cut-through and in-order links) and reference side by side. 16-flit
+buffers, 2-cycle hops, 1000 cycles of which 200 warm-up. Prints mean latency (cycles) and accepted
+throughput (flits per node per cycle) per offered load, and each model's saturation load (accepted
+under 95% of offered). ``--plot FILE.svg`` also draws the 8x8 curves. About 25 minutes (the
+reference is a Python flit loop).
 Run: python benchmarks/noc.py [--plot docs/img/noc.svg]
 """
 
@@ -94,7 +95,8 @@ def main() -> None:
             print(f"({time.perf_counter() - start:.0f} s)")
     for pattern in PATTERNS:
         start = time.perf_counter()
-        report(32, pattern, 4, sweep(32, pattern, 4, ("cut-through", "in-order"), np.arange(0.02, 0.31, 0.02)))
+        report(32, pattern, 4, sweep(32, pattern, 4, ("cut-through", "in-order", "reference"),
+                                     np.arange(0.02, 0.31, 0.02)))
         print(f"({time.perf_counter() - start:.0f} s)")
     if args.plot:
         plot(results, args.plot)

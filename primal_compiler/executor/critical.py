@@ -248,8 +248,10 @@ def held_in_routers(rp: Replay, upto: int) -> tuple[np.ndarray, np.ndarray]:
         return np.zeros(upto, np.int64), np.zeros(upto, np.int64)
     last = np.r_[np.flatnonzero(np.diff(leg)), rows - 1]  # each leg's last row: its total wait
     worst = np.full(upto, -1, dtype=np.int64)
-    order = np.lexsort((wait[last], rec[last]))
-    worst[rec[last][order]] = leg[last][order]  # per record, its leg with the largest wait (last wins)
+    order = np.lexsort((wait[last], rec[last]))  # by record, then by the leg's total wait
+    r_sorted, l_sorted = rec[last][order], leg[last][order]
+    top = np.r_[r_sorted[1:] != r_sorted[:-1], True]  # each record's last: the leg that waited longest
+    worst[r_sorted[top]] = l_sorted[top]
     pick = worst[rec] == leg
     out = []
     for kind in (mesh, ~mesh):

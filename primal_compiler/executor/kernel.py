@@ -46,7 +46,8 @@ def schedule(op, busy, unit, pred_ptr, pred, link_ptr, link, link_off, hold_mesh
              seq, issue_cycles, reload, num_units, num_links, num_cts, mesh_links, cut_through, hop_cycles, other_cycles,
              buffer_flits, combine):  # pragma: no cover - compiled
     """(dispatch, start, finish, first record touching a gated CT or -1, distinct mesh links and other links per
-    record, per link row the cycles its head waited at the router before entering the link, and per record
+    record, per link row the cycles its leg's head has waited in routers up to entering that link (the
+    accumulated wait, so it never decreases along a leg), and per record
     the link constraint on its start (in-order only): the earlier transfer whose reservation bounds it or
     -1, that bound, and whether the link is a PE-mesh link).
 

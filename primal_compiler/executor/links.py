@@ -7,8 +7,8 @@ cycles the transfer holds it; until then the transfer waits in the router it
 has reached (virtual cut-through; a long message is a train of packets that
 move together). Each link keeps a calendar of its reserved windows and a
 transfer takes the first gap that fits, even one ahead of an older
-transfer's reservation, so a link never idles while a transfer that could
-use it waits (work-conserving). A calendar keeps its link's latest
+transfer's reservation, so a link never idles while a transfer scheduled
+after the ones holding it could use it (work-conserving). A calendar keeps its link's latest
 ``CALENDAR`` windows; one more merges its two earliest (the gap between them
 is lost, so the approximation can only delay a transfer).
 
@@ -18,8 +18,12 @@ reached it earlier has left (head-of-line blocking), and enters a link only
 when the buffer at the far end has room for it (a message longer than the
 buffer streams through it and needs it empty), so a full buffer holds back
 the link into it. A buffer remembers its latest ``CALENDAR`` packets; older
-ones fold into one bound on later heads. Die-to-die and controller links are
-not buffer-limited.
+ones fold into one bound on later heads and stop counting towards its
+occupancy. Die-to-die and controller links are not buffer-limited. Transfers
+are scheduled one at a time in stream order, so blocking and back-pressure
+act only against earlier records, and a head delivered at its destination is
+not held behind the packets ahead of it there (docs/executor.md lists these
+deviations).
 
 Legs of one record share links: a multicast's copies cross their common
 prefix once (a later leg rides along); a reduction combines at every

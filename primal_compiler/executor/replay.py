@@ -29,8 +29,9 @@ from primal_compiler.isa.opcodes import CONTROLLER, NONE16, Opcode
 
 @dataclass(frozen=True, eq=False)
 class LinkWait:
-    """What the links did (:mod:`.kernel`): per link row of the transfers, the cycles its head waited in
-    a router before entering the link (cut-through; 0 in-order); per record, the link constraint on its
+    """What the links did (:mod:`.kernel`): per link row of the transfers, the cycles its leg's head has
+    waited in routers up to entering that link (accumulated along the leg; cut-through; 0 in-order); per
+    record, the link constraint on its
     start (in-order; -1 none under cut-through): the earlier transfer whose reservation bounds it, that
     bound in cycles, and whether the link is a PE-mesh link."""
 
