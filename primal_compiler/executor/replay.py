@@ -20,8 +20,7 @@ import numpy as np
 from primal_compiler.errors import InputError
 from primal_compiler.executor import costs, deps, power, transfers
 from primal_compiler.executor.control import Control, control
-from primal_compiler.executor.kernel import schedule
-from primal_compiler.executor.links import WAIT_LIMIT
+from primal_compiler.executor.kernel import WAIT_LIMIT, schedule
 from primal_compiler.executor.topology import Topology
 from primal_compiler.ir.tiles import Macro
 from primal_compiler.isa.opcodes import CONTROLLER, NONE16, Opcode
