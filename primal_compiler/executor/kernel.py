@@ -41,7 +41,7 @@ import numpy as np
 from primal_compiler.isa.opcodes import Opcode
 from primal_compiler.jit import njit
 
-_SYNC, _PG_ON, _PG_OFF = int(Opcode.SYNC), int(Opcode.PG_ON), int(Opcode.PG_OFF)
+_SYNC, _PG_ON, _PG_OFF, _REDUCE = int(Opcode.SYNC), int(Opcode.PG_ON), int(Opcode.PG_OFF), int(Opcode.REDUCE)
 
 CALENDAR = 8
 """Reserved windows a link's calendar keeps under cut-through (see the module docstring)."""
@@ -179,7 +179,7 @@ def _enter(cal, buf, lk, ready, h, latency, flits, cap, buffered, i):  # pragma:
 
 @njit(nogil=True)
 def cut_through_links(i, t, lo, hi, link, link_off, hold, latency, cap, mesh_links, cal, buf, seen, enter,
-                 wait):  # pragma: no cover - compiled
+                      wait):  # pragma: no cover - compiled
     """Reserve record ``i``'s link rows ``lo:hi`` hop by hop from start ``t`` (module docstring); fills
     ``wait`` per row and returns the largest wait a leg accumulated. ``hold``, ``latency``: per link
     kind (PE mesh, other); ``cap``: flits of a PE-mesh link's input buffer."""
@@ -256,7 +256,7 @@ def reduction_links(i, t, lo, hi, link, link_off, hold, mesh_links, cal, seen, s
 
 @njit(nogil=True)
 def in_order_links(i, t, lo, hi, link, link_off, hold, mesh_links, link_free, holder, link_by, link_bound,
-              link_mesh):  # pragma: no cover - compiled
+                   link_mesh):  # pragma: no cover - compiled
     """Start of record ``i`` no earlier than ``t`` with every link row ``lo:hi`` free when its head gets
     there, and reserve them (module docstring); records the binding link's holder for the critical path."""
     for q in range(lo, hi):
@@ -279,7 +279,7 @@ def in_order_links(i, t, lo, hi, link, link_off, hold, mesh_links, link_free, ho
 @njit(nogil=True)
 def schedule(op, busy, unit, pred_ptr, pred, link_ptr, link, link_off, hold_mesh, hold_other, ct_a, ct_b, blocking,
              seq, issue_cycles, reload, num_units, num_links, num_cts, mesh_links, cut_through, hop_cycles, other_cycles,
-             buffer_flits, combine):  # pragma: no cover - compiled
+             buffer_flits):  # pragma: no cover - compiled
     """(dispatch, start, finish, first record touching a gated CT or -1, distinct mesh and other links per
     record, per link row the wait its leg's head has accumulated in routers up to entering that link, and
     per record the in-order link constraint on its start: the earlier transfer whose reservation bounds
@@ -292,7 +292,7 @@ def schedule(op, busy, unit, pred_ptr, pred, link_ptr, link, link_off, hold_mesh
     Links ``< mesh_links`` are PE-mesh links; a link listed twice by one record counts once.
     ``cut_through``: ``router.link_schedule = "cut-through"``, else in-order; ``hop_cycles`` and
     ``other_cycles``: head latency of a PE-mesh link and of any other link; ``buffer_flits``: flits of a
-    PE-mesh link's input buffer (cut-through); ``combine[i]``: record i is a reduction tree.
+    PE-mesh link's input buffer (cut-through). A ``REDUCE`` is a reduction tree.
     """
     n = len(op)
     dispatch = np.empty(n, dtype=np.int64)
@@ -367,7 +367,7 @@ def schedule(op, busy, unit, pred_ptr, pred, link_ptr, link, link_off, hold_mesh
         hold[0] = hold_mesh[i]
         hold[1] = hold_other[i]
         delay = 0
-        if cut_through and combine[i]:
+        if cut_through and o == _REDUCE:
             delay = reduction_links(i, t, lo, hi, link, link_off, hold, mesh_links, cal, seen, slot, win, wait)
         elif cut_through:
             delay = cut_through_links(i, t, lo, hi, link, link_off, hold, latency, buffer_flits, mesh_links, cal, buf,

@@ -161,7 +161,7 @@ def replay(meta: dict, arrays: dict, stream, target, where: str = "program", mod
         stream.records["op"].astype(np.int64), busy, unit, ptr, pred, tr.link_ptr, tr.link, tr.link_offset,
         tr.hold_mesh, tr.hold_other, a, b, blocking(stream.records, ctl.mode), ctl.seq, ctl.issue_cycles, ctl.reload, ctx.num_units,
         topo.num_links, topo.num_cts, topo.d2d_base, r.link_schedule == "cut-through",
-        r.hop_latency_cycles, target.d2d.latency_cycles, r.buffer_link_cycles, stream.records["op"] == Opcode.REDUCE)
+        r.hop_latency_cycles, target.d2d.latency_cycles, r.buffer_link_cycles)
     if bad >= 0:
         rec = stream.records[bad]
         raise InputError(where, f"record {bad} ({Opcode(rec['op']).name} ct={rec['ct']}) runs on a gated CT "
