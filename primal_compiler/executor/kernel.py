@@ -1,5 +1,4 @@
-"""The timing recurrence of a replay and its flow control, compiled with numba (one module: numba's
-cache of a compiled function does not notice a change to another module it calls).
+"""The timing recurrence of a replay, compiled with numba (its cache also follows :mod:`.flow`).
 
 **Dispatch.** Each sequencer dispatches its records in stream order, one every ``issue_cycles[s]``:
 under distributed control one per CT (the records that CT issues) plus the controller's; under central
@@ -14,244 +13,28 @@ cycles later plus, under cut-through, the largest wait any of its legs accumulat
 ``PG_ON``/``PG_OFF`` starts no earlier than the record before it started; a ``PG_OFF`` also waits
 for everything earlier on its CT.
 
-**Links** (``router.link_schedule``). ``"cut-through"`` (the default): a leg advances hop by hop;
-its head enters a link at the earliest cycle, no earlier than it arrives, at which the link is free
-for the transfer's hold, waiting in the router it reached until then (a long message is a train of
-packets moving together). Each link keeps a calendar of its latest ``CALENDAR`` reserved windows
-(one more merges the two earliest, which can only delay a transfer) and a transfer takes the first
-gap that fits, even ahead of an older transfer's reservation (work-conserving). Every PE-mesh link
-ends in a FIFO input buffer of ``router.buffer_flits`` flits: a head leaves it only after every
-packet that reached it earlier has left, and enters a link only when the buffer at its far end has
-room (a message longer than the buffer needs it empty), so a full buffer holds back the link into
-it. A buffer remembers its latest ``CALENDAR`` packets; older ones fold into one bound on later
-heads and stop counting towards its occupancy. Die-to-die and controller links are not
-buffer-limited. A multicast's copies cross their common prefix once; a reduction combines at every
-router, so each of its links carries it once, from the earliest leg's head to the latest's tail,
-and its members send when all those windows fit (it holds links, not buffers). Transfers are
-scheduled one at a time in stream order, so blocking acts only against earlier records
-(docs/executor.md lists the deviations from a cycle-by-cycle router). ``"in-order"`` (the executor
-before cut-through): a transfer starts when every link of its route is free at the offset its head
-reaches it, and each link keeps only the end of its latest reservation.
+**Links** (``router.link_schedule``). ``"cut-through"`` (the default): a started transfer's legs
+move hop by hop as events of :mod:`.flow`, in time order, through links with work-conserving
+calendars and FIFO input buffers with credits; a record's finish is its start plus ``busy`` plus the
+largest wait a leg accumulated in routers, known once its legs are delivered. The schedule runs the
+events only as far as it needs a finish (a dependence, a unit, a blocking record) or, before a
+``SYNC``, a ``PG_OFF`` and at the end, until none is left. Heads waiting for one link are served by
+``router.arbitration``: ``age`` (``age=True``: the earliest start first, then stream order) or
+program order. A reduction reserves its tree's windows when it starts (:func:`.flow.reduction_links`).
+``"in-order"`` (the executor before cut-through): a transfer starts when every link of its route is
+free at the offset its head reaches it, and each link keeps only the end of its latest reservation.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from primal_compiler.executor import flow
+from primal_compiler.executor.flow import BUF_WIDTH, CAL_WIDTH, new_pool, reduction_links, run, start_legs
 from primal_compiler.isa.opcodes import Opcode
 from primal_compiler.jit import njit
 
 _SYNC, _PG_ON, _PG_OFF, _REDUCE = int(Opcode.SYNC), int(Opcode.PG_ON), int(Opcode.PG_OFF), int(Opcode.REDUCE)
-
-CALENDAR = 8
-"""Reserved windows a link's calendar keeps under cut-through (see the module docstring)."""
-
-WAIT_LIMIT = 2**31 - 1
-"""Per-link waits are kept in 32 bits; a wait that reaches this is refused (:func:`.replay.replay`)."""
-
-
-CAL_WIDTH = 1 + 2 * CALENDAR
-"""Columns of a link's calendar row: the window count, then (start, end) per window, sorted by start."""
-
-BUF_WIDTH = 3 + 4 * CALENDAR
-"""Columns of a buffer's row: the packet count, the folded (arrival, departure), then per packet
-(arrival, tail departure, flits, record). One row per link keeps a link's state in adjacent cache lines."""
-
-
-@njit(nogil=True)
-def _fit(cal, lk, at, length):  # pragma: no cover - compiled
-    """Earliest start >= ``at`` of a window of ``length`` cycles in the gaps of link ``lk``'s calendar."""
-    s = at
-    row = cal[lk]
-    for k in range(row[0]):
-        if s + length <= row[1 + 2 * k]:
-            break
-        if row[2 + 2 * k] > s:
-            s = row[2 + 2 * k]
-    return s
-
-
-@njit(nogil=True)
-def _drop(row, j, n):  # pragma: no cover - compiled
-    """Remove window ``j`` of ``n`` from a calendar row."""
-    for m in range(j, n - 1):
-        row[1 + 2 * m] = row[3 + 2 * m]
-        row[2 + 2 * m] = row[4 + 2 * m]
-
-
-@njit(nogil=True)
-def _reserve(cal, lk, s, e):  # pragma: no cover - compiled
-    """Add window [s, e) (free by :func:`_fit`) to link ``lk``'s calendar, kept sorted, touching windows merged."""
-    row = cal[lk]
-    n = row[0]
-    if n == CALENDAR:  # full: merge the two earliest windows
-        row[2] = row[4]
-        _drop(row, 1, n)
-        n -= 1
-    k = n
-    while k > 0 and row[1 + 2 * (k - 1)] > s:
-        row[1 + 2 * k] = row[1 + 2 * (k - 1)]
-        row[2 + 2 * k] = row[2 + 2 * (k - 1)]
-        k -= 1
-    row[1 + 2 * k] = s
-    row[2 + 2 * k] = e
-    n += 1
-    for j in (k, k - 1):  # merge with the next window, then the previous one with this, where they touch
-        if 0 <= j and j + 1 < n and row[2 + 2 * j] >= row[3 + 2 * j]:
-            row[2 + 2 * j] = max(row[2 + 2 * j], row[4 + 2 * j])
-            _drop(row, j + 1, n)
-            n -= 1
-    row[0] = n
-
-
-@njit(nogil=True)
-def _fifo_ready(buf, lk, a, i):  # pragma: no cover - compiled
-    """Earliest cycle record ``i``'s head that reached the input buffer at the end of link ``lk`` at cycle
-    ``a`` can leave it: once every other packet that reached that buffer before it has left (first in,
-    first out; the copies of one multicast leave together)."""
-    row = buf[lk]
-    r = row[2] if row[1] <= a else 0
-    for k in range(row[0]):
-        p = 3 + 4 * k
-        if row[p] <= a and row[p + 3] != i:
-            r = max(r, row[p + 1])
-    return r
-
-
-@njit(nogil=True)
-def _fifo_room(buf, lk, a, need, cap, i):  # pragma: no cover - compiled
-    """Earliest cycle >= ``a`` at which the input buffer at the end of link ``lk`` holds at most
-    ``cap - need`` flits of the other packets it knows (arrived, tail not yet gone)."""
-    row = buf[lk]
-    t = a
-    while True:
-        held = 0
-        gone = -1
-        for k in range(row[0]):
-            p = 3 + 4 * k
-            if row[p] <= t < row[p + 1] and row[p + 3] != i:
-                held += row[p + 2]
-                gone = row[p + 1] if gone < 0 else min(gone, row[p + 1])
-        if held + need <= cap or gone < 0:
-            return t
-        t = gone
-
-
-@njit(nogil=True)
-def _fifo_push(buf, lk, a, d, flits, i):  # pragma: no cover - compiled
-    """Note record ``i``'s packet of ``flits`` buffer flits that reached link ``lk``'s input buffer at ``a``
-    and whose tail left it at ``d``; a full record folds its earliest arrival into the folded bound
-    (arrival, departure), which then holds back every later head as that packet would."""
-    row = buf[lk]
-    n = row[0]
-    if n == CALENDAR:
-        k0 = 0
-        for k in range(1, n):
-            if row[3 + 4 * k] < row[3 + 4 * k0]:
-                k0 = k
-        p0 = 3 + 4 * k0
-        row[1] = max(row[1], row[p0])
-        row[2] = max(row[2], row[p0 + 1])
-        n -= 1
-        for c in range(4):
-            row[p0 + c] = row[3 + 4 * n + c]
-    p = 3 + 4 * n
-    row[p] = a
-    row[p + 1] = d
-    row[p + 2] = flits
-    row[p + 3] = i
-    row[0] = n + 1
-
-
-@njit(nogil=True)
-def _enter(cal, buf, lk, ready, h, latency, flits, cap, buffered, i):  # pragma: no cover - compiled
-    """Earliest cycle >= ``ready`` at which a head can enter link ``lk``: the link free for ``h`` cycles
-    and, for a buffered (PE-mesh) link, room for ``flits`` in the buffer it reaches ``latency`` later."""
-    e = _fit(cal, lk, ready, h)
-    while buffered:
-        room = _fifo_room(buf, lk, e + latency, flits, cap, i)
-        if room == e + latency:
-            break
-        e = _fit(cal, lk, room - latency, h)
-    _reserve(cal, lk, e, e + h)
-    return e
-
-
-@njit(nogil=True)
-def cut_through_links(i, t, lo, hi, link, link_off, hold, latency, cap, mesh_links, cal, buf, seen, enter,
-                      wait):  # pragma: no cover - compiled
-    """Reserve record ``i``'s link rows ``lo:hi`` hop by hop from start ``t`` (module docstring); fills
-    ``wait`` per row and returns the largest wait a leg accumulated. ``hold``, ``latency``: per link
-    kind (PE mesh, other); ``cap``: flits of a PE-mesh link's input buffer."""
-    worst = 0
-    prev_e = t
-    prev_off = 0
-    prev_lk = -1
-    prev_at = 0
-    for q in range(lo, hi):
-        lk = link[q]
-        mesh = lk < mesh_links
-        off = link_off[q]
-        h = hold[0] if mesh else hold[1]
-        flits = min(h, cap)  # a message longer than the buffer streams through it, filling it
-        first = off == 0  # the first link of a leg: its head is at the source, in no input buffer
-        arrive = t if first else prev_e + off - prev_off
-        lat = latency[0] if mesh else latency[1]
-        if seen[lk] == i and arrive <= enter[lk]:
-            e = enter[lk]  # an earlier leg of this record crosses it then: ride along
-        else:
-            held = not first and prev_lk < mesh_links
-            ready = max(arrive, _fifo_ready(buf, prev_lk, arrive, i)) if held else arrive
-            e = _enter(cal, buf, lk, ready, h, lat, flits, cap, mesh, i)
-            if held:
-                _fifo_push(buf, prev_lk, prev_at, e + h, min(hold[0], cap), i)
-            if mesh and (q + 1 == hi or link_off[q + 1] == 0):  # the leg's last link: ejected on arrival
-                _fifo_push(buf, lk, e + lat, e + lat + h, flits, i)
-            if seen[lk] != i:
-                seen[lk] = i
-                enter[lk] = e
-        worst = max(worst, e - (t + off))
-        wait[q] = min(e - (t + off), WAIT_LIMIT)
-        prev_e = e
-        prev_off = off
-        prev_lk = lk
-        prev_at = e + lat
-    return worst
-
-
-@njit(nogil=True)
-def reduction_links(i, t, lo, hi, link, link_off, hold, mesh_links, cal, seen, slot, win, wait):  # pragma: no cover
-    """A reduction tree under cut-through (module docstring): one window per distinct link; fills ``wait``
-    (the members' wait, the same on every row) and returns it."""
-    win_link, win_lo, win_hi = win
-    w = 0
-    for q in range(lo, hi):
-        lk = link[q]
-        h = hold[0] if lk < mesh_links else hold[1]
-        if seen[lk] != i:
-            seen[lk] = i
-            slot[lk] = w
-            win_link[w] = lk
-            win_lo[w] = link_off[q]
-            win_hi[w] = link_off[q] + h
-            w += 1
-        else:
-            win_lo[slot[lk]] = min(win_lo[slot[lk]], link_off[q])
-            win_hi[slot[lk]] = max(win_hi[slot[lk]], link_off[q] + h)
-    s = t
-    moved = True
-    while moved:  # s only grows, past a reserved window each time: ends
-        moved = False
-        for k in range(w):
-            e = _fit(cal, win_link[k], s + win_lo[k], win_hi[k] - win_lo[k])
-            if e > s + win_lo[k]:
-                s = e - win_lo[k]
-                moved = True
-    for k in range(w):
-        _reserve(cal, win_link[k], s + win_lo[k], s + win_hi[k])
-    for q in range(lo, hi):
-        wait[q] = min(s - t, WAIT_LIMIT)
-    return s - t
 
 
 @njit(nogil=True)
@@ -276,10 +59,10 @@ def in_order_links(i, t, lo, hi, link, link_off, hold, mesh_links, link_free, ho
     return t
 
 
-@njit(nogil=True)
+@njit(nogil=True, depends=(flow,))
 def schedule(op, busy, unit, pred_ptr, pred, link_ptr, link, link_off, hold_mesh, hold_other, ct_a, ct_b, blocking,
              seq, issue_cycles, reload, num_units, num_links, num_cts, mesh_links, cut_through, hop_cycles, other_cycles,
-             buffer_flits):  # pragma: no cover - compiled
+             buffer_flits, age):  # pragma: no cover - compiled
     """(dispatch, start, finish, first record touching a gated CT or -1, distinct mesh and other links per
     record, per link row the wait its leg's head has accumulated in routers up to entering that link, and
     per record the in-order link constraint on its start: the earlier transfer whose reservation bounds
@@ -292,13 +75,15 @@ def schedule(op, busy, unit, pred_ptr, pred, link_ptr, link, link_off, hold_mesh
     Links ``< mesh_links`` are PE-mesh links; a link listed twice by one record counts once.
     ``cut_through``: ``router.link_schedule = "cut-through"``, else in-order; ``hop_cycles`` and
     ``other_cycles``: head latency of a PE-mesh link and of any other link; ``buffer_flits``: flits of a
-    PE-mesh link's input buffer (cut-through). A ``REDUCE`` is a reduction tree.
+    PE-mesh link's input buffer (cut-through); ``age``: ``router.arbitration = "age"``. A ``REDUCE``
+    is a reduction tree. The last value is the first transfer never delivered (its packets deadlocked
+    in the buffers) or -1.
     """
     n = len(op)
     dispatch = np.empty(n, dtype=np.int64)
     start = np.empty(n, dtype=np.int64)
     finish = np.empty(n, dtype=np.int64)
-    unit_free = np.zeros(num_units, dtype=np.int64)
+    unit_rec = np.full(num_units, -1, dtype=np.int64)  # the latest record on each unit
     link_free = np.zeros(num_links, dtype=np.int64)
     ct_wake = np.zeros(num_cts, dtype=np.int64)
     ct_busy = np.zeros(num_cts, dtype=np.int64)
@@ -308,7 +93,6 @@ def schedule(op, busy, unit, pred_ptr, pred, link_ptr, link, link_off, hold_mesh
     enter = np.zeros(num_links, dtype=np.int64)
     cal = np.zeros((num_links if cut_through else 0, CAL_WIDTH), dtype=np.int64)
     buf = np.zeros((mesh_links if cut_through else 0, BUF_WIDTH), dtype=np.int64)  # PE-mesh links only
-    latency = np.array([hop_cycles, other_cycles], dtype=np.int64)
     holder = np.full(num_links, -1, dtype=np.int64)
     slot = np.zeros(num_links, dtype=np.int64)
     widest = 0
@@ -323,11 +107,34 @@ def schedule(op, busy, unit, pred_ptr, pred, link_ptr, link, link_off, hold_mesh
     n_mesh = np.zeros(n, dtype=np.int64)
     n_other = np.zeros(n, dtype=np.int64)
     seq_free = np.zeros(len(issue_cycles), dtype=np.int64)
+    heap = [(np.int64(0), np.int64(0), np.int64(0), np.int64(0), np.int64(0))]
+    heap.pop()
+    left = np.zeros(n, dtype=np.int64)  # legs of a started transfer not yet delivered
+    st = (heap, new_pool(), np.full(len(buf), -1, dtype=np.int64), cal, buf, seen, enter, wait, link, link_off,
+          link_ptr, np.array([mesh_links, buffer_flits, hop_cycles, other_cycles], dtype=np.int64), hold_mesh,
+          hold_other, start, busy, finish, left)
+    pending = np.empty(n, dtype=np.int64)  # started transfers whose CTs and horizon are not yet updated
+    n_pending = 0
     port_free = 0
     floor = 0
     horizon = 0
     bad = -1
-    for i in range(n):
+    stuck = -1
+    for i in range(n + 1):
+        o = op[i] if i < n else _SYNC
+        if o == _SYNC or o == _PG_OFF:  # everything earlier must be known: run the links dry
+            run(2, 0, 0, st)
+            for k in range(n_pending):
+                j = pending[k]
+                if left[j] > 0 and stuck < 0:
+                    stuck = j
+                horizon = max(horizon, finish[j])
+                for c in (ct_a[j], ct_b[j]):
+                    if c >= 0:
+                        ct_busy[c] = max(ct_busy[c], finish[j])
+            n_pending = 0
+        if i == n:
+            break
         s = seq[i]
         t = max(seq_free[s], floor)
         if reload[i] > 0:
@@ -335,7 +142,6 @@ def schedule(op, busy, unit, pred_ptr, pred, link_ptr, link, link_off, hold_mesh
             t = max(t, port_free)
         dispatch[i] = t
         seq_free[s] = t + issue_cycles[s]
-        o = op[i]
         if o == _SYNC:
             t = max(t, horizon)
             start[i] = t
@@ -344,10 +150,16 @@ def schedule(op, busy, unit, pred_ptr, pred, link_ptr, link, link_off, hold_mesh
             seq_free[s] = max(seq_free[s], t + issue_cycles[s])
             continue
         for p in range(pred_ptr[i], pred_ptr[i + 1]):
-            t = max(t, finish[pred[p]])
+            j = pred[p]
+            if left[j] > 0 and not run(0, j, 0, st) and stuck < 0:
+                stuck = j
+            t = max(t, finish[j])
         u = unit[i]
-        if u >= 0:
-            t = max(t, unit_free[u])
+        if u >= 0 and unit_rec[u] >= 0:
+            j = unit_rec[u]
+            if left[j] > 0 and not run(0, j, 0, st) and stuck < 0:
+                stuck = j
+            t = max(t, finish[j])
         a = ct_a[i]
         b = ct_b[i]
         if (o == _PG_OFF or o == _PG_ON) and i > 0:
@@ -367,14 +179,17 @@ def schedule(op, busy, unit, pred_ptr, pred, link_ptr, link, link_off, hold_mesh
         hold[0] = hold_mesh[i]
         hold[1] = hold_other[i]
         delay = 0
+        start[i] = t
+        finish[i] = t + busy[i]
         if cut_through and o == _REDUCE:
+            run(1, 0, t, st)
             delay = reduction_links(i, t, lo, hi, link, link_off, hold, mesh_links, cal, seen, slot, win, wait)
         elif cut_through:
-            delay = cut_through_links(i, t, lo, hi, link, link_off, hold, latency, buffer_flits, mesh_links, cal, buf,
-                                      seen, enter, wait)
+            start_legs(i, t, t if age else i, lo, hi, link_off, heap, left)
         else:
             t = in_order_links(i, t, lo, hi, link, link_off, hold, mesh_links, link_free, holder, link_by, link_bound,
-                          link_mesh)
+                               link_mesh)
+            start[i] = t
         for q in range(lo, hi):  # distinct links, for the energy of each bit crossing them once
             lk = link[q]
             if counted[lk] != i:
@@ -383,17 +198,21 @@ def schedule(op, busy, unit, pred_ptr, pred, link_ptr, link, link_off, hold_mesh
                     n_mesh[i] += 1
                 else:
                     n_other[i] += 1
-        f = t + busy[i] + delay
-        start[i] = t
-        finish[i] = f
         if u >= 0:
-            unit_free[u] = f
-        if o == _PG_ON:
-            ct_wake[a] = f
-        for c in (a, b):
-            if c >= 0:
-                ct_busy[c] = max(ct_busy[c], f)
-        horizon = max(horizon, f)
+            unit_rec[u] = i
+        if left[i] > 0:  # its legs are under way: finish known once they are delivered
+            pending[n_pending] = i
+            n_pending += 1
+            if blocking[i] and not run(0, i, 0, st) and stuck < 0:
+                stuck = i
+        else:
+            finish[i] = t + busy[i] + delay
+            if o == _PG_ON:
+                ct_wake[a] = finish[i]
+            for c in (a, b):
+                if c >= 0:
+                    ct_busy[c] = max(ct_busy[c], finish[i])
+            horizon = max(horizon, finish[i])
         if blocking[i]:
-            seq_free[s] = max(seq_free[s], f + issue_cycles[s])
-    return dispatch, start, finish, bad, n_mesh, n_other, wait, link_by, link_bound, link_mesh
+            seq_free[s] = max(seq_free[s], finish[i] + issue_cycles[s])
+    return dispatch, start, finish, bad, n_mesh, n_other, wait, link_by, link_bound, link_mesh, stuck

@@ -20,7 +20,8 @@ import numpy as np
 from primal_compiler.errors import InputError
 from primal_compiler.executor import costs, deps, power, transfers
 from primal_compiler.executor.control import Control, control
-from primal_compiler.executor.kernel import WAIT_LIMIT, schedule
+from primal_compiler.executor.flow import WAIT_LIMIT
+from primal_compiler.executor.kernel import schedule
 from primal_compiler.executor.topology import Topology
 from primal_compiler.ir.tiles import Macro
 from primal_compiler.isa.opcodes import CONTROLLER, NONE16, Opcode
@@ -157,15 +158,18 @@ def replay(meta: dict, arrays: dict, stream, target, where: str = "program", mod
     ctl = control(stream, target, topo.num_cts, where, mode)
     mark("control")
     a, b = touched(stream.records)
-    dispatch, start, finish, bad, n_mesh, n_other, wait, link_by, link_bound, link_mesh = schedule(
+    dispatch, start, finish, bad, n_mesh, n_other, wait, link_by, link_bound, link_mesh, stuck = schedule(
         stream.records["op"].astype(np.int64), busy, unit, ptr, pred, tr.link_ptr, tr.link, tr.link_offset,
         tr.hold_mesh, tr.hold_other, a, b, blocking(stream.records, ctl.mode), ctl.seq, ctl.issue_cycles, ctl.reload, ctx.num_units,
         topo.num_links, topo.num_cts, topo.d2d_base, r.link_schedule == "cut-through",
-        r.hop_latency_cycles, target.d2d.latency_cycles, r.buffer_link_cycles)
+        r.hop_latency_cycles, target.d2d.latency_cycles, r.buffer_link_cycles, r.arbitration == "age")
     if bad >= 0:
         rec = stream.records[bad]
         raise InputError(where, f"record {bad} ({Opcode(rec['op']).name} ct={rec['ct']}) runs on a gated CT "
                                 f"(no PG_ON after its PG_OFF)")
+    if stuck >= 0:
+        raise InputError(where, f"record {stuck} ({Opcode(stream.records['op'][stuck]).name}) is never delivered: its "
+                                f"packets wait on one another in the routers' buffers (deadlock)")
     if len(wait) and int(wait.max()) >= WAIT_LIMIT:
         rec = int(np.searchsorted(tr.link_ptr, int(np.argmax(wait)), side="right") - 1)
         raise InputError(where, f"record {rec} ({Opcode(stream.records['op'][rec]).name}) waits {WAIT_LIMIT:,} cycles "

@@ -185,6 +185,7 @@ class RouterSpec(Table):
     ejection_cycles: int = _f("cycles", "the router's ejection channel into its PE, after the last hop of every transfer it receives", ge=0, le=MAX_CYCLES)
     buffer_flits: int = _f("flits", "input buffer of each PE-mesh link at the router it enters (cut-through: a waiting packet sits there; full, it holds back the link)", ge=1, le=MAX_SCRATCHPAD_BYTES)
     link_schedule: str = _f("enum", "how transfers share links: hop by hop, each taking a link's earliest idle window and waiting in the router's buffer until then (cut-through), or the whole route at once in stream order per link (in-order, the executor before cut-through)", choices=("cut-through", "in-order"))
+    arbitration: str = _f("enum", "which waiting head gets a link when it frees, under cut-through: the oldest transfer (age: the earliest start, then stream order) or the earliest in the stream (program-order)", choices=("age", "program-order"))
     energy_pj_per_bit_hop: float = _f("pJ", "energy to move one bit across one router and one PE-to-PE link", gt=0)
     dmac_units: int = _f("count", "dynamic MAC units (activation x activation, accumulation, activation functions)", ge=1, le=MAX_MACRO_SIDE)
     dmac_ops_per_cycle: int = _f("count", "MACs per cycle of one DMAC unit", ge=1, le=MAX_MACRO_SIDE)

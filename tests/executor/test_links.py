@@ -54,38 +54,41 @@ def test_a_reduction_crosses_each_shared_link_once(small_target):
     assert rp.finish[1] == 12 + 2 + 10
 
 
-@pytest.mark.parametrize("buffer, waits", [(16, [3, 3, 254]), (4, [3, 254, 254])])
-def test_a_head_waits_behind_the_packet_ahead_of_it_in_its_input_buffer(small_target, buffer, waits):
-    """Record 0 holds link 2->3 for 256 cycles. Record 1 (PE 0 -> 3) reaches router 2 at cycle 5 and waits
-    there for 2->3 until 256, leaving the buffer at 260. Record 2 (PE 0 -> 10: east to column 2, then
-    south) reaches router 2 behind it and, its own output free, still leaves only at 260 (first in, first
-    out): 254 cycles more than its path alone (it also waited 3 cycles for 0->1). With 4-flit buffers,
-    record 1 fills router 2's input, so record 2 waits before 1->2 instead; it finishes at the same time."""
+@pytest.mark.parametrize("buffer, first, waits, second", [(16, 262, [3, 3, 254], 266), (4, 264, [5, 258, 258], 270)])
+def test_a_head_waits_behind_the_packet_ahead_of_it_in_its_input_buffer(small_target, buffer, first, waits, second):
+    """Record 0 holds link 2->3 for 256 cycles; its tail leaves router 3's buffer at 258. Record 1 (PE 0 ->
+    3) reaches router 2 at cycle 5 and waits there for 2->3: with 16-flit buffers until 256 (record 0's 2
+    flits still on the link leave room for its 4), with 4-flit buffers until 258 (credits: a packet's
+    flits count against the buffer from the cycle they are sent, and a 4-flit packet needs all 4).
+    Record 2 (PE 0 -> 10: east to column 2, then south) reaches router 2 behind it and, its own output
+    free, leaves only after record 1 has (first in, first out). With 16-flit buffers: 0->1 at 5 (record
+    1 held it 1..5), 2->10 at 260, 254 cycles more than its path alone. With 4-flit buffers record 1's
+    flits also fill router 1's buffer until 7 and router 2's until 262, so record 2 enters 0->1 at 7 and
+    1->2 at 262."""
     b = StreamBuilder()
     _send(b, 2, 3, 4096)
     _send(b, 0, 3, 64)
     _send(b, 0, 10, 64)
     rp = _replay(b, small_target, **{"router.buffer_flits": buffer})
-    assert rp.finish[1] == 256 + 2 + 4
+    assert rp.finish[1] == first == 1 + 3 * 2 + 4 + rp.link_wait.wait[3]
     lw = rp.link_wait.wait
-    assert lw[1:4].tolist() == [0, 0, 256 - 5]  # record 1 waits at router 2 only (record 0 has row 0)
-    assert lw[-3:].tolist() == waits  # record 2: 0->1 at 5 (record 1 held it 1..5), ..., 2->10 at 260
-    assert rp.finish[2] == 2 + 3 * 2 + 4 + 254
+    assert lw[1:3].tolist() == [0, 0]  # record 1 waits at router 2 only (record 0 has row 0)
+    assert lw[-3:].tolist() == waits
+    assert rp.finish[2] == second == 2 + 3 * 2 + 4 + waits[-1]
 
 
-@pytest.mark.parametrize("buffer, finish", [(16, 2 + 2 * 2 + 4 + 3), (4, 2 + 2 * 2 + 4 + 254)])
-def test_a_full_input_buffer_holds_back_the_link_into_it(small_target, buffer, finish):
-    """As above, but record 2 ends at router 2 (PE 0 -> 2). With 16-flit buffers it fits beside record 1's 4
-    flits waiting there and is ejected at once (the model does not hold a delivered head behind the
-    packets ahead of it, a deviation docs/executor.md lists; a FIFO router would deliver it at 260); with
-    4-flit buffers record 1 fills router 2's input from the west until 260, so record 2 may enter 1->2
-    only at 258 (its head arrives as the space frees)."""
+@pytest.mark.parametrize("buffer, finish", [(16, 260 + 4), (4, 262 + 2 + 4)])
+def test_a_delivered_head_leaves_its_buffer_in_order_and_a_full_buffer_holds_back_the_link_into_it(
+        small_target, buffer, finish):
+    """As above, but record 2 ends at router 2 (PE 0 -> 2). With 16-flit buffers it reaches router 2's
+    buffer behind record 1 and is ejected only once record 1 has left it, at 260; with 4-flit buffers
+    record 1 fills that buffer until 262, so record 2 enters 1->2 only then."""
     b = StreamBuilder()
     _send(b, 2, 3, 4096)
     _send(b, 0, 3, 64)
     _send(b, 0, 2, 64)
     rp = _replay(b, small_target, **{"router.buffer_flits": buffer})
-    assert rp.finish[1] == 256 + 2 + 4 and rp.finish[2] == finish
+    assert rp.finish[2] == finish
 
 
 def test_in_order_waits_at_the_source_for_the_whole_route(small_target):
@@ -110,3 +113,20 @@ def test_terminal_channels_add_latency_but_never_contend(small_target, links):
     rp = _replay(b, small_target, **{"router.injection_cycles": 1, "router.ejection_cycles": 2,
                                      "router.link_schedule": links})
     assert rp.finish.tolist() == [2 * 3 + 4 + 3, 1 + 2 * 3 + 4 + 3]
+
+
+@pytest.mark.parametrize("arbitration, finish", [("age", [266, 262]), ("program-order", [262, 266])])
+def test_arbitration_picks_the_oldest_or_the_first_in_the_stream(small_target, arbitration, finish):
+    """Record 2 (PE 1 -> 3) waits for record 1's 64 B into PE 1, so starts at 7; record 3 (PE 0 -> 3) starts
+    at 3, gets 0->1 at 5 once record 1 is off it and reaches router 1 at 7: both ask for 1->2 at 7. Age
+    gives it to record 3 (the earlier start), program order to record 2 (earlier in the stream). The
+    winner leads at router 2, where both wait behind record 0 until 256: it finishes at 256 + 2 + 4 and
+    the other, 4 cycles behind on 2->3, at 266."""
+    b = StreamBuilder()
+    _send(b, 2, 3, 4096)
+    b.records(1, op=Opcode.UNICAST, ct=0, pe=0, dst_ct=0, dst_pe=1, dst_buf=buf(BufKind.IN, 0), nbytes=64)
+    b.records(1, op=Opcode.UNICAST, ct=0, pe=1, dst_ct=0, dst_pe=3, src_buf=buf(BufKind.IN, 0), nbytes=64)
+    _send(b, 0, 3, 64)
+    rp = _replay(b, small_target, **{"router.arbitration": arbitration})
+    assert rp.start[2:].tolist() == [7, 3]
+    assert rp.finish[2:].tolist() == finish

@@ -432,6 +432,7 @@ def test_overrides_change_values_and_hash_but_not_the_original():
         ({"rram.adc_power_uw": 240.0}, "rram.adc_energy_pj_per_conversion", "disagrees"),
         ({"router.buffer_flits": 0}, "router.buffer_flits", "must be >= 1"),
         ({"router.link_schedule": "round-robin"}, "router.link_schedule", "cut-through"),
+        ({"router.arbitration": "round-robin"}, "router.arbitration", "age"),
         ({"router.flit_bits": 96}, "router.flit_bits", "does not divide link_bits_per_cycle 128"),
     ],
 )
