@@ -172,6 +172,8 @@ def _arrive(buf, b, a, flits, i, now):  # pragma: no cover - compiled
                 buf[b, p + c] = buf[b, 3 + 4 * n + c]
         else:
             k += 1
+    if n == SLOTS:  # every slot waiting (a copy that rode along past the room check): left untracked
+        return
     p = 3 + 4 * n
     buf[b, p] = a
     buf[b, p + 1] = -1
