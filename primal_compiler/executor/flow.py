@@ -35,8 +35,12 @@ import numpy as np
 
 from primal_compiler.jit import njit
 
-CALENDAR = 8
-"""Reserved windows a link's calendar keeps (one more merges the two earliest, which can only delay)."""
+CALENDAR = 16
+"""Reserved windows a link's calendar keeps; one more forgets the earliest. Events run in time order,
+so a forgotten window is in the past of every later request, except for a transfer placed after the
+schedule ran the events ahead, which may then overlap it. On Llama-2-13B's schedule 16 windows end
+within 2% of 64 (8: 6% earlier); merging the two earliest instead made such a transfer wait behind
+the merged span (22% later; seconds on Llama-2-70B without gating)."""
 
 CAL_WIDTH = 1 + 2 * CALENDAR
 """Columns of a link's calendar row: the window count, then (start, end) per window, sorted by start."""
@@ -81,9 +85,8 @@ def _drop(cal, lk, j, n):  # pragma: no cover - compiled
 def reserve(cal, lk, s, e):  # pragma: no cover - compiled
     """Add window [s, e) (free by :func:`fit`) to link ``lk``'s calendar, kept sorted, touching windows merged."""
     n = cal[lk, 0]
-    if n == CALENDAR:  # full: merge the two earliest windows
-        cal[lk, 2] = cal[lk, 4]
-        _drop(cal, lk, 1, n)
+    if n == CALENDAR:  # full: forget the earliest window (in time order, long past)
+        _drop(cal, lk, 0, n)
         n -= 1
     k = n
     while k > 0 and cal[lk, 1 + 2 * (k - 1)] > s:
