@@ -281,7 +281,8 @@ def _leg_done(i, w, start, busy, finish, left):  # pragma: no cover - compiled
 
 
 @njit(nogil=True, inline="always")
-def _request(ev, heap, pool, wake, cal, buf, seen, enter, wait, link, link_off, link_ptr, cfg, hold_mesh, hold_other, start, busy, finish, left):  # pragma: no cover
+def _request(ev, heap, pool, wake, cal, buf, seen, enter, wait, link, link_off, link_ptr, cfg, hold_mesh,
+             hold_other, start, busy, finish, left):  # pragma: no cover - compiled
     """The head of event ``ev`` = (now, key, row, arrival in its input buffer, record) asks for its link;
     returns the event that follows (time -1: none, it is parked or its leg is delivered)."""
     now, key, q, arr, i = ev
@@ -334,7 +335,10 @@ def _request(ev, heap, pool, wake, cal, buf, seen, enter, wait, link, link_off, 
 
 
 @njit(nogil=True, inline="always")
-def _eject(ev, heap, pool, wake, cal, buf, seen, enter, wait, link, link_off, link_ptr, cfg, hold_mesh, hold_other, start, busy, finish, left):  # pragma: no cover
+def _eject(ev, heap, pool, wake, cal, buf, seen, enter, wait, link, link_off, link_ptr, cfg, hold_mesh,
+           hold_other, start, busy, finish, left):  # pragma: no cover - compiled
+    """The packet of event ``ev`` reached its destination's buffer at ``arr``: it leaves in FIFO order
+    (parked while a packet ahead of it is not yet granted onwards) and its leg is delivered."""
     now, key, v, arr, i = ev
     q = -v - 1
     lk = link[q]
@@ -355,17 +359,21 @@ def _eject(ev, heap, pool, wake, cal, buf, seen, enter, wait, link, link_off, li
 def run(until, j, t, state):  # pragma: no cover - compiled
     """Process events in order: ``until`` 0 until record ``j``'s legs are all delivered, 1 while one is
     queued before cycle ``t``, 2 until none is left; False if they ran out before record ``j``'s were.
-    ``state``: (heap, pool, wake, cal, buf, seen, enter, wait, link, link_off, link_ptr, cfg, hold_mesh, hold_other, start, busy, finish, left); unpacked once, so the loop handles plain arrays."""
-    heap, pool, wake, cal, buf, seen, enter, wait, link, link_off, link_ptr, cfg, hold_mesh, hold_other, start, busy, finish, left = state
+    ``state``: the arrays of :func:`_request`'s signature after ``ev``, unpacked once here so the loop
+    handles plain arrays (unpacking a tuple per event costs a reference count per array)."""
+    (heap, pool, wake, cal, buf, seen, enter, wait, link, link_off, link_ptr, cfg, hold_mesh, hold_other, start,
+     busy, finish, left) = state
     while len(heap):
         if until == 0 and left[j] == 0 or until == 1 and heap[0][0] >= t:
             return True
         ev = heapq.heappop(heap)
         while True:  # the event and those that follow from it while none queued is earlier
             if ev[2] >= 0:
-                ev = _request(ev, heap, pool, wake, cal, buf, seen, enter, wait, link, link_off, link_ptr, cfg, hold_mesh, hold_other, start, busy, finish, left)
+                ev = _request(ev, heap, pool, wake, cal, buf, seen, enter, wait, link, link_off, link_ptr, cfg,
+                              hold_mesh, hold_other, start, busy, finish, left)
             else:
-                ev = _eject(ev, heap, pool, wake, cal, buf, seen, enter, wait, link, link_off, link_ptr, cfg, hold_mesh, hold_other, start, busy, finish, left)
+                ev = _eject(ev, heap, pool, wake, cal, buf, seen, enter, wait, link, link_off, link_ptr, cfg,
+                            hold_mesh, hold_other, start, busy, finish, left)
             if ev[0] < 0:
                 break
             if len(heap) and heap[0] < ev:
