@@ -127,8 +127,10 @@ def cmd_run_functional(args) -> None:
     if args.json:
         print(json.dumps(result.summary(), indent=2, sort_keys=True))
     else:
+        stored = (f"; {result.crossbars_stored} of {result.crossbars} crossbars hold the file's own quantized codes"
+                  if result.crossbars_stored else "")
         print(f"prompt {prompt} -> generated {result.tokens} ({args.precision} precision, "
-              f"{result.records:,} records executed in {result.seconds:.2f} s)")
+              f"{result.records:,} records executed in {result.seconds:.2f} s{stored})")
 
 
 def cmd_run(args) -> None:

@@ -83,6 +83,10 @@ class Layer:
     num_norms: int = 0
     activation: Activation | None = None
 
+    @property
+    def projections(self) -> list[Projection]:
+        return [*self.attn, self.o, *self.mlp_in, *([self.mlp_out] if self.mlp_out is not None else [])]
+
 
 class Decoder:
     """Data-flow queries shared by the recognition steps."""

@@ -23,12 +23,16 @@ from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import onnx
 from onnx import TensorProto, numpy_helper
 
 from primal_compiler.inputs import regular_file
+
+if TYPE_CHECKING:
+    from primal_compiler.frontend.onnx_quant import QuantTable
 
 # Ops that pass a value through unchanged in the sense that matters here
 # (same data, maybe another layout or dtype).
@@ -60,9 +64,10 @@ class Weight:
 
 
 class GraphIndex:
-    def __init__(self, model: onnx.ModelProto, base_dir: Path) -> None:
+    def __init__(self, model: onnx.ModelProto, base_dir: Path, quant: QuantTable | None = None) -> None:
         self.model = model
         self.base_dir = base_dir
+        self.quant = quant  # the placeholders ``onnx_quant.dequantize_graph`` left for quantized constants
         graph = model.graph
         self.nodes = list(graph.node)
         self.inits: dict[str, TensorProto] = {t.name: t for t in graph.initializer}
@@ -165,6 +170,11 @@ class GraphIndex:
         if tensor.data_location == TensorProto.EXTERNAL:
             return None
         try:
+            spec = self.quant.weights.get(tensor.name) if self.quant is not None else None
+            if spec is not None:  # a small dequantized constant, decoded from its inline parts
+                from primal_compiler.frontend.quant_codes import decode  # which raises this module's errors
+
+                return decode(spec, lambda name: numpy_helper.to_array(self.inits[name])).w
             return numpy_helper.to_array(tensor)
         except Exception:  # noqa: BLE001 - an undecodable constant is just unknown
             return None

@@ -45,7 +45,8 @@ absent) the head counts as untied, which can only over-count parameters.
 Also recognised: the ONNX ``Attention`` op and com.microsoft
 ``MultiHeadAttention``/``GroupQueryAttention`` (heads from attributes),
 ``LayerNormalization``/``RMSNormalization``/``SimplifiedLayerNormalization``
-or their decompositions, ``MatMulNBits`` weights, model-local functions
+or their decompositions, quantized weights (QDQ, ``MatMulNBits``, ``MatMulInteger``; see
+``onnx_quant``), model-local functions
 (inlined first). Rejected with an :class:`InputError`: attention ops with
 fused weights (com.microsoft ``Attention``), parallel attention+MLP blocks,
 extra projections on the hidden size, positions that are neither learned
@@ -63,14 +64,14 @@ from pathlib import Path
 
 import onnx
 
-from primal_compiler.errors import InputError
-from primal_compiler.errors import one_line
+from primal_compiler.errors import InputError, one_line
 from primal_compiler.frontend.onnx_check import read_onnx
 from primal_compiler.frontend.onnx_decoder import Decoder, Layer, g_name
 from primal_compiler.frontend.onnx_graph import GraphIndex, PatternError, Weight, attr
 from primal_compiler.frontend.onnx_guard import check_accounted, embed_scale, folded_positions
 from primal_compiler.frontend.onnx_params import ONNX_DEFAULT_EPS, NormRef, norm_ref, rope_frequencies
 from primal_compiler.frontend.onnx_project import Projection, find_weight_matmuls, pair_lora
+from primal_compiler.frontend.onnx_quant import dequantize_graph, weight_formats
 from primal_compiler.ir.model import SIZE_LIMITS, Attention, DecoderLayer, Linear, LoRA, Model, Positional, Role
 
 TIE_SAMPLES = 16
@@ -127,7 +128,7 @@ def _recognise(model: onnx.ModelProto, path: Path) -> Recognised:
         import onnx.inliner
 
         model = onnx.inliner.inline_local_functions(model)
-    g = GraphIndex(model, path.parent)
+    g = GraphIndex(model, path.parent, dequantize_graph(model))
     projections = pair_lora(g, find_weight_matmuls(g))
     if not projections:
         raise PatternError("no decoder layers found (no MatMul/Gemm with a weight initializer)")
@@ -197,6 +198,7 @@ def _recognise(model: onnx.ModelProto, path: Path) -> Recognised:
             rope_theta=rope.theta if rope is not None else DEFAULT_ROPE_THETA,
             rope_inv_freq=rope.inv_freq if rope is not None else (),
             embed_scale=scale,
+            weight_quant=weight_formats(g.quant, [p.weight for x in layers for p in x.projections] + [lm_head.weight]),
         )
     except InputError as exc:  # a size over the IR's limits, reported against the file
         raise PatternError(exc.problem) from None

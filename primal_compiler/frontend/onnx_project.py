@@ -2,7 +2,7 @@
 
 A *projection* is ``y = x @ W (+ b) (+ scale * (x @ A) @ B)``. This module
 finds every weight matmul (MatMul with a constant right operand, possibly
-behind Transpose/Cast/Identity; Gemm with transB; com.microsoft MatMulNBits),
+behind Transpose/Cast/Identity, quantized weights included (``onnx_quant``); Gemm with transB),
 pairs unmerged LoRA adapters (two weight matmuls back to back, ``in -> r ->
 out``, optionally scaled, added to a base projection of the same shape) and
 detects biases (a Gemm C input, or an Add of a 1-D constant of ``out``
@@ -29,7 +29,7 @@ class Projection:
     x: str  # activation input
     in_features: int
     out_features: int
-    weight: str  # initializer name ("" when the op hides it, e.g. MatMulNBits)
+    weight: str  # initializer name
     bias: bool = False
     lora: tuple[int, float] | None = None  # (rank, alpha)
     lora_nodes: tuple[int, ...] = ()
@@ -58,11 +58,6 @@ def find_weight_matmuls(g: GraphIndex) -> list[Projection]:
             rows, cols = (w.cols, w.rows) if attr(node, "transB", 0) else (w.rows, w.cols)
             has_c = len(node.input) > 2 and bool(node.input[2])
             found.append(Projection(i, node.input[0], rows, cols, w.name, bias=has_c))
-        elif node.op_type == "MatMulNBits" and domain == "com.microsoft":
-            k, n = attr(node, "K"), attr(node, "N")
-            if k and n:
-                has_bias = len(node.input) > 5 and bool(node.input[5])
-                found.append(Projection(i, node.input[0], int(k), int(n), node.input[1], bias=has_bias))
     return found
 
 

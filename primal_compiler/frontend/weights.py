@@ -30,6 +30,7 @@ import numpy as np
 
 from primal_compiler.errors import InputError, one_line
 from primal_compiler.frontend.lora_spec import LAYER_ROLES
+from primal_compiler.frontend.quant_codes import Decoded, decode
 from primal_compiler.ir.model import Model, Role
 
 
@@ -43,6 +44,7 @@ class ProjectionWeights:
     b: np.ndarray | None = None  # LoRA B, r x out
     scale: float = 1.0  # LoRA alpha / rank (alpha / sqrt(rank) with rsLoRA)
     module: str = ""  # where it came from: PEFT module name or ONNX node name
+    stored: Decoded | None = None  # the file's own quantization of ``w`` (in x out codes and scales), if any
 
     @property
     def rank(self) -> int | None:
@@ -103,20 +105,20 @@ def load_onnx_weights(path: str | Path, *, base: bool = True) -> ModelWeights:
     for (layer, role), p in found.projections.items():
         node = g.nodes[p.node]
         label = f"layer {layer} {role.value}" if role != Role.LM_HEAD else "lm_head"
-        w = bias = a = b = None
+        w = bias = a = b = stored = None
         if base:
             lo, hi, full = p.split or (0, p.out_features, p.out_features)  # a fused gate/up: its column range
-            w = _matmul_weight(g, p.node, (p.in_features, full), label, where)[:, lo:hi]
+            w, stored = _matmul_weight(g, p.node, (p.in_features, full), label, where, (lo, hi))
             if p.bias:
                 bias = _bias(g, p.node, full, label, where)
                 bias = None if bias is None else bias[lo:hi]
         scale = 1.0
         if p.lora is not None:
             rank, alpha = p.lora
-            a = _matmul_weight(g, p.lora_nodes[0], (p.in_features, rank), f"{label} lora_A", where)
-            b = _matmul_weight(g, p.lora_nodes[1], (rank, p.out_features), f"{label} lora_B", where)
+            a = _matmul_weight(g, p.lora_nodes[0], (p.in_features, rank), f"{label} lora_A", where)[0]
+            b = _matmul_weight(g, p.lora_nodes[1], (rank, p.out_features), f"{label} lora_B", where)[0]
             scale = alpha / rank
-        out[(layer, role)] = ProjectionWeights(w, bias, a, b, scale, node.name or f"node {p.node}")
+        out[(layer, role)] = ProjectionWeights(w, bias, a, b, scale, node.name or f"node {p.node}", stored)
     tables = read_tables(found, where) if base else None
     return ModelWeights(where, "onnx", out, found.model, tables, found.rope_unread)
 
@@ -140,9 +142,35 @@ def _tensor_behind(g, name: str) -> tuple[Any, bool]:
 
 
 def _read(g, tensor, label: str, where: str) -> np.ndarray:
-    """An initializer as float32; absent external data and values that are not finite are InputErrors."""
-    from onnx import TensorProto, numpy_helper
+    """An initializer as float32 (a quantized one dequantized); absent external data and values that are not
+    finite are InputErrors."""
+    value = _decoded(g, tensor, label, where).w if _quantized(g, tensor) else _raw(g, tensor, label, where)
+    return _finite(value.astype(np.float32), tensor, label, where)
 
+
+def _finite(value: np.ndarray, tensor, label: str, where: str) -> np.ndarray:
+    if not np.isfinite(value).all():
+        raise InputError(where, f"{label}: initializer {tensor.name!r} holds NaN or infinite values")
+    return value
+
+
+def _quantized(g, tensor) -> bool:
+    return g.quant is not None and tensor.name in g.quant.weights
+
+
+def _decoded(g, tensor, label: str, where: str) -> Decoded:
+    """A quantized constant's codes, scales and float values, from the tensors the file stores."""
+    from primal_compiler.frontend.onnx_graph import PatternError
+
+    try:
+        return decode(g.quant.weights[tensor.name], lambda name: _raw(g, g.inits[name], label, where))
+    except PatternError as exc:
+        raise InputError(where, f"{label}: {exc}") from None
+
+
+def _raw(g, tensor, label: str, where: str) -> np.ndarray:
+    """An initializer's values as stored; absent external data is an InputError."""
+    from onnx import TensorProto, numpy_helper
 
     if tensor.data_location == TensorProto.EXTERNAL:
         if g.external_file(tensor) is None:
@@ -152,13 +180,10 @@ def _read(g, tensor, label: str, where: str) -> np.ndarray:
             )
         tensor = _sized(tensor, label, where)
     try:
-        value = numpy_helper.to_array(tensor, base_dir=str(g.base_dir)).astype(np.float32)
+        return numpy_helper.to_array(tensor, base_dir=str(g.base_dir))
     except Exception as exc:  # noqa: BLE001 - onnx raises many types for unreadable data
         detail = f"{type(exc).__name__}: {one_line(exc, 200)}"
         raise InputError(where, f"{label}: cannot read initializer {tensor.name!r} ({detail})") from None
-    if not np.isfinite(value).all():
-        raise InputError(where, f"{label}: initializer {tensor.name!r} holds NaN or infinite values")
-    return value
 
 
 def _sized(tensor, label: str, where: str):
@@ -183,36 +208,44 @@ def _sized(tensor, label: str, where: str):
     return sized
 
 
-def _matmul_weight(g, node_index: int, shape: tuple[int, int], label: str, where: str) -> np.ndarray:
-    """The ``in x out`` matrix a MatMul/Gemm multiplies by (as the projection finder sees it)."""
+def _matmul_weight(g, node_index: int, shape: tuple[int, int], label: str, where: str,
+                   columns: tuple[int, int] | None = None) -> tuple[np.ndarray, Decoded | None]:
+    """The ``in x out`` matrix a MatMul/Gemm multiplies by (as the projection finder sees it), its
+    ``columns`` range only when given, and the file's own codes and scales of it when quantized."""
     node = g.nodes[node_index]
-    if node.op_type == "MatMulNBits":
-        raise InputError(where, f"{label}: quantized MatMulNBits weights cannot be decoded")
     tensor, transposed = _tensor_behind(g, node.input[1])
     if tensor is None:
         raise InputError(where, f"{label}: the weight of node {node.name or node_index} is not a constant")
-    value = _read(g, tensor, label, where)
+    stored = _decoded(g, tensor, label, where) if _quantized(g, tensor) else None
+    value = _read(g, tensor, label, where) if stored is None else _finite(stored.w, tensor, label, where)
     if value.ndim != 2:
         raise InputError(where, f"{label}: initializer {tensor.name!r} is not 2-D")
-    if transposed:
+    if transposed != bool(node.op_type == "Gemm" and _attr(node, "transB")):
         value = value.T
-    if node.op_type == "Gemm" and _attr(node, "transB"):
-        value = value.T
+        stored = None if stored is None else Decoded(stored.w.T, _t(stored.codes), stored.scale.T, stored.bits)
     if value.shape != shape:  # the frontend found these shapes from the same tensors
         raise InputError(where, f"{label}: weight is {_dims(value.shape)}, expected {_dims(shape)}")
-    return np.ascontiguousarray(value)
+    if columns is not None:
+        lo, hi = columns
+        value = value[:, lo:hi]
+        if stored is not None:
+            codes = None if stored.codes is None else stored.codes[:, lo:hi]
+            stored = Decoded(stored.w[:, lo:hi], codes, stored.scale[:, lo:hi], stored.bits)
+    return np.ascontiguousarray(value), stored
+
+
+def _t(codes: np.ndarray | None) -> np.ndarray | None:
+    return None if codes is None else codes.T
 
 
 def _bias(g, node_index: int, out_features: int, label: str, where: str) -> np.ndarray | None:
-    """The bias of a projection: Gemm C, MatMulNBits input 5, or a constant Add right after the matmul."""
+    """The bias of a projection: Gemm C, or a constant Add right after the matmul."""
     from primal_compiler.frontend.onnx_graph import SHAPE_OPS, TRANSPARENT
 
     node = g.nodes[node_index]
     name = None
     if node.op_type == "Gemm" and len(node.input) > 2 and node.input[2]:
         name = node.input[2]
-    elif node.op_type == "MatMulNBits" and len(node.input) > 5 and node.input[5]:
-        name = node.input[5]
     else:
         tensor = node.output[0]
         for _ in range(8):

@@ -173,9 +173,12 @@ class Machine:
             t, (R, C) = self.program.tiles, (self.geo.rram_rows, self.geo.rram_cols)
             layer, role = int(t.layer[row]), ROLE_CODES[t.role[row]]
             i, j = int(t.brow[row]), int(t.bcol[row])
-            block = self.params.w[(layer, role)][i * R : i * R + t.rows[row], j * C : j * C + t.cols[row]]
+            rows, cols = slice(i * R, i * R + t.rows[row]), slice(j * C, j * C + t.cols[row])
+            block = self.params.w[(layer, role)][rows, cols]
+            stored = self.params.stored.get((layer, role))
+            stored = None if stored is None else (stored[0][rows, cols], stored[1][rows, cols])
             bits = self.geo.lm_head_bits if role == Role.LM_HEAD else self.geo.base_bits
-            xbar = self.crossbars[row] = self.num.crossbar(block, bits, int(t.slice[row]))
+            xbar = self.crossbars[row] = self.num.crossbar(block, bits, int(t.slice[row]), stored)
         return row, xbar
 
     def sram_block(self, pos: tuple[int, int]) -> tuple[int, SramTile]:

@@ -4,7 +4,9 @@
 the model's ONNX file and the LoRA factors from that file or from a PEFT
 adapter directory (which then replaces the file's own factors), through
 :mod:`primal_compiler.frontend.weights` (the only place that decodes ONNX).
-Everything is float32 in the ``y = x @ W`` convention. Every projection,
+Everything is float32 in the ``y = x @ W`` convention; a quantized file's
+projections also keep its integer codes and scales, which hardware mode
+stores in the crossbars as they are when they fit (``precision``). Every projection,
 bias, LoRA factor, embedding table and norm the program's model has must be
 present with the shape it expects, and nothing else may carry LoRA; any
 mismatch is a one-line :class:`InputError` naming the file. The LoRA scale
@@ -13,7 +15,7 @@ mismatch is a one-line :class:`InputError` naming the file. The LoRA scale
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -41,6 +43,9 @@ class Params:
     pos_embed: np.ndarray | None
     norms: dict[tuple[int, int], tuple[np.ndarray, np.ndarray | None]]
     source: str
+    # the file's own integer codes and scales of a quantized ``w`` (codes minus zero points, in x out),
+    # keyed like ``w``; only where the zero points are integers
+    stored: dict[tuple[int, Role], tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
 
 
 def _dims(shape) -> str:
@@ -74,7 +79,7 @@ def load_params(model: Model, weights_path: str | Path, adapter_dir: str | Path 
         lora_src = load_peft_adapter(adapter_dir)
     if model.lora_targets or lora_src.lora:
         check_lora(lora_src, model)
-    w, bias, a, b = {}, {}, {}, {}
+    w, bias, a, b, stored = {}, {}, {}, {}, {}
     L, h = model.num_layers, model.hidden_size
     for n, layer in enumerate(model.layers):
         for lin in layer.linears:
@@ -83,6 +88,7 @@ def load_params(model: Model, weights_path: str | Path, adapter_dir: str | Path 
             if got is None:
                 raise InputError(where, f"has no {label} projection, which the program's model has")
             w[key] = _expect(where, f"{label} weight", got.w, (lin.in_features, lin.out_features))
+            _keep_codes(stored, key, got)
             if lin.bias:
                 bias[key] = _expect(where, f"{label} bias", got.bias, (lin.out_features,))
             elif got.bias is not None:
@@ -93,6 +99,7 @@ def load_params(model: Model, weights_path: str | Path, adapter_dir: str | Path 
                 b[key] = np.ascontiguousarray(p.b * np.float32(p.scale), dtype=np.float32)
     head = onnx.get(L, Role.LM_HEAD)
     w[(L, Role.LM_HEAD)] = _expect(where, "LM head weight", head.w if head else None, (h, model.vocab_size))
+    _keep_codes(stored, (L, Role.LM_HEAD), head)
     if model.lm_head_bias:
         bias[(L, Role.LM_HEAD)] = _expect(where, "LM head bias", head.bias, (model.vocab_size,))
     tables = onnx.tables
@@ -100,7 +107,12 @@ def load_params(model: Model, weights_path: str | Path, adapter_dir: str | Path 
     pos = None
     if model.positional == Positional.LEARNED:
         pos = _expect(where, "position embedding", tables.pos_embed, (model.num_pos_embeddings, h))
-    return Params(w, bias, a, b, embed, pos, _norms(model, tables.norms, where), where)
+    return Params(w, bias, a, b, embed, pos, _norms(model, tables.norms, where), where, stored)
+
+
+def _keep_codes(stored: dict, key: tuple[int, Role], got) -> None:
+    if got.stored is not None and got.stored.codes is not None:
+        stored[key] = (got.stored.codes, got.stored.scale)
 
 
 def _norms(model: Model, found: dict, where: str) -> dict[tuple[int, int], tuple[np.ndarray, np.ndarray | None]]:

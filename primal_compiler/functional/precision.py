@@ -10,7 +10,17 @@ column REDUCE give back W and dropping any slice changes the result.
 * RRAM-ACIM tiles hold weights quantized symmetrically to the program's bit
   width (``base_bits``; ``lm_head_bits`` for the LM head) with one scale per
   tile, cut into ``bits_per_cell`` two's-complement digits (the top digit
-  signed), one digit per crossbar slice;
+  signed), one digit per crossbar slice. A quantized file's own codes
+  (minus their zero points) are stored as they are instead when they fit:
+  every code within the program's signed bit width, and the file's scale
+  constant over each group of ``rram.rows_active_per_read`` rows of a
+  column, so it can multiply that group's converted partial sums digitally
+  (4-bit files on a 4-bit target need no requantization; blocks of 32 rows
+  under 64-row reads do not fit and are requantized per tile). Codes
+  narrower than the bit width are shifted to its top (the scale divided to
+  match), so the slices below them hold zeros: sign-extended small codes
+  would spread over every slice as large partial sums that cancel only
+  after the shift-add, each slice's ADC error amplified by its weight;
 * a tile's input block is quantized per token vector to ``rram.input_bits``
   (symmetric) and applied ``rram.dac_bits`` at a time (1 = bit-serial), in
   groups of ``rram.rows_active_per_read`` word lines; every pulse of every group is
@@ -60,8 +70,13 @@ class Crossbar:
     """What one RRAM macro holds: float weights (exact) or integer digits, tile scale and ADC step (hardware)."""
 
     weights: np.ndarray  # rows x cols: float32 slice (exact) or signed integer digits (hardware)
-    scale: float = 1.0
+    scale: float | np.ndarray = 1.0  # one per tile, or per (row group, column) for a file's own codes
     adc_step: float = 1.0
+
+    @property
+    def stored(self) -> bool:
+        """Whether the crossbar holds a quantized file's codes as they are (not requantized)."""
+        return isinstance(self.scale, np.ndarray)
 
 
 @dataclass(frozen=True, eq=False)
@@ -76,6 +91,31 @@ def quantize(x: np.ndarray, bits: int, axis=None) -> tuple[np.ndarray, np.ndarra
     peak = np.abs(x).max(axis=axis, keepdims=axis is not None).astype(np.float64)
     scale = np.where(peak > 0, peak / qmax, 1.0)
     return np.clip(np.rint(x / scale), -qmax, qmax).astype(np.int64), scale
+
+
+def _group_scales(stored: tuple[np.ndarray, np.ndarray] | None, bits: int, group: int) -> np.ndarray | None:
+    """The file's scales per (row group, column) when its codes fit ``bits`` signed bits and its scale is
+    constant over each ``group`` rows of a column; else None (the block is requantized)."""
+    if stored is None:
+        return None
+    codes, scale = stored
+    lo, hi = -(1 << (bits - 1)), (1 << (bits - 1)) - 1
+    if codes.size == 0 or codes.min() < lo or codes.max() > hi:
+        return None
+    rows = -(-scale.shape[0] // group) * group
+    padded = np.empty((rows, scale.shape[1]), np.float64)
+    padded[: scale.shape[0]] = scale
+    padded[scale.shape[0] :] = scale[-1:]  # rows past the block hold zeros: any scale serves them
+    grouped = padded.reshape(rows // group, group, -1)
+    if not (grouped == grouped[:, :1]).all():
+        return None
+    return grouped[:, 0]
+
+
+def _signed_bits(codes: np.ndarray) -> int:
+    """The fewest two's-complement bits that hold every code."""
+    lo, hi = int(codes.min(initial=0)), int(codes.max(initial=0))
+    return max(1, max(hi, -lo - 1).bit_length() + 1)
 
 
 def digits(q: np.ndarray, bits: int, width: int) -> np.ndarray:
@@ -97,21 +137,28 @@ class Numerics:
         self.bits_per_cell = hw.bits_per_cell
 
     # --- RRAM-ACIM -------------------------------------------------------------------------
-    def crossbar(self, block: np.ndarray, bits: int, slice_index: int) -> Crossbar:
-        """The crossbar holding bit slice ``slice_index`` of ``block`` stored at ``bits`` bits."""
+    def crossbar(self, block: np.ndarray, bits: int, slice_index: int,
+                 stored: tuple[np.ndarray, np.ndarray] | None = None) -> Crossbar:
+        """The crossbar holding bit slice ``slice_index`` of ``block`` stored at ``bits`` bits; ``stored``
+        is the file's (codes, scales) of the block, used as they are where they fit."""
         slices = -(-bits // self.bits_per_cell)
         if self.hw is None:
             return Crossbar((block / (slices * 2.0 ** (self.bits_per_cell * slice_index))).astype(np.float32))
-        q, scale = quantize(block, bits)
-        d = digits(q, bits, self.bits_per_cell)[slice_index]
         g = self.hw.rows_per_read
+        own = _group_scales(stored, bits, g)
+        if own is not None:  # left-aligned in the bit width, so the digits below the codes hold zeros
+            shift = bits - _signed_bits(stored[0])
+            q, scale = stored[0].astype(np.int64) << shift, own / float(1 << shift)
+        else:
+            q, scale = quantize(block, bits)
+        d = digits(q, bits, self.bits_per_cell)[slice_index]
         rows = -(-d.shape[0] // g) * g
         padded = np.zeros((rows, d.shape[1]), np.int64)
         padded[: d.shape[0]] = d
         full_scale = np.abs(padded).reshape(rows // g, g, -1).sum(axis=1).max(initial=0) * (2 ** self.hw.pulse_bits - 1)
         levels = 2 ** (self.hw.adc_bits - 1) - 1
         step = full_scale / levels if full_scale > levels else 1.0
-        return Crossbar(padded, float(scale), float(step))
+        return Crossbar(padded, scale if own is not None else float(scale), float(step))
 
     def rram(self, xbar: Crossbar, x: np.ndarray) -> np.ndarray:
         """Partial sums ``x @ W`` of one crossbar for token vectors ``x`` (V x rows)."""
@@ -127,9 +174,11 @@ class Numerics:
         w = xbar.weights.reshape(groups, g, -1).astype(np.float64)
         sums = np.einsum("pvgr,grc->pvgc", inputs.reshape(pulses.shape[:2] + (groups, g)), w)
         converted = np.rint(sums / xbar.adc_step) * xbar.adc_step
+        if xbar.stored:  # the file's scale of each row group, applied digitally after its conversion
+            converted = converted * xbar.scale
         weight = 2.0 ** (hw.pulse_bits * np.arange(len(pulses)))
         acc = np.einsum("p,pvc->vc", weight, converted.sum(axis=2))
-        return (acc * sx * xbar.scale).astype(np.float32)
+        return (acc * sx * (1.0 if xbar.stored else xbar.scale)).astype(np.float32)
 
     # --- SRAM-DCIM -------------------------------------------------------------------------
     def sram_tile(self, block: np.ndarray, bits: int) -> SramTile:

@@ -49,12 +49,15 @@ class FunctionalResult:
     # (consumer, producer) int64 record indices, one row per distinct pair: a value ``producer`` wrote was
     # consumed by ``consumer`` (every request's records); only with ``producers=True``, else None
     producers: tuple[np.ndarray, np.ndarray] | None = None
+    crossbars: int = 0  # RRAM crossbars the replay used
+    crossbars_stored: int = 0  # of which hold a quantized file's codes as they are (hardware mode)
 
     def summary(self) -> dict:
         """JSON-ready facts (no logits)."""
         return {"tokens": self.tokens, "prompt": self.prompt, "precision": self.precision,
                 "steps": len(self.tokens), "records": self.records, "seconds": round(self.seconds, 6),
-                "request_tokens": self.request_tokens}
+                "request_tokens": self.request_tokens, "crossbars": self.crossbars,
+                "crossbars_stored": self.crossbars_stored}
 
 
 def _plan(program, where: str, prompt: list[int], generate: int) -> list[tuple[str, int, int, int | None]]:
@@ -160,4 +163,5 @@ def replay_functional(program, target, weights_path: str | Path, adapter_dir: st
     runs = [m.logits[a : a + generate] for a in firsts]
     tokens = [[int(np.argmax(x)) for x in run] for run in runs]
     return FunctionalResult(tokens[0], np.stack(runs[0]).astype(np.float32), prompt, precision, executed,
-                            time.perf_counter() - start_time, tokens, None if m.log is None else m.log.pairs())
+                            time.perf_counter() - start_time, tokens, None if m.log is None else m.log.pairs(),
+                            len(m.crossbars), sum(x.stored for x in m.crossbars.values()))

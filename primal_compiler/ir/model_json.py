@@ -9,12 +9,16 @@ from __future__ import annotations
 from dataclasses import asdict
 
 from primal_compiler.ir.model import (
-    Activation, Attention, DecoderLayer, Linear, LoRA, Model, NormKind, Positional, Precision, Role,
+    Activation, Attention, DecoderLayer, Linear, LoRA, Model, NormKind, Positional, Precision, Role, WeightQuant,
 )
 
 
 def model_to_dict(model: Model) -> dict:
-    return asdict(model)
+    """Plain data; ``weight_quant`` only when the file was quantized (older program files lack it)."""
+    d = asdict(model)
+    if not d["weight_quant"]:
+        del d["weight_quant"]
+    return d
 
 
 def _linear(d: dict) -> Linear:
@@ -31,6 +35,7 @@ def _layer(d: dict) -> DecoderLayer:
 
 def model_from_dict(d: dict) -> Model:
     """The Model of :func:`model_to_dict`; KeyError/ValueError on malformed data."""
-    rest = {k: v for k, v in d.items() if k not in ("layers", "positional", "norm", "precision")}
+    rest = {k: v for k, v in d.items() if k not in ("layers", "positional", "norm", "precision", "weight_quant")}
     return Model(layers=tuple(_layer(x) for x in d["layers"]), positional=Positional(d["positional"]),
-                 norm=NormKind(d["norm"]), precision=Precision(**d["precision"]), **rest)
+                 norm=NormKind(d["norm"]), precision=Precision(**d["precision"]),
+                 weight_quant=tuple(WeightQuant(**q) for q in d.get("weight_quant", ())), **rest)

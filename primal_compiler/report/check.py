@@ -4,7 +4,14 @@
 recognise, naming the node), compiles it with the ``fast`` pipeline for a
 short prompt, replays the stream functionally in exact precision and
 compares the logits of every step with ONNX Runtime on the same file and
-prompt (:func:`ort_greedy`). The replay is teacher-forced with ONNX Runtime's
+prompt (:func:`ort_greedy`). ONNX Runtime runs the file as written, its
+graph optimizations off: some change the arithmetic (the fusion of
+``DequantizeLinear`` and ``MatMul`` into ``MatMulNBits`` quantizes the
+activations to int8 by default). A file whose activations ONNX Runtime
+quantizes at run time (``DynamicQuantizeLinear`` into ``MatMulInteger``) is
+compared with its float-activation twin (``frontend.onnx_reference``: the
+same weight codes, decoded by ONNX Runtime), and the result also says how
+far ONNX Runtime's own quantized run is from the replay. The replay is teacher-forced with ONNX Runtime's
 greedy tokens, so a near-tie in an argmax cannot make two correct runs
 diverge. The error is ``max |replay - onnxruntime|`` over all steps divided
 by the logit scale ``max |onnxruntime logit|``; it must stay within
@@ -48,15 +55,23 @@ _HALF = ("tensor(float16)", "tensor(bfloat16)")
 
 
 @lru_cache(maxsize=None)
-def _session(path: str):
+def _session(path: str, as_written: bool = True):
+    """ONNX Runtime on the file as written (the float-activation twin of a dynamically quantized file,
+    optimizations off), or as ONNX Runtime runs it by default (``as_written=False``)."""
     import onnxruntime as ort
+
+    from primal_compiler.frontend.onnx_reference import float_activation_twin
 
     options = ort.SessionOptions()
     options.log_severity_level = 4  # its errors are reported in the verdict, not logged
-    return ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
+    if not as_written:
+        return ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    twin, _ = float_activation_twin(path)
+    return ort.InferenceSession(twin or path, options, providers=["CPUExecutionProvider"])
 
 
-def ort_logits(path: str | Path, ids: list[int]) -> np.ndarray:
+def ort_logits(path: str | Path, ids: list[int], as_written: bool = True) -> np.ndarray:
     """Logits of the last position of ``ids`` from ONNX Runtime, in the output's own dtype.
 
     Feeds every input signature the exporters write: ``input_ids``, an
@@ -64,7 +79,7 @@ def ort_logits(path: str | Path, ids: list[int]) -> np.ndarray:
     ``past_key_values.*`` (in the input's float type), and TorchScript's
     scalar index of the position whose logits are returned.
     """
-    session, n = _session(str(path)), len(ids)
+    session, n = _session(str(path), as_written), len(ids)
     feeds = {}
     for i in session.get_inputs():
         if i.name == "input_ids":
@@ -82,11 +97,11 @@ def ort_logits(path: str | Path, ids: list[int]) -> np.ndarray:
     return out[0, -1] if out.ndim == 3 else out[0]
 
 
-def ort_greedy(path: str | Path, prompt: list[int], generate: int) -> np.ndarray:
+def ort_greedy(path: str | Path, prompt: list[int], generate: int, as_written: bool = True) -> np.ndarray:
     """Logits [generate, vocab] of greedy decoding by ONNX Runtime, feeding the whole sequence each step."""
     ids, rows = list(prompt), []
     for _ in range(generate):
-        rows.append(ort_logits(path, ids))
+        rows.append(ort_logits(path, ids, as_written))
         ids.append(int(np.argmax(rows[-1])))
     return np.stack(rows)
 
@@ -216,7 +231,7 @@ def check_onnx(path: str, target: PrimalTarget, prompt: list[int] | None = None,
     want, facts = _reference(path, prompt, generate)
     info = {"file": path, "family": family_of(model), "layers": model.num_layers, "hidden": model.hidden_size,
             "vocab": model.vocab_size, "prompt": prompt, "steps": generate, "precision": None, "reference": None,
-            "note": None, "adapter": None, **facts}
+            "note": None, "adapter": None, "runtime_quantization": None, **facts}
     forced = [int(t) for t in (base if want is None else want).argmax(axis=1)][: generate - 1]
     if want is None:
         info.update(verdict="UNVERIFIED", max_error=None, scale=None, relative_error=None, step=None,
@@ -226,6 +241,9 @@ def check_onnx(path: str, target: PrimalTarget, prompt: list[int] | None = None,
         tolerance = TOLERANCE_FP16 if info["precision"] == "fp16" else TOLERANCE
         result = compare(base, want, tolerance)
         info.update(result, verdict="OK" if result["step"] is None else "MISMATCH")
+        if any(q.dynamic_inputs for q in model.weight_quant):  # against onnxruntime's own quantized run
+            own = np.stack([ort_logits(path, prompt + forced[:k], as_written=False) for k in range(generate)])
+            info["runtime_quantization"] = {"moves_logits_by": compare(base, own, np.inf)["relative_error"]}
     if adapter_dir is not None:
         moved = compare(replay(adapter_program, adapter_dir, forced), base, np.inf)["relative_error"]
         info["adapter"] = {"directory": adapter_dir, "lora": described, "moves_logits_by": moved,
@@ -245,6 +263,10 @@ def render_check(info: dict) -> str:
                 f"{info['step']} of {steps}")
     else:
         body = f"replayed {steps}; {info['note']}"
+    if info.get("runtime_quantization"):
+        moved = info["runtime_quantization"]["moves_logits_by"]
+        body += (f"; compared with float activations: onnxruntime's own run, which quantizes them to uint8 "
+                 f"at run time, is {moved:.1e} of the scale away")
     adapter = info["adapter"]
     if adapter is not None:
         moved = "non-finite" if adapter["moves_logits_by"] is None else f"{adapter['moves_logits_by']:.1e}"

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import fields
+from dataclasses import asdict, fields
 
 from primal_compiler.ir.program import Program
 
@@ -28,6 +28,8 @@ def inspect_model(model, target, program: Program | None = None) -> dict:
         "base_params": model.base_params, "lora_params": model.lora_params,
         "lora_targets": [r.value for r in model.lora_targets],
         "precision": {f.name: getattr(p, f.name) for f in fields(p)},
+        "weight_quant": [{**asdict(q), "dynamic_inputs": q.dynamic_inputs, "description": q.describe()}
+                         for q in model.weight_quant],
         "layers": [
             {"index": layer.index, "matrices": [
                 {"role": lin.role.value, "shape": [lin.in_features, lin.out_features], "bias": lin.bias,
@@ -126,6 +128,7 @@ def render_inspect(info: dict) -> str:
         f"on {','.join(info['lora_targets']) or 'none'}",
         f"  precision: base {p['base_weight_bits']}b, LoRA {p['lora_weight_bits']}b, "
         f"embeddings {p['embed_bits']}b, LM head {p['lm_head_bits']}b, activations {p['activation_bits']}b",
+    ] + [f"  file quantization: {q['description']}" for q in info["weight_quant"]] + [
         f"  on {n['target']}: {n['rram_macros']:,} RRAM macros, {n['sram_macros']:,} SRAM macros, "
         f"{n['cts']} CTs ({n['cts_per_layer']} per layer + {n['lm_head_cts']} for the LM head), "
         f"PE utilisation {100 * n['pe_utilisation']:.1f}%",
