@@ -271,3 +271,16 @@ def test_shape_only_import_decodes_no_weight(monkeypatch):
     monkeypatch.setattr(quant_codes, "decode", refuse)
     monkeypatch.setattr(weights, "decode", refuse)
     assert load_onnx(QUANTIZED / "llama_nbits8_asym.onnx").layers[0].linear(Role.DOWN).in_features == 88
+
+
+def test_quantized_weights_in_external_data_decode_and_a_missing_file_is_named(tmp_path, target):
+    from primal_compiler.report.check import check_onnx
+
+    model = onnx.load(QUANTIZED / "llama_dynamic_int8.onnx")
+    path = tmp_path / "ext.onnx"
+    onnx.save(model, path, save_as_external_data=True, location="ext.data", size_threshold=256)
+    assert check_onnx(str(path), target)["verdict"] == "OK"
+    (tmp_path / "ext.data").rename(tmp_path / "moved.data")
+    assert load_onnx(path).weight_quant == (FORMATS["llama_dynamic_int8"],)  # shapes need no weight bytes
+    with pytest.raises(InputError, match=r"initializer '.*' is in external data file 'ext.data', which is absent"):
+        load_onnx_weights(path)
