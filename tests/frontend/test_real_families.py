@@ -1,0 +1,78 @@
+"""Real exports of current model families (``tests/fixtures/make_families.py``): read exactly, or refused.
+
+The in-process builders of ``families.py`` imitate these graph forms; here the exporter made them. A
+family the frontend reads must import as its config says and replay to ONNX Runtime's logits; a family
+it does not understand must be refused in one line saying what, never imported as something else.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from primal_compiler.errors import InputError
+from primal_compiler.frontend.onnx_import import load_onnx
+from primal_compiler.ir.model import Activation, Role
+from tests.frontend.families import llama3_inv_freq
+
+FAMILIES = Path(__file__).resolve().parents[1] / "fixtures" / "onnx" / "families"
+ALL = sorted(p.stem for p in FAMILIES.glob("*.onnx"))
+READ = [n for n in ALL if json.loads((FAMILIES / f"{n}.json").read_text())["expect"] == "read"]
+REFUSED = [n for n in ALL if n not in READ]
+
+
+def sidecar(name: str) -> dict:
+    return json.loads((FAMILIES / f"{name}.json").read_text())
+
+
+def test_the_set_has_the_families_and_stays_small():
+    assert READ == ["gemma", "llama3", "phi3", "qwen2"]
+    assert REFUSED == ["bloom", "falcon", "gemma2", "gpt_neox", "phi2", "qwen3"]
+    assert sum(p.stat().st_size for p in FAMILIES.glob("*.onnx")) < 2 * 1024 * 1024
+
+
+@pytest.mark.parametrize("name", READ)
+def test_a_read_family_imports_as_its_config_says(name):
+    truth, model = sidecar(name), load_onnx(FAMILIES / f"{name}.onnx")
+    att = model.attention
+    assert (model.num_layers, model.hidden_size, model.vocab_size) == (truth["num_layers"], truth["hidden_size"],
+                                                                       truth["vocab_size"])
+    assert (att.num_heads, att.num_kv_heads, att.head_dim) == (truth["num_heads"], truth["num_kv_heads"],
+                                                               truth["head_dim"])
+    assert model.intermediate_size == truth["intermediate_size"]
+    assert model.tie_word_embeddings == truth["tie_word_embeddings"]
+    assert model.base_params == truth["base_params"]
+
+
+def test_each_family_keeps_what_makes_it_different():
+    qwen2, phi3, gemma, llama3 = (load_onnx(FAMILIES / f"{n}.onnx") for n in ("qwen2", "phi3", "gemma", "llama3"))
+    assert [lin.bias for lin in qwen2.layers[0].linears][:3] == [True, True, True]  # q, k, v biases
+    assert qwen2.layers[0].linear(Role.O).bias is False
+    layer = phi3.layers[0]
+    assert layer.linear(Role.QKV).out_features == 96 and layer.linear(Role.GATE).out_features == 64
+    assert gemma.embed_scale == pytest.approx(math.sqrt(32)) and gemma.layers[0].activation == Activation.GELU_NEW
+    inv = np.array(llama3.rope_inv_freq)  # read from the graph: transformers' llama3 scaling, not theta's series
+    assert not np.allclose(inv, 500000.0 ** (-np.arange(0, 8, 2) / 8))
+    np.testing.assert_allclose(inv, llama3_inv_freq(8, original=16), rtol=1e-6)
+
+
+@pytest.mark.parametrize("name", READ)
+def test_a_read_family_replays_to_onnxruntime(name):
+    pytest.importorskip("onnxruntime")
+    from primal_compiler.report.check import check_onnx
+    from primal_compiler.target import load_primal_target
+
+    info = check_onnx(str(FAMILIES / f"{name}.onnx"), load_primal_target("primal-7nm"))
+    assert info["verdict"] == "OK" and info["relative_error"] < 1e-5, info
+
+
+@pytest.mark.parametrize("name", REFUSED)
+def test_an_unread_family_is_refused_in_one_line(name):
+    with pytest.raises(InputError) as err:
+        load_onnx(FAMILIES / f"{name}.onnx")
+    message = str(err.value)
+    assert sidecar(name)["expect"] in message and "\n" not in message
