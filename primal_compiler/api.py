@@ -155,6 +155,16 @@ def run_pipeline(pipeline: str, batch: int | None, context: int | None, steps: i
     return print_pipeline(tuple(passes))
 
 
+def with_adapters(pipeline: str, adapters: int) -> str:
+    """``pipeline`` serving ``adapters`` adapter directories (``codegen.for_adapters``); unchanged for none."""
+    from primal_compiler.passmgr import print_pipeline
+    from primal_compiler.transforms.codegen import for_adapters
+
+    if adapters < 1:
+        return pipeline
+    return print_pipeline(tuple(for_adapters(p, adapters) for p in resolve_pipeline(pipeline)))
+
+
 def decode_steps(stream) -> int:
     """Decode steps of request 0: its decode ARGMAXes over its prefill's (one per pass)."""
     from primal_compiler.isa.opcodes import step_ends

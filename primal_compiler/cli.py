@@ -34,8 +34,11 @@ def cmd_inspect(args) -> None:
 
     model = load_model(args.model, args.lora, args.adapter)
     info = inspect_model(model, _target(args.target))
-    if args.adapter is not None:
-        info["adapter"] = adapter_info(args.adapter, model)
+    if args.adapter:
+        described = [adapter_info(d, model) for d in args.adapter]
+        info["adapter"] = described[0]
+        if len(described) > 1:
+            info["adapters"] = described
     print(json.dumps(info, indent=2) if args.json else render_inspect(info))
 
 
@@ -49,7 +52,8 @@ def cmd_compile(args) -> None:
     check_destination(args.output, args.force, directory=True, inputs=inputs)
     model = load_model(args.model, args.lora, args.adapter)
     target = _target(args.target)
-    program = api.compile_model(model, target, args.pipeline, verify=args.verify)
+    pipeline = api.with_adapters(args.pipeline, len(args.adapter or ()))
+    program = api.compile_model(model, target, pipeline, verify=args.verify)
     api.write_compiled(program, target, Path(args.output), args.force, inputs)
     print(render_inspect(inspect_model(program.model, target, program)))
     print()
@@ -69,9 +73,9 @@ def _model_inputs(model: str) -> tuple[str, ...]:
     return (model,) if model and Path(model).exists() else ()
 
 
-def _adapter_inputs(adapter: str | None) -> tuple[str, ...]:
-    """The adapter directory ``--adapter`` names, which an output may not replace."""
-    return (adapter,) if adapter else ()
+def _adapter_inputs(adapters: list[str] | None) -> tuple[str, ...]:
+    """The adapter directories ``--adapter`` names, which an output may not replace."""
+    return tuple(adapters or ())
 
 
 def _is_program(spec: str) -> bool:
@@ -119,7 +123,7 @@ def cmd_run_functional(args) -> None:
         target, where = _target(args.target or "primal-7nm"), args.model
         model = load_model(args.model, args.lora, args.adapter)
         program = compile_for_replay(model, target, len(prompt), args.generate or 1, args.pipeline or "default",
-                                     args.context)
+                                     args.context, adapters=len(args.adapter or ()))
     result = replay_functional(program, target, args.weights, args.adapter, prompt=prompt, generate=args.generate or 1,
                                precision=args.precision, where=where)
     if args.save_logits:
@@ -129,7 +133,9 @@ def cmd_run_functional(args) -> None:
     else:
         stored = (f"; {result.crossbars_stored} of {result.crossbars} crossbars hold the file's own quantized codes"
                   if result.crossbars_stored else "")
-        print(f"prompt {prompt} -> generated {result.tokens} ({args.precision} precision, "
+        generated = (" ".join(f"request {r} {t}" for r, t in enumerate(result.request_tokens))
+                     if len(result.request_tokens) > 1 else str(result.tokens))
+        print(f"prompt {prompt} -> generated {generated} ({args.precision} precision, "
               f"{result.records:,} records executed in {result.seconds:.2f} s{stored})")
 
 
@@ -167,6 +173,7 @@ def cmd_run(args) -> None:
         model = load_model(args.model, args.lora, args.adapter)
         target = _target(args.target or "primal-7nm")
         pipeline = api.run_pipeline(args.pipeline or "default", args.batch, args.context, args.generate)
+        pipeline = api.with_adapters(pipeline, len(args.adapter or ()))
         program = api.compile_model(model, target, pipeline)
         passes = ", ".join(f"{r.name} {r.seconds:.1f} s" for r in program.records)
         print(f"compiled {model.name}: {api.pipeline_text(program)} ({passes})", file=sys.stderr)
@@ -237,15 +244,17 @@ def build_parser() -> argparse.ArgumentParser:
         sp.add_argument("--target", default="primal-7nm", help="bundled target name or a .toml path")
 
     adapter_help = "a PEFT adapter directory: its config sets the LoRA (replacing the file's; --lora must agree)"
+    many = ("; repeat it for a multi-adapter program (adapter ids 0, 1, ... in order, same targets and ranks; "
+            "one request per adapter unless codegen{requests} says otherwise)")
     sp = sub.add_parser("inspect", help="print the recognised model structure and its hardware needs")
     model_args(sp)
-    sp.add_argument("--adapter", default=None, help=adapter_help + "; also describes the adapter")
+    sp.add_argument("--adapter", action="append", default=None, help=adapter_help + "; also describes the adapter")
     sp.add_argument("--json", action="store_true")
     sp.set_defaults(func=cmd_inspect)
 
     sp = sub.add_parser("compile", help="compile a model to a placed PRIMAL program")
     model_args(sp)
-    sp.add_argument("--adapter", default=None, help=adapter_help)
+    sp.add_argument("--adapter", action="append", default=None, help=adapter_help + many)
     sp.add_argument("-p", "--pipeline", type=pipeline_arg, default="default",
                     help="bundled pipeline, .toml file or pipeline text")
     sp.add_argument("-o", "--output", required=True, help="output directory (new, or an earlier output with --force)")
@@ -256,7 +265,8 @@ def build_parser() -> argparse.ArgumentParser:
     sp = sub.add_parser("run", help="replay a compiled program (or compile a model and replay it) and print its costs")
     sp.add_argument("model", help="a compile output directory or program.primal, or a model to compile first")
     sp.add_argument("--lora", default=None, help="adapters when compiling a model, e.g. q,v:8")
-    sp.add_argument("--adapter", default=None, help=adapter_help + "; --functional reads its weights")
+    sp.add_argument("--adapter", action="append", default=None,
+                    help=adapter_help + "; --functional reads its weights" + many)
     sp.add_argument("--target", default=None, help="target (default: the program's own, or primal-7nm)")
     sp.add_argument("-p", "--pipeline", type=pipeline_arg, default=None,
                     help="pipeline when compiling a model (default: default)")

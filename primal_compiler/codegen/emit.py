@@ -144,8 +144,9 @@ class ProgramEmitter:
                      dst_buf=buf(BufKind.TOKEN, d.start), count=vocab * len(d), arg=ActFn.ARGMAX, layer=L)
         out.put(tail, flags=flags)
 
-    def adapter(self, out: _Out, barrier: int) -> None:
-        """MASK the all-zero LoRA blocks, CONFIG the others, then a barrier."""
+    def adapter(self, out: _Out, barrier: int, adapter: int = 0) -> None:
+        """MASK the all-zero LoRA blocks, CONFIG the others with ``adapter``'s weights (into slot 0), then a
+        barrier."""
         t = self.p.tiles
         sram = np.flatnonzero(t.macro == Macro.SRAM)
         ct, pe = t.ct[t.host[sram]], t.pe[sram]
@@ -155,7 +156,7 @@ class ProgramEmitter:
             b.add_columns(int(zero.sum()), op=Opcode.MASK, ct=ct[zero], pe=pe[zero], arg=1, layer=t.layer[sram][zero])
         keep = ~zero
         b.add_columns(int(keep.sum()), op=Opcode.CONFIG, ct=CONTROLLER, pe=0, dst_ct=ct[keep], dst_pe=pe[keep],
-                      dst_buf=buf(BufKind.SRAM, 0), nbytes=t.bytes[sram][keep], arg=0,
+                      dst_buf=buf(BufKind.SRAM, 0), nbytes=t.bytes[sram][keep], arg=adapter << 16,
                       layer=t.layer[sram][keep], flags=Flag.D2D)
         b.add(op=Opcode.SYNC, ct=CONTROLLER, pe=0, arg=barrier)
         out.put(b)
@@ -179,7 +180,7 @@ def emit_stream(program, target, prompt: int, requests: tuple[int, ...], steps: 
     for r, adapter in enumerate(requests):
         if has_lora and (r == 0 or adapter != requests[r - 1]):
             start = out.length
-            em.adapter(out, barrier=r)
+            em.adapter(out, barrier=r, adapter=adapter)
             out.section(f"adapter:{r}", start)
         start = out.length
         chunk = prefill_chunk or prompt

@@ -106,7 +106,7 @@ def _extent(r: np.ndarray, rec: np.ndarray, e: Extent) -> tuple[np.ndarray, np.n
         return (arg >> 18) * 8, end
     if e == Extent.TOKEN_SLOTS:
         return arg & 0xFFFF, (arg & 0xFFFF) + r["count"][rec].astype(np.int64)
-    return arg, arg + 1  # SLOT_BIT
+    return arg & 0xFFFF, (arg & 0xFFFF) + 1  # SLOT_BIT (CONFIG's adapter id sits above the slot)
 
 
 def footprints(stream) -> Footprints:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 from primal_compiler.errors import InputError
@@ -10,11 +11,14 @@ from primal_compiler.frontend.lora_spec import attach_lora
 from primal_compiler.ir.model import Model
 
 
-def load_model(spec: str, lora: str | None = None, adapter: str | None = None) -> Model:
+def load_model(spec: str, lora: str | None = None, adapter: str | Sequence[str] | None = None) -> Model:
     """A built-in name or an ONNX path, with the adapters of ``lora`` attached; bad input is an InputError.
 
     ``adapter`` (a PEFT adapter directory) sets the LoRA from its config instead, replacing the file's;
     a ``lora`` given with it must agree (see :func:`~primal_compiler.frontend.peft.attach_adapter`).
+    Several directories (adapter ids 0, 1, ... of a multi-adapter program) must give the same roles and
+    ranks, which one placement of LoRA tiles serves; their alphas may differ (each CONFIG writes its
+    adapter's scaled B). The model carries the first one's.
     """
     if spec.lower() in BUILTIN:
         model = load_builtin(spec)
@@ -24,10 +28,18 @@ def load_model(spec: str, lora: str | None = None, adapter: str | None = None) -
         model = load_onnx(Path(spec))
     else:
         model = load_builtin(spec)  # raises the "unknown built-in" error
-    if adapter is not None:
+    dirs = [adapter] if isinstance(adapter, str) else list(adapter or ())
+    if dirs:
         from primal_compiler.frontend.peft import attach_adapter, read_adapter
 
-        return attach_adapter(model, read_adapter(adapter, model), lora)
+        adapters = [read_adapter(d, model) for d in dirs]
+        shape = {role: x.rank for role, x in adapters[0].loras.items()}
+        for other in adapters[1:]:
+            if {role: x.rank for role, x in other.loras.items()} != shape:
+                raise InputError(other.config, f"gives {other.spec!r}, {adapters[0].config} gives "
+                                               f"{adapters[0].spec!r}: the adapters of one program need the same "
+                                               "targets and ranks")
+        return attach_adapter(model, adapters[0], lora)
     if lora:
         model = attach_lora(model, lora)
     return model

@@ -16,12 +16,14 @@ from primal_compiler.errors import InputError
 from primal_compiler.ir.model import Model
 from primal_compiler.ir.program import Program
 from primal_compiler.passmgr import PassManager, resolve_pipeline
+from primal_compiler.transforms.codegen import for_adapters
 
 
 def compile_for_replay(model: Model, target, prompt_len: int, generate: int, pipeline: str = "default",
-                       context: int | None = None) -> Program:
+                       context: int | None = None, adapters: int = 0) -> Program:
     """``model`` compiled by ``pipeline`` (which must end with kv-ring and codegen) for a prompt of
-    ``prompt_len`` tokens and ``generate`` generated tokens; ``context`` overrides kv-ring's context."""
+    ``prompt_len`` tokens and ``generate`` generated tokens; ``context`` overrides kv-ring's context;
+    ``adapters`` > 1 adapter directories get one request each (``codegen.for_adapters``)."""
     if prompt_len < 1 or generate < 1:
         raise InputError("compile_for_replay", f"prompt_len and generate must be >= 1, got {prompt_len}, {generate}")
     passes = list(resolve_pipeline(pipeline))
@@ -32,5 +34,5 @@ def compile_for_replay(model: Model, target, prompt_len: int, generate: int, pip
         if p.name == "kv-ring" and context is not None:
             passes[i] = replace(p, context=context, chunk_tokens=min(p.chunk_tokens, context))
         elif p.name == "codegen":
-            passes[i] = replace(p, prompt=prompt_len, steps=max(1, generate - 1))
+            passes[i] = for_adapters(replace(p, prompt=prompt_len, steps=max(1, generate - 1)), adapters)
     return PassManager(tuple(passes)).run(Program(model=model), target)

@@ -181,15 +181,20 @@ class Machine:
             xbar = self.crossbars[row] = self.num.crossbar(block, bits, int(t.slice[row]), stored)
         return row, xbar
 
-    def sram_block(self, pos: tuple[int, int]) -> tuple[int, SramTile]:
-        """(tile row, SRAM contents) of the LoRA tile hosted at ``pos``, as a CONFIG writes it."""
+    def sram_block(self, pos: tuple[int, int], adapter: int = 0) -> tuple[int, SramTile]:
+        """(tile row, SRAM contents) of ``adapter``'s LoRA tile hosted at ``pos``, as a CONFIG writes it."""
         row = self.sram_at.get(pos)
         if row is None:
             raise self.fail("no LoRA tile is hosted on this PE")
+        if adapter >= len(self.params.lora):
+            given = len(self.params.lora)
+            raise self.fail(f"loads adapter {adapter}, but the replay was given {given} adapter"
+                            f"{'s' if given != 1 else ''} (one --adapter directory per adapter id, in order)")
+        a, b = self.params.lora[adapter]
         t, SR, W = self.program.tiles, self.geo.sram_rows, self.geo.lora_width
         key = (int(t.layer[row]), ROLE_CODES[t.role[row]])
         i, k = int(t.brow[row]), int(t.bcol[row])
-        matrix = self.params.a[key] if t.part[row] == Part.LORA_A else self.params.b[key].T  # B stored out x r
+        matrix = a[key] if t.part[row] == Part.LORA_A else b[key].T  # B stored out x r
         block = matrix[i * SR : i * SR + t.rows[row], k * W : k * W + t.cols[row]]
         return row, self.num.sram_tile(block if t.part[row] == Part.LORA_A else block.T, self.geo.lora_bits)
 

@@ -10,12 +10,14 @@ stores in the crossbars as they are when they fit (``precision``). Every project
 bias, LoRA factor, embedding table and norm the program's model has must be
 present with the shape it expects, and nothing else may carry LoRA; any
 mismatch is a one-line :class:`InputError` naming the file. The LoRA scale
-(alpha / rank) is folded into B, as the adapter's CONFIG writes it.
+(alpha / rank) is folded into B, as the adapter's CONFIG writes it. Several
+adapter directories give adapter ids 0, 1, ... (a CONFIG names the one it loads).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -29,16 +31,17 @@ from primal_compiler.ir.model import Model, NormKind, Positional, Role
 class Params:
     """Float32 parameters of one model, keyed like the model IR.
 
-    ``w``/``bias``/``a``/``b`` are keyed ``(layer, role)``, the LM head under
-    ``(num_layers, LM_HEAD)``; ``b`` already carries the LoRA scale.
+    ``w``/``bias`` are keyed ``(layer, role)``, the LM head under
+    ``(num_layers, LM_HEAD)``; ``lora[k]`` is adapter k's ``(a, b)``, keyed
+    the same way, ``b`` already carrying its LoRA scale (one adapter, the
+    file's own or the one directory given, unless several are).
     ``norms`` is keyed ``(layer, 0)`` (before attention), ``(layer, 1)``
     (before the MLP) and ``(num_layers, 0)`` (final norm): (scale, bias).
     """
 
     w: dict[tuple[int, Role], np.ndarray]
     bias: dict[tuple[int, Role], np.ndarray]
-    a: dict[tuple[int, Role], np.ndarray]
-    b: dict[tuple[int, Role], np.ndarray]
+    lora: tuple[tuple[dict[tuple[int, Role], np.ndarray], dict[tuple[int, Role], np.ndarray]], ...]
     embed: np.ndarray
     pos_embed: np.ndarray | None
     norms: dict[tuple[int, int], tuple[np.ndarray, np.ndarray | None]]
@@ -60,8 +63,10 @@ def _expect(where: str, what: str, value: np.ndarray | None, shape: tuple[int, .
     return np.ascontiguousarray(value, dtype=np.float32)
 
 
-def load_params(model: Model, weights_path: str | Path, adapter_dir: str | Path | None = None) -> Params:
-    """Parameters of ``model`` from ``weights_path`` (ONNX) and optionally a PEFT adapter directory."""
+def load_params(model: Model, weights_path: str | Path,
+                adapter_dir: str | Path | Sequence[str | Path] | None = None) -> Params:
+    """Parameters of ``model`` from ``weights_path`` (ONNX) and optionally PEFT adapter directories (adapter
+    ids 0, 1, ... in order), each checked against the model's LoRA."""
     path = Path(weights_path)
     if path.suffix.lower() != ".onnx" or not path.is_file():
         problem = "no such file" if not path.exists() else "not an ONNX file (expected MODEL.onnx)"
@@ -74,12 +79,13 @@ def load_params(model: Model, weights_path: str | Path, adapter_dir: str | Path 
     if onnx.rope_unread is not None and model.positional == Positional.ROPE:
         raise InputError(where, f"node {onnx.rope_unread}: RoPE from cos/sin caches is not read, so the replay "
                                 "cannot compute this file's rotation")
-    lora_src = onnx
-    if adapter_dir is not None:
-        lora_src = load_peft_adapter(adapter_dir)
-    if model.lora_targets or lora_src.lora:
-        check_lora(lora_src, model)
-    w, bias, a, b, stored = {}, {}, {}, {}, {}
+    dirs = [adapter_dir] if isinstance(adapter_dir, (str, Path)) else list(adapter_dir or ())
+    sources = [load_peft_adapter(d) for d in dirs] or [onnx]
+    for src in sources:
+        if model.lora_targets or src.lora:
+            check_lora(src, model)
+    w, bias, stored = {}, {}, {}
+    lora = tuple(({}, {}) for _ in sources)
     L, h = model.num_layers, model.hidden_size
     for n, layer in enumerate(model.layers):
         for lin in layer.linears:
@@ -94,9 +100,10 @@ def load_params(model: Model, weights_path: str | Path, adapter_dir: str | Path 
             elif got.bias is not None:
                 raise InputError(where, f"{label} has a bias, the program's model has none")
             if lin.lora is not None:
-                p = lora_src.get(n, lin.role)
-                a[key] = np.ascontiguousarray(p.a, dtype=np.float32)
-                b[key] = np.ascontiguousarray(p.b * np.float32(p.scale), dtype=np.float32)
+                for src, (a, b) in zip(sources, lora):
+                    p = src.get(n, lin.role)
+                    a[key] = np.ascontiguousarray(p.a, dtype=np.float32)
+                    b[key] = np.ascontiguousarray(p.b * np.float32(p.scale), dtype=np.float32)
     head = onnx.get(L, Role.LM_HEAD)
     w[(L, Role.LM_HEAD)] = _expect(where, "LM head weight", head.w if head else None, (h, model.vocab_size))
     _keep_codes(stored, (L, Role.LM_HEAD), head)
@@ -107,7 +114,7 @@ def load_params(model: Model, weights_path: str | Path, adapter_dir: str | Path 
     pos = None
     if model.positional == Positional.LEARNED:
         pos = _expect(where, "position embedding", tables.pos_embed, (model.num_pos_embeddings, h))
-    return Params(w, bias, a, b, embed, pos, _norms(model, tables.norms, where), where, stored)
+    return Params(w, bias, lora, embed, pos, _norms(model, tables.norms, where), where, stored)
 
 
 def _keep_codes(stored: dict, key: tuple[int, Role], got) -> None:

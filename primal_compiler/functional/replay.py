@@ -6,8 +6,10 @@ by section: for each request its ``adapter:r`` (if any), its ``prefill:r``
 (the prompt, whose length the program fixed at compile time) and the first
 ``generate - 1`` steps of its ``decode:r`` (each step ends with ARGMAX; the
 rest of the section is not issued). Every request gets the same prompt and,
-when the program has LoRA, the same adapter. The result holds the first
-request's generated tokens and the logits of each of its steps.
+when the program has LoRA, the adapter its CONFIG records name (the
+program's ``codegen{requests=...}``; adapter k is the k-th directory given).
+The result holds the first request's generated tokens and the logits of
+each of its steps, and every request's tokens.
 
 Supported programs: batch 1 (kv-ring ``batch=1``), pre-norm decoder
 layers, square crossbars (``rram.rows == rram.cols``) and LoRA tiles as tall
@@ -19,6 +21,7 @@ matrix's input blocks.
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -108,14 +111,17 @@ def _check_program(program, target, where: str, prompt: list[int], generate: int
                                      f"{model.max_position_embeddings} learned positions")
 
 
-def replay_functional(program, target, weights_path: str | Path, adapter_dir: str | Path | None = None, *,
+def replay_functional(program, target, weights_path: str | Path,
+                      adapter_dir: str | Path | Sequence[str | Path] | None = None, *,
                       prompt, generate: int = 1, precision: str = "exact", where: str | None = None,
                       force=None, producers: bool = False) -> FunctionalResult:
     """Run ``program``'s stream on ``prompt`` for ``generate`` greedy tokens with the weights of the files.
 
     ``weights_path`` is the model's ONNX file (base weights, biases,
     embeddings, norms, and its unmerged LoRA if any); ``adapter_dir`` a PEFT
-    adapter directory whose LoRA replaces the file's. ``force`` (teacher
+    adapter directory whose LoRA replaces the file's, or several, adapter
+    ids 0, 1, ... in order (each CONFIG loads the adapter it names, so each
+    request computes with its own). ``force`` (teacher
     forcing): ``force[k]`` replaces the token step k generated (the prefill
     is step 0) as the input of step k + 1, e.g. a reference continuation,
     so every step's logits are comparable with the reference's; ``tokens``

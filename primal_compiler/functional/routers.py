@@ -19,9 +19,9 @@ size the cost model charges and plays no part here.
   slot and the controller's position counter (the NMC's ring pointer), so
   a token at position p lands in ring position ``p mod context``; the slot
   remembers p for the attention mask.
-* ``CONFIG`` writes the LoRA tile hosted on the destination PE (as the
-  precision mode stores it) into SRAM slot ``arg`` and clears that slot's
-  mask bit; ``MASK`` sets the PE's mask register; ``PG_OFF``/``PG_ON`` gate
+* ``CONFIG`` writes adapter ``arg >> 16``'s LoRA tile hosted on the
+  destination PE (as the precision mode stores it) into SRAM slot
+  ``arg & 0xFFFF`` and clears that slot's mask bit; ``MASK`` sets the PE's mask register; ``PG_OFF``/``PG_ON`` gate
   and wake a CT (any record using a gated CT is an error); ``SYNC`` orders
   nothing further in a sequential replay.
 
@@ -127,8 +127,8 @@ def _softmax_merge(m: Machine, r: tuple, parts: list[np.ndarray], so: int) -> np
 def config(m: Machine, r: tuple) -> None:
     if r[DST_BUF] >> 12 != BufKind.SRAM:
         raise m.fail(f"CONFIG writes {buf_name(r[DST_BUF])}, not an SRAM slot")
-    dst, slot = _dst(r), r[ARG]
-    _, tile = m.sram_block(dst)
+    dst, slot, adapter = _dst(r), r[ARG] & 0xFFFF, r[ARG] >> 16
+    _, tile = m.sram_block(dst, adapter)
     m.sram[(dst[0], dst[1], slot)] = tile
     m.mask[dst] = m.mask.get(dst, 0) & ~(1 << slot)
     m.wrote_state(("sram", *dst, slot), ("mask", *dst, slot))

@@ -48,7 +48,7 @@ class Buffer(IntEnum):
 
     SRC_BUF = 0  # the record's src_buf tag
     DST_BUF = 1  # the record's dst_buf tag
-    SRAM_SLOT = 2  # BufKind.SRAM tag of slot ``arg`` (CONFIG, SMAC_SRAM)
+    SRAM_SLOT = 2  # BufKind.SRAM tag of slot ``arg & 0xFFF`` (CONFIG, SMAC_SRAM)
     KV_CHUNK = 3  # KV_K (DmacOp.QK) or KV_V (DmacOp.PV) tag of slot ``arg >> 8``
     MASK_REGISTER = 4  # the PE's LoRA block mask register (Pseudo.MASK)
 
@@ -62,7 +62,7 @@ class Extent(IntEnum):
     REDUCE_SRC = 3  # [((arg >> 4) & 0x3FFF) * 8, END)
     REDUCE_DST = 4  # [(arg >> 18) * 8, END)
     TOKEN_SLOTS = 5  # [arg & 0xFFFF, + count): KV_APPEND token slots (token units)
-    SLOT_BIT = 6  # [arg, arg + 1): one SRAM slot's mask bit
+    SLOT_BIT = 6  # [slot, slot + 1), slot = arg & 0xFFFF: one SRAM slot's mask bit
 
 
 class Pseudo(IntEnum):
@@ -149,8 +149,9 @@ DESCRIPTORS: dict[Opcode, Descriptor] = {d.opcode: d for d in (
                (Access(_S, Buffer.SRC_BUF, Extent.MOVE_SRC),),
                (Access(_D, Buffer.DST_BUF, Extent.MOVE_DST),),
                "_move", "unicast", PathClass.MESH_TRANSFER),
-    Descriptor(Opcode.CONFIG, "router: write `nbytes` of weights into SRAM slot `arg` of (`dst_ct`, `dst_pe`)",
-               ("ct", "pe", "dst_ct", "dst_pe", "dst_buf", "nbytes", "arg"), "SRAM slot", "sram",
+    Descriptor(Opcode.CONFIG, "router: write `nbytes` of adapter `arg >> 16`'s weights into SRAM slot "
+               "`arg & 0xFFFF` of (`dst_ct`, `dst_pe`)",
+               ("ct", "pe", "dst_ct", "dst_pe", "dst_buf", "nbytes", "arg"), "`adapter << 16 | slot`", "sram",
                (),
                (Access(_D, Buffer.SRAM_SLOT, Extent.WHOLE), Access(_D, Buffer.MASK_REGISTER, Extent.SLOT_BIT)),
                "_config", "config", PathClass.RECONFIGURATION),
@@ -216,18 +217,18 @@ def missing() -> list[str]:
 
 DOC_BEGIN, DOC_END = "<!-- opcode-table:begin -->", "<!-- opcode-table:end -->"
 _AT = {At.SOURCE: "src", At.DESTINATION: "dst", At.MEMBERS: "members"}
-_BUFFER = {Buffer.SRC_BUF: "src_buf", Buffer.DST_BUF: "dst_buf", Buffer.SRAM_SLOT: "SRAM slot arg",
+_BUFFER = {Buffer.SRC_BUF: "src_buf", Buffer.DST_BUF: "dst_buf", Buffer.SRAM_SLOT: "SRAM slot",
            Buffer.KV_CHUNK: "KV chunk arg>>8", Buffer.MASK_REGISTER: "mask register"}
 _EXTENT = {Extent.WHOLE: "", Extent.MOVE_SRC: "[src_off:]", Extent.MOVE_DST: "[dst_off:]",
            Extent.REDUCE_SRC: "[src_off:]", Extent.REDUCE_DST: "[dst_off:]", Extent.TOKEN_SLOTS: "[slot:slot+count]",
-           Extent.SLOT_BIT: "[arg]"}
+           Extent.SLOT_BIT: "[slot]"}
 _LEGEND = (
     "Footprints read `BUFFER@PLACE[ELEMENTS]`. PLACE: `src` and `dst` the record's source and destination "
     "(`ct`, `pe`) and (`dst_ct`, `dst_pe`), `self` its own PE (or the controller) when it has no destination, "
     "`members` every member of `group`. ELEMENTS: `[src_off:]`, `[dst_off:]` from the element offset packed in "
     "`arg` (8 x the packed value) to the end of the buffer; `[slot:slot+count]` `count` token slots from the one "
-    "in `arg`; `[arg]` one SRAM slot's bit; none, the whole location. `if` names the flags (`not`: flags absent) "
-    "or `arg` values a footprint needs. Generated from `primal_compiler/isa/descriptors.py` "
+    "in `arg`; `[slot]` the bit of SRAM slot `arg & 0xFFFF`; `SRAM slot` the slot `arg & 0xFFF`; none, the whole "
+    "location. `if` names the flags (`not`: flags absent) or `arg` values a footprint needs. Generated from `primal_compiler/isa/descriptors.py` "
     "(`python -m primal_compiler.isa.descriptors docs/isa.md` rewrites this block)."
 )
 

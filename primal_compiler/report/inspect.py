@@ -132,7 +132,7 @@ def render_inspect(info: dict) -> str:
         f"  on {n['target']}: {n['rram_macros']:,} RRAM macros, {n['sram_macros']:,} SRAM macros, "
         f"{n['cts']} CTs ({n['cts_per_layer']} per layer + {n['lm_head_cts']} for the LM head), "
         f"PE utilisation {100 * n['pe_utilisation']:.1f}%",
-    ] + ([render_adapter(info["adapter"])] if "adapter" in info else []))
+    ] + [render_adapter(a) for a in info.get("adapters", [info["adapter"]] if "adapter" in info else [])])
 
 
 def render_passes() -> str:

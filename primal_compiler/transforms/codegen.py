@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -80,3 +80,18 @@ class Codegen(Pass):
             "opcodes": {op.name: int(ops[op]) for op in Opcode if ops[op]},
         }
         return program.evolve(stream=stream, pending_details=details)
+
+
+def for_adapters(p, adapters: int):
+    """Pass ``p``, made to serve ``adapters`` adapter directories if it is codegen: its default of one
+    request on adapter 0 becomes one request per adapter (0, 1, ...); requests naming an adapter beyond
+    them are an InputError naming ``--adapter``. Any other pass is returned as it is."""
+    if p.name != "codegen" or adapters < 1:
+        return p
+    if adapters > 1 and p.requests == "0":
+        p = replace(p, requests=";".join(str(k) for k in range(adapters)))
+    top = max(parse_requests(p.requests))
+    if top >= adapters:
+        given = f"{adapters} --adapter director{'ies were' if adapters > 1 else 'y was'} given"
+        raise InputError("--adapter", f"codegen{{requests={p.requests}}} names adapter {top}, but {given}")
+    return p

@@ -36,8 +36,9 @@ def _linear(params, key, x):
     y = x @ params.w[key]
     if key in params.bias:
         y = y + params.bias[key]
-    if key in params.a:
-        y = y + (x @ params.a[key]) @ params.b[key]
+    a, b = params.lora[0]  # the one adapter of these reference runs
+    if key in a:
+        y = y + (x @ a[key]) @ b[key]
     return y
 
 

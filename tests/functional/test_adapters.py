@@ -1,0 +1,101 @@
+"""Several adapter directories: one program serves them, each request computing with the adapter it loads."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from safetensors.numpy import load_file, save_file
+
+from primal_compiler.errors import InputError
+from primal_compiler.frontend import load_model
+from primal_compiler.functional import compile_for_replay, replay_functional
+from primal_compiler.isa.opcodes import Opcode
+from tests.frontend.test_weights import write_adapter
+from tests.functional.conftest import PLACE, fixture
+
+PROMPT = [1, 2, 3]
+BASE = "llama_dynamo"
+
+
+@pytest.fixture(scope="module")
+def adapters(tmp_path_factory) -> list[Path]:
+    """Two q,v r8 adapters that decode differently (the second's factors are -3 times the first's)."""
+    root = tmp_path_factory.mktemp("adapters")
+    model = load_model(fixture(BASE), "q,v:8")
+    write_adapter(root / "a", model)
+    write_adapter(root / "b", model)
+    weights = root / "b" / "adapter_model.safetensors"
+    save_file({k: v * np.float32(-3) for k, v in load_file(str(weights)).items()}, str(weights),
+              metadata={"format": "pt"})
+    write_adapter(root / "r16", model, rank=16)
+    return [root / "a", root / "b", root / "r16"]
+
+
+def _replay(target, dirs, requests: str | None = None, generate: int = 3):
+    model = load_model(fixture(BASE), adapter=[str(d) for d in dirs])
+    pipeline = PLACE.format(opts="", context=32)
+    if requests:
+        pipeline = pipeline.replace("codegen", f"codegen{{requests={requests}}}")
+    program = compile_for_replay(model, target, len(PROMPT), generate, pipeline, adapters=len(dirs))
+    return program, replay_functional(program, target, fixture(BASE), [str(d) for d in dirs], prompt=PROMPT,
+                                      generate=generate)
+
+
+def test_each_request_computes_with_its_own_adapter(replay_target, adapters):
+    a, b = adapters[:2]
+    _, alone_a = _replay(replay_target, [a])
+    _, alone_b = _replay(replay_target, [b])
+    assert alone_a.tokens != alone_b.tokens  # the adapters matter
+    program, both = _replay(replay_target, [a, b])
+    assert both.request_tokens == [alone_a.tokens, alone_b.tokens]
+    np.testing.assert_array_equal(both.logits, alone_a.logits)
+    names = [s.name for s in program.stream.sections]
+    assert names == ["adapter:0", "prefill:0", "decode:0", "adapter:1", "prefill:1", "decode:1"]
+
+
+def test_the_config_records_name_the_adapter_of_their_request(replay_target, adapters):
+    program, result = _replay(replay_target, adapters[:2], requests="1;0;1")
+    a_tokens = _replay(replay_target, adapters[:1])[1].tokens
+    b_tokens = _replay(replay_target, adapters[1:2])[1].tokens
+    assert result.request_tokens == [b_tokens, a_tokens, b_tokens]
+    stream = program.stream
+    for s, want in zip([s for s in stream.sections if s.name.startswith("adapter:")], (1, 0, 1)):
+        part = stream.records[s.start : s.stop]
+        config = part[part["op"] == Opcode.CONFIG]
+        assert len(config) and (config["arg"] >> 16 == want).all() and (config["arg"] & 0xFFFF == 0).all()
+
+
+def test_a_program_loading_more_adapters_than_given_is_refused(replay_target, adapters):
+    model = load_model(fixture(BASE), adapter=[str(d) for d in adapters[:2]])
+    program = compile_for_replay(model, replay_target, len(PROMPT), 1, PLACE.format(opts="", context=32), adapters=2)
+    with pytest.raises(InputError, match=r"CONFIG .*loads adapter 1, but the replay was given 1 adapter \(one"):
+        replay_functional(program, replay_target, fixture(BASE), [str(adapters[0])], prompt=PROMPT)
+
+
+def test_adapters_of_other_ranks_cannot_share_a_program(adapters):
+    with pytest.raises(InputError) as err:
+        load_model(fixture(BASE), adapter=[str(adapters[0]), str(adapters[2])])
+    assert err.value.where == str(adapters[2] / "adapter_config.json")
+    assert "gives 'q,v:16:16'" in err.value.problem and "need the same targets and ranks" in err.value.problem
+
+
+def test_the_command_line_compiles_and_inspects_several_adapters(tmp_path, adapters, capsys):
+    from primal_compiler.cli import main
+
+    a, b = (str(d) for d in adapters[:2])
+    main(["compile", fixture(BASE), "--adapter", a, "--adapter", b, "-p", "fast", "-o", str(tmp_path / "out")])
+    out = capsys.readouterr().out
+    assert "adapter:0 10" in out and "adapter:1 " in out and "prefill:1" in out
+    main(["inspect", fixture(BASE), "--adapter", a, "--adapter", b, "--json"])
+    info = json.loads(capsys.readouterr().out)
+    assert [x["directory"] for x in info["adapters"]] == [a, b] and info["adapter"]["directory"] == a
+    pipeline = "lower-tiles,blocking,zcurve-order,kv-ring,codegen{requests=0;2}"
+    assert main(["compile", fixture(BASE), "--adapter", a, "--adapter", b, "-p", pipeline, "-o",
+                 str(tmp_path / "bad")]) == 2
+    err = capsys.readouterr().err
+    assert err.strip() == ("primal: --adapter: codegen{requests=0;2} names adapter 2, but 2 --adapter directories "
+                           "were given")
+    assert not (tmp_path / "bad").exists()
