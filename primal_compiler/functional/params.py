@@ -16,8 +16,8 @@ adapter directories give adapter ids 0, 1, ... (a CONFIG names the one it loads)
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
