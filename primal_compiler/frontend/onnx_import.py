@@ -45,9 +45,8 @@ absent) the head counts as untied, which can only over-count parameters.
 Also recognised: the ONNX ``Attention`` op and com.microsoft
 ``MultiHeadAttention``/``GroupQueryAttention`` (heads from attributes),
 ``LayerNormalization``/``RMSNormalization``/``SimplifiedLayerNormalization``
-or their decompositions, quantized weights (QDQ, ``MatMulNBits``, ``MatMulInteger``; see
-``onnx_quant``), model-local functions
-(inlined first). Rejected with an :class:`InputError`: attention ops with
+or their decompositions, quantized weights (QDQ, ``MatMulNBits``, ``MatMulInteger``;
+``onnx_quant``), model-local functions (inlined first). Rejected with an :class:`InputError`: attention ops with
 fused weights (com.microsoft ``Attention``), parallel attention+MLP blocks,
 extra projections on the hidden size, positions that are neither learned
 nor rotary (ALiBi), a LoRA scale that is not a finite number, sizes over the

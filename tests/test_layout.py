@@ -1,0 +1,58 @@
+"""The house rules a reviewer would otherwise check by eye: module size and who may import what.
+
+* every module of ``primal_compiler/`` stays under :data:`LINE_BUDGET` lines;
+* only ``frontend/`` imports ``onnx`` (the rest of the compiler sees the IR, never a graph);
+* ``executor/`` imports nothing from ``transforms/`` or ``frontend/`` (it replays a stream and a target).
+
+Imports are read from the syntax tree, so an import inside a function counts as much as one at the top.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1] / "primal_compiler"
+LINE_BUDGET = 400
+MODULES = sorted(ROOT.rglob("*.py"))
+
+
+def imports(source: str) -> set[str]:
+    """Every absolute module an import statement in ``source`` names, wherever it stands."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            found |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.add(node.module)
+    return found
+
+
+def _stage(path: Path) -> str:
+    return path.relative_to(ROOT).parts[0]
+
+
+def test_the_import_reader_sees_imports_inside_functions():
+    source = "import numpy\n\ndef f():\n    from onnx import helper\n    import primal_compiler.frontend.weights\n"
+    assert imports(source) == {"numpy", "onnx", "primal_compiler.frontend.weights"}
+
+
+@pytest.mark.parametrize("path", MODULES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_a_module_stays_under_the_line_budget(path):
+    lines = len(path.read_text().splitlines())
+    assert lines < LINE_BUDGET, f"{path.relative_to(ROOT)} has {lines} lines; split it by concept"
+
+
+def test_only_the_frontend_imports_onnx():
+    offenders = {str(p.relative_to(ROOT)): sorted(m for m in imports(p.read_text()) if m.split(".")[0] == "onnx")
+                 for p in MODULES if _stage(p) != "frontend"}
+    assert {k: v for k, v in offenders.items() if v} == {}
+
+
+def test_the_executor_imports_no_compiler_stage():
+    stages = ("primal_compiler.transforms", "primal_compiler.frontend")
+    offenders = {str(p.relative_to(ROOT)): sorted(m for m in imports(p.read_text()) if m.startswith(stages))
+                 for p in MODULES if _stage(p) == "executor"}
+    assert {k: v for k, v in offenders.items() if v} == {}
