@@ -208,7 +208,9 @@ class LayerEmitter:
         return self.b
 
     def post(self) -> Block:
-        """O, the attention residual and norm at ``mid``, the MLP, the output residual at ``out``."""
+        """O, the attention residual and norm at ``mid``, the MLP, the output residual at ``out``. A parallel
+        block's MLP norms the layer input that reaches ``mid`` as the residual, before the attention's
+        output is added to it; ``out`` then adds the MLP's output to that sum."""
         self.b = Block()
         h = self.model.hidden_size
         if self.head:
@@ -217,8 +219,11 @@ class LayerEmitter:
         self.matrix(Role.O, self.stage(str(Role.O)))
         self.route(self.stage("mid"))
         mid = self.r.hub_pos("mid")
+        if self.ir.parallel:  # the MLP reads the layer input (RESID here), not the attention's sum
+            self.act(mid, NORM_FN[self.ir.norm], HIDDEN(HiddenBuf.RESID), HIDDEN(HiddenBuf.MID_NORM), h)
         self.act(mid, ActFn.RESIDUAL_ADD, HIDDEN(HiddenBuf.RESID), HIDDEN(HiddenBuf.MID), h)
-        self.act(mid, NORM_FN[self.ir.norm], HIDDEN(HiddenBuf.MID), HIDDEN(HiddenBuf.MID_NORM), h)
+        if not self.ir.parallel:
+            self.act(mid, NORM_FN[self.ir.norm], HIDDEN(HiddenBuf.MID), HIDDEN(HiddenBuf.MID_NORM), h)
         if self.ir.linear(Role.GATE) is not None:
             self.matrix(Role.GATE, self.stage(str(Role.GATE)))
             self.matrix(Role.UP, self.stage(str(Role.UP)))

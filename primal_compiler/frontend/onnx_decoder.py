@@ -82,6 +82,7 @@ class Layer:
     norm: NormKind | None = None
     num_norms: int = 0
     activation: Activation | None = None
+    parallel: bool = False  # the MLP reads the layer input, as the attention does
 
     @property
     def projections(self) -> list[Projection]:

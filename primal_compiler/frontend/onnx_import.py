@@ -18,7 +18,7 @@ optimum exports with or without ``past_key_values``; Llama/Mistral style
 as Gemm, learned positions) and OPT (q/k/v with biases, learned positions
 with an index offset); Phi-3's fused gate/up projection (``onnx_decoder``),
 Gemma's GeGLU, embedding scale and ``1 + w`` RMSNorm, any RoPE frequency
-table (Llama-3's scaling); unmerged PEFT LoRA adapters. Every node on the
+table (Llama-3's scaling); parallel attention + MLP blocks (``onnx_mlp``); unmerged PEFT LoRA adapters. Every node on the
 hidden-state path must belong to a recognised pattern (``onnx_guard``).
 
 Embeddings and LM head. The token embedding is the Gather on a
@@ -47,8 +47,7 @@ Also recognised: the ONNX ``Attention`` op and com.microsoft
 ``LayerNormalization``/``RMSNormalization``/``SimplifiedLayerNormalization``
 or their decompositions, quantized weights (QDQ, ``MatMulNBits``, ``MatMulInteger``;
 ``onnx_quant``), model-local functions (inlined first). Rejected with an :class:`InputError`: attention ops with
-fused weights (com.microsoft ``Attention``), parallel attention+MLP blocks,
-extra projections on the hidden size, positions that are neither learned
+fused weights (com.microsoft ``Attention``), extra projections on the hidden size, positions that are neither learned
 nor rotary (ALiBi), a LoRA scale that is not a finite number, sizes over the
 IR's limits (``ir.model.SIZE_LIMITS``; the layer count is checked as soon as
 the attention blocks are found), graphs whose recognition would follow
@@ -68,6 +67,7 @@ from primal_compiler.frontend.onnx_check import read_onnx
 from primal_compiler.frontend.onnx_decoder import Decoder, Layer, g_name
 from primal_compiler.frontend.onnx_graph import GraphIndex, PatternError, Weight, attr
 from primal_compiler.frontend.onnx_guard import check_accounted, embed_scale, folded_positions
+from primal_compiler.frontend.onnx_mlp import assign_mlp
 from primal_compiler.frontend.onnx_params import ONNX_DEFAULT_EPS, NormRef, norm_ref, rope_frequencies
 from primal_compiler.frontend.onnx_project import Projection, find_weight_matmuls, pair_lora
 from primal_compiler.frontend.onnx_quant import dequantize_graph, weight_formats
@@ -141,7 +141,7 @@ def _recognise(model: onnx.ModelProto, path: Path) -> Recognised:
     layers = [_attention_layer(dec, core) for core in cores]
     hidden = layers[0].attn[0].in_features
     embed, pos, lm_head = _embeddings_and_head(dec, hidden, layers)
-    _assign_mlp(dec, layers, lm_head)
+    assign_mlp(dec, layers, lm_head)
     _check_one_role_each(layers, lm_head)
     emb_table = embed[1]
     vocab = emb_table.rows
@@ -153,6 +153,8 @@ def _recognise(model: onnx.ModelProto, path: Path) -> Recognised:
         dec.geometry(layer)
         attn_in, mlp_in = g.canonical(layer.attn[0].x), g.canonical(layer.mlp_in[0].x)
         attn_norm, mlp_norm = dec.norm_before(attn_in, stops), dec.norm_before(mlp_in, stops)
+        if layer.parallel and attn_in == mlp_in:
+            mlp_norm = None  # one norm feeds both (GPT-J, Falcon, Phi-2)
         layer.norm = attn_norm or mlp_norm
         layer.num_norms = (attn_norm is not None) + (mlp_norm is not None)
         if layer.norm is None:
@@ -214,44 +216,6 @@ def _recognise(model: onnx.ModelProto, path: Path) -> Recognised:
 def _attention_layer(dec: Decoder, core) -> Layer:
     attn, o = dec.attention_projections(core)
     return Layer(core=core, attn=attn, o=o, mlp_in=[])
-
-
-def _assign_mlp(dec: Decoder, layers: list[Layer], lm_head: Projection) -> None:
-    """MLP inputs depend on a layer's o; MLP outputs depend only on that layer's MLP inputs."""
-    o_layer = {layer.o.node: i for i, layer in enumerate(layers)}
-    taken = {p.node for layer in layers for p in (*layer.attn, layer.o)} | {lm_head.node}
-    rest = [p for p in dec.projections if p.node not in taken]
-    hits = {p.node: dec.hits_back(p.x) for p in rest}
-    mlp_in_layer: dict[int, int] = {}
-    for p in rest:
-        owners = [o_layer[n] for n in hits[p.node] if n in o_layer]
-        if owners:
-            mlp_in_layer[p.node] = max(owners)
-    for p in rest:
-        if p.node in mlp_in_layer:
-            layers[mlp_in_layer[p.node]].mlp_in.append(p)
-    for p in rest:
-        if p.node in mlp_in_layer or not hits[p.node]:
-            continue
-        owners = {mlp_in_layer.get(n) for n in hits[p.node]}
-        if len(owners) == 1 and None not in owners:
-            layer = layers[owners.pop()]
-            if layer.mlp_out is not None:
-                raise PatternError("unsupported MLP: two projections consume the MLP inputs")
-            layer.mlp_out = p
-    used = {p.node for layer in layers for p in (*layer.mlp_in, layer.mlp_out) if p is not None}
-    hidden = layers[0].attn[0].in_features
-    for p in rest:
-        if p.node not in used and hidden in (p.in_features, p.out_features):
-            raise PatternError(
-                f"unsupported structure: a {p.in_features}x{p.out_features} weight matmul outside the "
-                "attention/MLP pattern (parallel attention+MLP, or an extra projection)"
-            )
-    for i, layer in enumerate(layers):
-        if not layer.mlp_in or layer.mlp_out is None:
-            raise PatternError(f"unsupported decoder layer {i}: no MLP found after the attention output projection")
-        layer.activation, layer.mlp_in = dec.activation(layer.mlp_in, layer.mlp_out)
-        layer.mlp_out.role = Role.FC2 if layer.mlp_in[0].role == Role.FC1 else Role.DOWN
 
 
 def _check_one_role_each(layers: list[Layer], lm_head: Projection) -> None:
@@ -396,4 +360,5 @@ def _to_ir(index: int, layer: Layer) -> DecoderLayer:
         for p in projs
     )
     attention = Attention(layer.num_heads, layer.num_kv_heads, layer.head_dim)
-    return DecoderLayer(index, attention, linears, layer.norm, layer.activation, num_norms=layer.num_norms)
+    return DecoderLayer(index, attention, linears, layer.norm, layer.activation, num_norms=layer.num_norms,
+                        parallel=layer.parallel)

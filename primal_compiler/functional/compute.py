@@ -13,7 +13,8 @@
 * ``ACT`` applies ``arg`` (ActFn) to ``src_buf`` into ``dst_buf``. The
   parameters an activation unit holds come with the record's ``layer`` and
   buffers: the norm of ``X`` is the layer's first norm, of ``MID`` its
-  second, in the LM head the final norm; ``BIAS`` adds the slice of the
+  second (in a parallel block, of ``RESID``, the layer input, its second or
+  its only one), in the LM head the final norm; ``BIAS`` adds the slice of the
   projection's bias that the ROOT buffer's column block holds; ``GELU``
   is the layer's GELU variant; ``SWIGLU`` gates with the layer's activation
   (SiLU, or GELU for GeGLU); ``ROPE`` rotates the q and k elements of a
@@ -154,6 +155,9 @@ def _embed(m: Machine, r: tuple) -> None:
 def _norm(m: Machine, r: tuple, fn: ActFn) -> None:
     layer, src = r[LAYER], r[SRC_BUF]
     which = {buf(BufKind.HIDDEN, HiddenBuf.X): 0, buf(BufKind.HIDDEN, HiddenBuf.MID): 1}.get(src)
+    ir = m.model.layers[layer] if layer < m.model.num_layers else None
+    if ir is not None and ir.parallel:  # a parallel block norms its input: X and, for the MLP, RESID
+        which = {buf(BufKind.HIDDEN, HiddenBuf.X): 0, buf(BufKind.HIDDEN, HiddenBuf.RESID): ir.num_norms - 1}.get(src)
     if which is None or (layer == m.model.num_layers and which):
         raise m.fail(f"a norm of {buf_name(src)} has no parameters in layer {layer}")
     scale, bias = m.params.norms[(layer, which)]

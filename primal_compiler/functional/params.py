@@ -123,7 +123,7 @@ def _keep_codes(stored: dict, key: tuple[int, Role], got) -> None:
 
 
 def _norms(model: Model, found: dict, where: str) -> dict[tuple[int, int], tuple[np.ndarray, np.ndarray | None]]:
-    keys = [(n, k) for n in range(model.num_layers) for k in (0, 1)] + [(model.num_layers, 0)]
+    keys = [(n, k) for n, layer in enumerate(model.layers) for k in range(layer.num_norms)] + [(model.num_layers, 0)]
     out = {}
     for key in keys:
         label = "final norm" if key[0] == model.num_layers else f"layer {key[0]} norm {key[1]}"

@@ -99,7 +99,7 @@ def _check_program(program, target, where: str, prompt: list[int], generate: int
         raise InputError(where, f"the functional replay needs rram.rows == rram.cols == sram.rows, target "
                                 f"{target.name} has {target.rram.rows}, {target.rram.cols}, {target.sram.rows}")
     for layer in model.layers:
-        if layer.num_norms != 2:
+        if layer.num_norms != 2 and not (layer.parallel and layer.num_norms == 1):
             raise InputError(where, f"layer {layer.index} has {layer.num_norms} norms; the replay runs pre-norm layers")
     if not prompt or any(not 0 <= t < model.vocab_size for t in prompt):
         raise InputError("prompt", f"needs one or more token ids in 0..{model.vocab_size - 1}, got {prompt}")

@@ -215,7 +215,12 @@ class Attention:
 
 @dataclass(frozen=True)
 class DecoderLayer:
-    """One transformer block: attention projections, MLP projections, two norms."""
+    """One transformer block: attention projections, MLP projections, two norms.
+
+    ``parallel``: attention and MLP both read the layer input, ``x + attn(n1(x)) + mlp(n2(x))`` (GPT-J,
+    GPT-NeoX, Falcon, Phi-2), with ``num_norms`` 1 when they share the attention's norm; otherwise the
+    MLP reads ``n2(x + attn(n1(x)))``.
+    """
 
     index: int
     attention: Attention
@@ -223,6 +228,7 @@ class DecoderLayer:
     norm: NormKind
     activation: Activation
     num_norms: int = 2
+    parallel: bool = False
 
     def linear(self, role: Role) -> Linear | None:
         for lin in self.linears:

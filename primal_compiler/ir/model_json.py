@@ -14,10 +14,14 @@ from primal_compiler.ir.model import (
 
 
 def model_to_dict(model: Model) -> dict:
-    """Plain data; ``weight_quant`` only when the file was quantized (older program files lack it)."""
+    """Plain data; ``weight_quant`` only when the file was quantized and a layer's ``parallel`` only when
+    set (older program files lack them)."""
     d = asdict(model)
     if not d["weight_quant"]:
         del d["weight_quant"]
+    for layer in d["layers"]:
+        if not layer["parallel"]:
+            del layer["parallel"]
     return d
 
 
@@ -30,7 +34,8 @@ def _linear(d: dict) -> Linear:
 def _layer(d: dict) -> DecoderLayer:
     return DecoderLayer(index=d["index"], attention=Attention(**d["attention"]),
                         linears=tuple(_linear(x) for x in d["linears"]), norm=NormKind(d["norm"]),
-                        activation=Activation(d["activation"]), num_norms=d["num_norms"])
+                        activation=Activation(d["activation"]), num_norms=d["num_norms"],
+                        parallel=bool(d.get("parallel", False)))
 
 
 def model_from_dict(d: dict) -> Model:

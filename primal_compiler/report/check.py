@@ -134,6 +134,8 @@ def compare(got: np.ndarray, want: np.ndarray, tolerance: float) -> dict:
 def family_of(model: Model) -> str:
     """A structural label (what the layers compute, not the exporter's name): llama-style, gpt2-style, ..."""
     layer = model.layers[0]
+    if layer.parallel:
+        return f"parallel-block {family_of(replace(model, layers=(replace(layer, parallel=False),)))}"
     gated = layer.linear(Role.GATE) is not None
     if model.positional == Positional.ROPE and model.norm == NormKind.RMS and gated:
         return "gemma-style" if model.embed_scale != 1.0 else "llama-style"

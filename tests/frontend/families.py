@@ -42,7 +42,8 @@ def llama3_inv_freq(head_dim: int, theta: float = 500000.0, factor: float = 8.0,
 def family_decoder(mlp: str = "swiglu", *, layers: int = 2, hidden: int = 32, heads: int = 4, kv_heads: int = 2,
                    inter: int = 24, vocab: int = 64, embed_scale: float | None = None, norm_offset: bool = False,
                    inv_freq: np.ndarray | None = None, extra: str | None = None, seed: int = 0,
-                   attn_std: float = 0.3, mlp_std: float = 0.3, lora: bool = False) -> onnx.ModelProto:
+                   attn_std: float = 0.3, mlp_std: float = 0.3, lora: bool = False,
+                   parallel: str | None = None) -> onnx.ModelProto:
     """A decoder of ``layers`` blocks with the MLP ``mlp`` (one of :data:`MLPS`) and the variations above.
 
     ``inv_freq`` defaults to theta 10000. ``extra`` (one of :data:`EXTRAS`) adds a constant multiplier or
@@ -50,6 +51,8 @@ def family_decoder(mlp: str = "swiglu", *, layers: int = 2, hidden: int = 32, he
     soft-capping, a second attention scale, a factor on the RoPE cosines, or two RoPE tables. ``attn_std``
     and ``mlp_std`` set the spread of the attention and MLP weights (larger: sharper attention, gate values
     where GELU's forms differ); ``lora`` puts an unmerged adapter on a fused gate/up projection.
+    ``parallel`` computes attention and MLP from the same layer input, ``h + attn(n1(h)) + mlp(n(h))``:
+    ``"shared"`` with the attention's norm (GPT-J, Falcon, Phi-2), ``"two"`` with a norm of its own (GPT-NeoX).
     """
     assert mlp in MLPS and extra in EXTRAS
     rng = np.random.default_rng(seed)
@@ -148,6 +151,7 @@ def family_decoder(mlp: str = "swiglu", *, layers: int = 2, hidden: int = 32, he
 
     for i in range(layers):
         p = f"l{i}_"
+        h_in = h
         x = norm(h, p + "n1")
         q = node("MatMul", [x, rand(p + "Wq", hidden, hidden, std=attn_std)], p + "q")
         k = node("MatMul", [x, rand(p + "Wk", hidden, kv_heads * hd, std=attn_std)], p + "k")
@@ -165,7 +169,7 @@ def family_decoder(mlp: str = "swiglu", *, layers: int = 2, hidden: int = 32, he
         a = node("MatMul", [probs, repeat(vh, p + "v")], p + "a")
         a = node("Reshape", [node("Transpose", [a], p + "at", perm=perm), merge_shape], p + "am")
         h = node("Add", [h, node("MatMul", [a, rand(p + "Wo", hidden, hidden, std=attn_std)], p + "o")], p + "h1")
-        y = norm(h, p + "n2")
+        y = {None: lambda: norm(h, p + "n2"), "shared": lambda: x, "two": lambda: norm(h_in, p + "n2")}[parallel]()
         if mlp.startswith("fused"):
             gu = node("MatMul", [y, rand(p + "Wgu", hidden, 2 * inter, std=mlp_std)], p + "gu")
             if lora:  # an unmerged rank-2 adapter on the fused projection

@@ -63,6 +63,19 @@ def test_gemma_embedding_scale_and_one_plus_w_norm(tmp_path):
     assert bias is None
 
 
+@pytest.mark.parametrize("parallel,norms", [("shared", 1), ("two", 2)])
+def test_a_parallel_block_reads_the_layer_input_for_its_mlp(tmp_path, parallel, norms):
+    """GPT-J/Falcon/Phi-2 (one shared norm) and GPT-NeoX (a norm each): x + attn(n1(x)) + mlp(n(x))."""
+    model = load_model(save(tmp_path, "swiglu", parallel=parallel))
+    sequential = load_model(save(tmp_path, "swiglu"))
+    assert all(layer.parallel and layer.num_norms == norms for layer in model.layers)
+    assert not any(layer.parallel for layer in sequential.layers)
+    assert mlp_shapes(model) == mlp_shapes(sequential)
+    assert model.base_params == sequential.base_params - (2 - norms) * 32 * model.num_layers
+    tables = load_onnx_weights(save(tmp_path, "swiglu", parallel=parallel)).tables
+    assert sorted(tables.norms) == sorted([(n, k) for n in range(2) for k in range(norms)] + [(2, 0)])
+
+
 def test_llama3_frequencies_are_read_not_rederived(tmp_path):
     inv = llama3_inv_freq(8)
     model = load_model(save(tmp_path, inv_freq=inv))

@@ -307,11 +307,14 @@ def test_fused_attention_op_and_opset23_ops(tmp_path):
     assert model.source == "onnx"
 
 
-def test_parallel_attention_mlp_is_rejected(tmp_path):
+def test_parallel_attention_mlp_is_read_as_parallel_blocks(tmp_path):
+    """GPT-J style: the MLP reads the attention's normed input (the block's second norm is computed and unused)."""
     path = tmp_path / "parallel.onnx"
     _fused_attention_decoder(path, parallel=True)
-    err = _assert_input_error(path)
-    assert "unsupported" in err.problem
+    model = load_onnx(path)
+    assert all(layer.parallel and layer.num_norms == 1 for layer in model.layers)
+    _fused_attention_decoder(path)
+    assert not any(layer.parallel for layer in load_onnx(path).layers)
 
 
 def test_unknown_position_encoding_is_rejected(tmp_path):

@@ -1,4 +1,5 @@
-"""Exact mode on Phi-3, Gemma and Llama-3 shaped decoders: the replay computes what ONNX Runtime computes.
+"""Exact mode on Phi-3, Gemma, Llama-3 shaped and parallel-block decoders: the replay computes what ONNX Runtime
+computes.
 
 Each variation is also shown to matter: ONNX Runtime's logits move by far more than the tolerance when it is
 taken away (the GELU form, the embedding scale and ``1 + w``, the llama3 frequencies), so a replay that
@@ -29,6 +30,8 @@ CASES = {
     "gemma_gelu_op_tanh": ("gelu_op_tanh", GEMMA),
     "gemma_gelu_op_erf": ("gelu_op_erf", GEMMA),
     "llama3": ("swiglu", {"inv_freq": llama3_inv_freq(8), "attn_std": 1.0}),
+    "parallel_shared_norm": ("geglu_tanh", {"parallel": "shared"}),  # GPT-J, Falcon, Phi-2
+    "parallel_two_norms": ("swiglu", {"parallel": "two"}),  # GPT-NeoX
 }
 
 
@@ -94,3 +97,22 @@ def test_rope_from_cos_sin_caches_is_refused_by_the_replay(tmp_path, replay_targ
                                  PLACE.format(opts="", context=32))
     with pytest.raises(InputError, match=r"node #\d+: RoPE from cos/sin caches is not read"):
         replay_functional(program, replay_target, str(path), prompt=PROMPT, generate=2)
+
+
+@pytest.mark.parametrize("parallel", ["shared", "two"])
+def test_a_parallel_block_read_as_sequential_would_be_wrong(parallel, family, replay_target):
+    """The replay follows the flag: the same weights in sequential blocks give other logits."""
+    from dataclasses import replace
+
+    path = family("swiglu", parallel=parallel)
+    model = load_model(path)
+    flat = replace(model, layers=tuple(replace(x, parallel=False, num_norms=2) for x in model.layers))
+    pipeline = PLACE.format(opts="", context=32)
+    want = ort_greedy(path, PROMPT, 2)
+    right = replay_functional(compile_for_replay(model, replay_target, len(PROMPT), 2, pipeline), replay_target,
+                              path, prompt=PROMPT, generate=2)
+    assert relative_error(right.logits, want) < TOL
+    if parallel == "two":  # both norms exist, so the sequential reading runs, and computes something else
+        wrong = replay_functional(compile_for_replay(flat, replay_target, len(PROMPT), 2, pipeline), replay_target,
+                                  path, prompt=PROMPT, generate=2)
+        assert relative_error(wrong.logits, want) > 100 * TOL
