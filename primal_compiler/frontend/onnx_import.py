@@ -198,6 +198,7 @@ def _recognise(model: onnx.ModelProto, path: Path) -> Recognised:
             norm_eps=eps if eps is not None else ONNX_DEFAULT_EPS,
             rope_theta=rope.theta if rope is not None else DEFAULT_ROPE_THETA,
             rope_inv_freq=rope.inv_freq if rope is not None else (),
+            rope_dim=rope.dim if rope is not None and rope.dim < layers[0].head_dim else 0,
             embed_scale=scale,
             weight_quant=weight_formats(g.quant, [p.weight for x in layers for p in x.projections] + [lm_head.weight]),
         )

@@ -26,6 +26,7 @@ import numpy as np
 
 from primal_compiler.errors import InputError
 from primal_compiler.frontend.onnx_graph import GraphIndex, PatternError, attr
+from primal_compiler.frontend.onnx_rotary import check_partial
 
 NORM_OPS = {"LayerNormalization": (1, 2), "SimplifiedLayerNormalization": (1, None), "RMSNormalization": (1, None),
             "SkipLayerNormalization": (2, 3), "SkipSimplifiedLayerNormalization": (2, None)}
@@ -110,19 +111,22 @@ def feeds_root(g: GraphIndex, node) -> bool:
 class Rope:
     """RoPE frequencies found in a graph: the table as held, and the base it is closest to."""
 
-    inv_freq: tuple[float, ...]  # head_dim / 2 frequencies, exactly as the graph's constant holds them
+    inv_freq: tuple[float, ...]  # dim / 2 frequencies, exactly as the graph's constant holds them
     theta: float  # the base of a plain geometric series, else the base of its first two entries
-    geometric: bool  # inv_freq == theta ** (-2i / head_dim) (no scaling scheme)
+    geometric: bool  # inv_freq == theta ** (-2i / dim) (no scaling scheme)
+    dim: int  # the rotated dimensions of a head: head_dim, or fewer (partial rotary, ``onnx_rotary``)
 
 
 def rope_frequencies(g: GraphIndex, head_dim: int) -> Rope | None:
     """The inverse-frequency constant every ``Cos``/``Sin`` depends on; None when the graph has none.
 
     Any table is taken as it is (linear, dynamic NTK at the traced length, llama3 and YaRN scaling all
-    export one), so the replay computes what the file computes. A :class:`PatternError` names the node
-    when a ``Cos``/``Sin`` depends on no constant of ``head_dim / 2`` frequencies (partial rotary, a
-    precomputed table) or on several (LongRoPE's two factor sets), when two tables differ, or when the
-    cosines are scaled by a constant other than 1 (YaRN's attention factor).
+    export one), so the replay computes what the file computes. A constant of fewer frequencies, when
+    it is the only one, is partial rotary (GPT-NeoX, Phi-2): the first ``2 x`` its size dimensions of
+    each head rotate, which ``onnx_rotary.check_partial`` verifies in the graph. A :class:`PatternError`
+    names the node when a ``Cos``/``Sin`` depends on no such constant (a precomputed table) or on
+    several (LongRoPE's two factor sets), when two tables differ, or when the cosines are scaled by a
+    constant other than 1 (YaRN's attention factor).
     """
     half = head_dim // 2
     tables: dict[tuple[float, ...], str] = {}
@@ -131,19 +135,26 @@ def rope_frequencies(g: GraphIndex, head_dim: int) -> Rope | None:
             continue
         reached, _ = g.backward(node.input, frozenset())
         names = {x for i in reached for x in g.nodes[i].input if x}
-        candidates = set()
+        candidates, partial = set(), set()
         for name in sorted(names):
             value = g.const(name, limit=max(half, 1))
-            if value is not None and value.size == half and value.dtype.kind == "f" and half >= 2:
-                candidates.add(tuple(float(v) for v in value.astype(np.float32).reshape(-1)))
+            if value is None or value.dtype.kind != "f" or value.ndim > 1 and max(value.shape) != value.size:
+                continue
+            table = tuple(float(v) for v in value.astype(np.float32).reshape(-1))
+            if value.size == half and half >= 2:
+                candidates.add(table)
+            elif 2 <= value.size < half:
+                partial.add(table)
+        if not candidates and len(partial) == 1:  # partial rotary: checked below, and by onnx_rotary
+            candidates = partial
         if len(candidates) > 1:  # e.g. LongRoPE's short and long factors, chosen at run time
             raise PatternError(f"unsupported RoPE at node {node.name or node.op_type} ({node.op_type}): it depends "
                                f"on {len(candidates)} different inverse-frequency constants")
         found = candidates.pop() if candidates else None
         if found is None:
             raise PatternError(f"unsupported RoPE at node {node.name or node.op_type} ({node.op_type}): it depends "
-                               f"on no constant of head_dim/2 = {half} inverse frequencies (partial rotary or a "
-                               "precomputed table)")
+                               f"on no constant of head_dim/2 = {half} inverse frequencies, nor on one of fewer (partial "
+                               "rotary); a precomputed cos/sin table is not read")
         tables.setdefault(found, node.name or node.op_type)
         _check_unscaled(g, node)
     if not tables:
@@ -155,10 +166,13 @@ def rope_frequencies(g: GraphIndex, head_dim: int) -> Rope | None:
     if not (np.isfinite(inv).all() and (inv > 0).all() and 0 < inv[1] < inv[0]):
         raise PatternError(f"unsupported RoPE at node {next(iter(tables.values()))}: its inverse frequencies "
                            "are not positive and decreasing")
-    theta = float(f"{(inv[1] / inv[0]) ** (-head_dim / 2):.6g}")  # float32 frequencies hold ~7 digits
-    expected = inv[0] * theta ** (-2.0 * np.arange(half) / head_dim)
+    dim = 2 * len(inv)
+    if dim < head_dim:
+        check_partial(g, dim, head_dim)
+    theta = float(f"{(inv[1] / inv[0]) ** (-dim / 2):.6g}")  # float32 frequencies hold ~7 digits
+    expected = inv[0] * theta ** (-2.0 * np.arange(len(inv)) / dim)
     geometric = inv[0] == 1.0 and bool(np.allclose(inv, expected, rtol=1e-4, atol=0))
-    return Rope(tuple(float(v) for v in inv), theta, geometric)
+    return Rope(tuple(float(v) for v in inv), theta, geometric, dim)
 
 
 def _check_unscaled(g: GraphIndex, node) -> None:

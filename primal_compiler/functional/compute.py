@@ -180,8 +180,9 @@ def _rope(m: Machine, x: np.ndarray, r: tuple) -> np.ndarray:
         e = np.where(e < attn.q_size, e, np.where(e < attn.q_size + attn.kv_size, e - attn.q_size, -1))
     elif role not in (Role.Q, Role.K):
         raise m.fail(f"ROPE on a {role.value} root")
-    dim = np.where(e >= 0, e % hd, -1)
-    half = hd // 2
+    rot = m.model.rope_dim or hd  # partial rotary turns the first rot dimensions of each head
+    dim = np.where((e >= 0) & (e % hd < rot), e % hd, -1)
+    half = rot // 2
     partner = np.arange(width) + np.where(dim < half, half, -half)
     rotated = dim >= 0
     if ((partner < 0) | (partner >= width))[rotated].any():

@@ -271,6 +271,7 @@ class Model:
     rope_inv_freq: tuple[float, ...] = ()
     embed_scale: float = 1.0  # token embeddings are multiplied by it before the first layer (Gemma: sqrt(hidden))
     weight_quant: tuple[WeightQuant, ...] = ()  # the file's own weight quantization, one entry per format
+    rope_dim: int = 0  # dimensions of each head that RoPE rotates (the first ones); 0 = the whole head
 
     def __post_init__(self) -> None:
         if not self.layers:
@@ -280,7 +281,11 @@ class Model:
         if not (self.norm_eps > 0 and self.rope_theta > 1):
             raise ValueError(f"model {self.name!r}: norm_eps must be > 0 and rope_theta > 1")
         object.__setattr__(self, "rope_inv_freq", tuple(float(f) for f in self.rope_inv_freq))  # JSON gives a list
-        half = self.layers[0].attention.head_dim // 2
+        head_dim = self.layers[0].attention.head_dim
+        if self.rope_dim and (self.rope_dim % 2 or not 0 < self.rope_dim <= head_dim):
+            raise ValueError(f"model {self.name!r}: rope_dim must be even and in 2..head_dim {head_dim}, "
+                             f"got {self.rope_dim}")
+        half = (self.rope_dim or head_dim) // 2
         if self.rope_inv_freq and (len(self.rope_inv_freq) != half
                                    or not all(math.isfinite(f) and f > 0 for f in self.rope_inv_freq)):
             raise ValueError(f"model {self.name!r}: rope_inv_freq must hold {half} positive finite frequencies")

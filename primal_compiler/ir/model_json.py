@@ -14,11 +14,12 @@ from primal_compiler.ir.model import (
 
 
 def model_to_dict(model: Model) -> dict:
-    """Plain data; ``weight_quant`` only when the file was quantized and a layer's ``parallel`` only when
-    set (older program files lack them)."""
+    """Plain data; ``weight_quant`` only when the file was quantized, ``rope_dim`` only for partial rotary
+    and a layer's ``parallel`` only when set (older program files lack them)."""
     d = asdict(model)
-    if not d["weight_quant"]:
-        del d["weight_quant"]
+    for key in ("weight_quant", "rope_dim"):
+        if not d[key]:
+            del d[key]
     for layer in d["layers"]:
         if not layer["parallel"]:
             del layer["parallel"]

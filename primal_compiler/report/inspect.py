@@ -24,6 +24,7 @@ def inspect_model(model, target, program: Program | None = None) -> dict:
         "norm": model.norm.value, "activation": model.layers[0].activation.value,
         "positional": model.positional.value, "rope_theta": model.rope_theta,
         "rope_frequencies": "read from the graph" if model.rope_inv_freq else "geometric in rope_theta",
+        "rope_dim": model.rope_dim or attn.head_dim,
         "embed_scale": model.embed_scale, "tie_word_embeddings": model.tie_word_embeddings,
         "base_params": model.base_params, "lora_params": model.lora_params,
         "lora_targets": [r.value for r in model.lora_targets],
@@ -121,8 +122,9 @@ def render_inspect(info: dict) -> str:
         f"ffn {info['intermediate_size']}, vocab {info['vocab_size']}",
         f"  layer matrices: {mats}",
         f"  {info['norm']} norm, {info['activation']} MLP, {info['positional']} positions"
-        + (f" (theta {info['rope_theta']:g}, frequencies {info['rope_frequencies']})"
-           if info["positional"] == "rope" else "")
+        + (f" (theta {info['rope_theta']:g}, frequencies {info['rope_frequencies']}"
+           + (f", the first {info['rope_dim']} of {info['head_dim']} dimensions" if info["rope_dim"] < info["head_dim"]
+              else "") + ")" if info["positional"] == "rope" else "")
         + (f", embeddings scaled by {info['embed_scale']:g}" if info["embed_scale"] != 1.0 else ""),
         f"  parameters: base {info['base_params']:,}  LoRA {info['lora_params']:,} "
         f"on {','.join(info['lora_targets']) or 'none'}",

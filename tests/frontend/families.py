@@ -43,7 +43,8 @@ def family_decoder(mlp: str = "swiglu", *, layers: int = 2, hidden: int = 32, he
                    inter: int = 24, vocab: int = 64, embed_scale: float | None = None, norm_offset: bool = False,
                    inv_freq: np.ndarray | None = None, extra: str | None = None, seed: int = 0,
                    attn_std: float = 0.3, mlp_std: float = 0.3, lora: bool = False,
-                   parallel: str | None = None) -> onnx.ModelProto:
+                   parallel: str | None = None, rotary_dim: int | None = None,
+                   rotary_last: bool = False) -> onnx.ModelProto:
     """A decoder of ``layers`` blocks with the MLP ``mlp`` (one of :data:`MLPS`) and the variations above.
 
     ``inv_freq`` defaults to theta 10000. ``extra`` (one of :data:`EXTRAS`) adds a constant multiplier or
@@ -53,6 +54,8 @@ def family_decoder(mlp: str = "swiglu", *, layers: int = 2, hidden: int = 32, he
     where GELU's forms differ); ``lora`` puts an unmerged adapter on a fused gate/up projection.
     ``parallel`` computes attention and MLP from the same layer input, ``h + attn(n1(h)) + mlp(n(h))``:
     ``"shared"`` with the attention's norm (GPT-J, Falcon, Phi-2), ``"two"`` with a norm of its own (GPT-NeoX).
+    ``rotary_dim`` rotates only the first that many dimensions of each head (partial rotary, NeoX-style
+    Slice/Concat); ``rotary_last`` rotates the last ones instead, which the frontend must refuse.
     """
     assert mlp in MLPS and extra in EXTRAS
     rng = np.random.default_rng(seed)
@@ -88,7 +91,8 @@ def family_decoder(mlp: str = "swiglu", *, layers: int = 2, hidden: int = 32, he
     if embed_scale is not None:
         h = node("Mul", [h, const("embed_scale", embed_scale)], "h0s")
     # RoPE tables from the inverse frequencies: [1, 1, S, hd]
-    inv = inv_freq if inv_freq is not None else 1.0 / 10000.0 ** (np.arange(0, hd, 2, dtype=np.float32) / hd)
+    rd = rotary_dim or hd
+    inv = inv_freq if inv_freq is not None else 1.0 / 10000.0 ** (np.arange(0, rd, 2, dtype=np.float32) / rd)
     const("inv_freq", inv)
     pos = node("Unsqueeze", [node("Cast", ["position_ids"], "pos_f", to=TensorProto.FLOAT),
                              const("axes_last", [-1], np.int64)], "pos_u")
@@ -112,14 +116,25 @@ def family_decoder(mlp: str = "swiglu", *, layers: int = 2, hidden: int = 32, he
     kv_shape = const("kv_shape", [0, 0, kv_heads, hd], np.int64)
     rep_shape = const("rep_shape", [1, heads, -1, hd], np.int64)
     merge_shape = const("merge_shape", [0, 0, hidden], np.int64)
-    half = [const("h_lo", [0], np.int64), const("h_mid", [hd // 2], np.int64), const("h_hi", [hd], np.int64),
+    half = [const("h_lo", [0], np.int64), const("h_mid", [rd // 2], np.int64), const("h_hi", [rd], np.int64),
             const("axis3", [3], np.int64)]
+    cut = const("r_cut", [hd - rd if rotary_last else rd], np.int64)
+    end = const("r_end", [hd], np.int64)
 
-    def rotary(x, p):
+    def rotate(x, p):
         x1 = node("Slice", [x, half[0], half[1], half[3]], p + "x1")
         x2 = node("Slice", [x, half[1], half[2], half[3]], p + "x2")
         rot = node("Concat", [node("Neg", [x2], p + "neg"), x1], p + "rot", axis=-1)
         return node("Add", [node("Mul", [x, cos], p + "xc"), node("Mul", [rot, sin], p + "rs")], p + "rope")
+
+    def rotary(x, p):
+        if rd == hd:
+            return rotate(x, p)
+        first = node("Slice", [x, half[0], cut, half[3]], p + "first")
+        rest = node("Slice", [x, cut, end, half[3]], p + "rest")
+        if rotary_last:  # the wrong half: the last rd dimensions turn
+            return node("Concat", [first, rotate(rest, p)], p + "joined", axis=-1)
+        return node("Concat", [rotate(first, p), rest], p + "joined", axis=-1)
 
     def repeat(x, p):
         xu = node("Unsqueeze", [x, const(p + "ax2", [2], np.int64)], p + "u")

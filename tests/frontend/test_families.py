@@ -76,6 +76,21 @@ def test_a_parallel_block_reads_the_layer_input_for_its_mlp(tmp_path, parallel, 
     assert sorted(tables.norms) == sorted([(n, k) for n in range(2) for k in range(norms)] + [(2, 0)])
 
 
+def test_partial_rotary_turns_the_first_dimensions_of_each_head(tmp_path):
+    """GPT-NeoX/Phi-2: half the head rotates (a table of 2 frequencies for head_dim 8); the rest passes."""
+    model = load_model(save(tmp_path, "swiglu", rotary_dim=4))
+    assert model.rope_dim == 4 and len(model.rope_inv_freq) == 2
+    np.testing.assert_allclose(model.rope_inv_freq, 1.0 / 10000.0 ** (np.arange(0, 4, 2) / 4), rtol=1e-6)
+    assert load_model(save(tmp_path, "swiglu")).rope_dim == 0  # the whole head
+
+
+def test_rotating_the_last_dimensions_is_refused(tmp_path):
+    with pytest.raises(InputError) as err:
+        load_model(save(tmp_path, "swiglu", rotary_dim=4, rotary_last=True))
+    assert err.value.problem == ("unsupported partial rotary at node l0_qxc: no query or key head is cut into its "
+                                 "first 4 dimensions (rotated) and the rest (passed through)")
+
+
 def test_llama3_frequencies_are_read_not_rederived(tmp_path):
     inv = llama3_inv_freq(8)
     model = load_model(save(tmp_path, inv_freq=inv))

@@ -30,8 +30,8 @@ def sidecar(name: str) -> dict:
 
 
 def test_the_set_has_the_families_and_stays_small():
-    assert READ == ["gemma", "llama3", "phi3", "qwen2"]
-    assert REFUSED == ["bloom", "falcon", "gemma2", "gpt_neox", "phi2", "qwen3"]
+    assert READ == ["gemma", "llama3", "phi2", "phi3", "qwen2"]
+    assert REFUSED == ["bloom", "falcon", "gemma2", "gpt_neox", "qwen3"]
     assert sum(p.stat().st_size for p in FAMILIES.glob("*.onnx")) < 2 * 1024 * 1024
 
 
@@ -58,6 +58,9 @@ def test_each_family_keeps_what_makes_it_different():
     inv = np.array(llama3.rope_inv_freq)  # read from the graph: transformers' llama3 scaling, not theta's series
     assert not np.allclose(inv, 500000.0 ** (-np.arange(0, 8, 2) / 8))
     np.testing.assert_allclose(inv, llama3_inv_freq(8, original=16), rtol=1e-6)
+    phi2 = load_onnx(FAMILIES / "phi2.onnx")  # parallel block, half the head rotated, biases, LM head bias
+    assert all(x.parallel and x.num_norms == 1 for x in phi2.layers) and phi2.rope_dim == 4
+    assert len(phi2.rope_inv_freq) == 2 and phi2.lm_head_bias and phi2.layers[0].linear(Role.Q).bias
 
 
 @pytest.mark.parametrize("name", READ)

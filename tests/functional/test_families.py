@@ -32,6 +32,8 @@ CASES = {
     "llama3": ("swiglu", {"inv_freq": llama3_inv_freq(8), "attn_std": 1.0}),
     "parallel_shared_norm": ("geglu_tanh", {"parallel": "shared"}),  # GPT-J, Falcon, Phi-2
     "parallel_two_norms": ("swiglu", {"parallel": "two"}),  # GPT-NeoX
+    "partial_rotary": ("swiglu", {"rotary_dim": 4, "attn_std": 1.0}),
+    "partial_rotary_parallel": ("geglu_tanh", {"rotary_dim": 4, "parallel": "shared", "attn_std": 1.0}),  # Phi-2
 }
 
 
@@ -116,3 +118,19 @@ def test_a_parallel_block_read_as_sequential_would_be_wrong(parallel, family, re
         wrong = replay_functional(compile_for_replay(flat, replay_target, len(PROMPT), 2, pipeline), replay_target,
                                   path, prompt=PROMPT, generate=2)
         assert relative_error(wrong.logits, want) > 100 * TOL
+
+
+def test_partial_rotary_read_as_whole_head_rotary_would_be_wrong(family, replay_target):
+    """The replay turns only the first rope_dim dimensions; turning the whole head computes something else."""
+    from dataclasses import replace
+
+    path = family("swiglu", rotary_dim=4, attn_std=1.0)
+    model = load_model(path)
+    inv = tuple(float(v) for v in 1.0 / 10000.0 ** (np.arange(0, 8, 2) / 8))
+    whole = replace(model, rope_dim=0, rope_inv_freq=inv)
+    pipeline = PLACE.format(opts="", context=32)
+    want = ort_greedy(path, PROMPT, 2)
+    wrong = replay_functional(compile_for_replay(whole, replay_target, len(PROMPT), 2, pipeline), replay_target,
+                              path, prompt=PROMPT, generate=2)
+    assert relative_error(wrong.logits, want) > 100 * TOL
+
