@@ -199,6 +199,7 @@ def _recognise(model: onnx.ModelProto, path: Path) -> Recognised:
             rope_theta=rope.theta if rope is not None else DEFAULT_ROPE_THETA,
             rope_inv_freq=rope.inv_freq if rope is not None else (),
             rope_dim=rope.dim if rope is not None and rope.dim < layers[0].head_dim else 0,
+            qkv_layout=_qkv_layout(layers),
             embed_scale=scale,
             weight_quant=weight_formats(g.quant, [p.weight for x in layers for p in x.projections] + [lm_head.weight]),
         )
@@ -341,6 +342,13 @@ def _tied(g: GraphIndex, table, lm_head: Projection) -> bool:
             return False
         samples.append(a)
     return len(set(samples)) > 1
+
+
+def _qkv_layout(layers: list[Layer]) -> str:
+    kinds = {layer.qkv_per_head for layer in layers}
+    if len(kinds) > 1:
+        raise PatternError("unsupported model: some layers' fused qkv runs head by head, others' does not")
+    return "per-head" if kinds == {True} else ""
 
 
 def _source(model: onnx.ModelProto) -> str:

@@ -272,6 +272,9 @@ class Model:
     embed_scale: float = 1.0  # token embeddings are multiplied by it before the first layer (Gemma: sqrt(hidden))
     weight_quant: tuple[WeightQuant, ...] = ()  # the file's own weight quantization, one entry per format
     rope_dim: int = 0  # dimensions of each head that RoPE rotates (the first ones); 0 = the whole head
+    # "per-head": a fused qkv weight's columns run head by head, [q_h | k_h | v_h] (GPT-NeoX); the IR's
+    # QKV is q | k | v, and the functional replay puts the file's columns in that order. "": q | k | v already
+    qkv_layout: str = ""
 
     def __post_init__(self) -> None:
         if not self.layers:
@@ -281,6 +284,8 @@ class Model:
         if not (self.norm_eps > 0 and self.rope_theta > 1):
             raise ValueError(f"model {self.name!r}: norm_eps must be > 0 and rope_theta > 1")
         object.__setattr__(self, "rope_inv_freq", tuple(float(f) for f in self.rope_inv_freq))  # JSON gives a list
+        if self.qkv_layout not in ("", "per-head"):
+            raise ValueError(f"model {self.name!r}: qkv_layout must be '' or 'per-head', got {self.qkv_layout!r}")
         head_dim = self.layers[0].attention.head_dim
         if self.rope_dim and (self.rope_dim % 2 or not 0 < self.rope_dim <= head_dim):
             raise ValueError(f"model {self.name!r}: rope_dim must be even and in 2..head_dim {head_dim}, "

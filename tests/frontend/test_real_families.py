@@ -30,8 +30,8 @@ def sidecar(name: str) -> dict:
 
 
 def test_the_set_has_the_families_and_stays_small():
-    assert READ == ["gemma", "llama3", "phi2", "phi3", "qwen2"]
-    assert REFUSED == ["bloom", "falcon", "gemma2", "gpt_neox", "qwen3"]
+    assert READ == ["gemma", "gpt_neox", "llama3", "phi2", "phi3", "qwen2"]
+    assert REFUSED == ["bloom", "falcon", "gemma2", "qwen3"]
     assert sum(p.stat().st_size for p in FAMILIES.glob("*.onnx")) < 2 * 1024 * 1024
 
 
@@ -61,6 +61,10 @@ def test_each_family_keeps_what_makes_it_different():
     phi2 = load_onnx(FAMILIES / "phi2.onnx")  # parallel block, half the head rotated, biases, LM head bias
     assert all(x.parallel and x.num_norms == 1 for x in phi2.layers) and phi2.rope_dim == 4
     assert len(phi2.rope_inv_freq) == 2 and phi2.lm_head_bias and phi2.layers[0].linear(Role.Q).bias
+    neox = load_onnx(FAMILIES / "gpt_neox.onnx")  # parallel with two norms, a quarter rotated, qkv head by head
+    assert all(x.parallel and x.num_norms == 2 for x in neox.layers) and neox.rope_dim == 4
+    assert neox.qkv_layout == "per-head" and neox.layers[0].linear(Role.QKV).out_features == 192
+    assert qwen2.qkv_layout == phi3.qkv_layout == ""
 
 
 @pytest.mark.parametrize("name", READ)
@@ -79,3 +83,40 @@ def test_an_unread_family_is_refused_in_one_line(name):
         load_onnx(FAMILIES / f"{name}.onnx")
     message = str(err.value)
     assert sidecar(name)["expect"] in message and "\n" not in message
+
+
+def test_an_adapter_on_a_per_head_qkv_computes_as_the_merged_weights(tmp_path):
+    """LoRA on GPT-NeoX's query_key_value: B's columns follow the file's head-by-head order, as W's do. The
+    replay with the unmerged adapter must equal onnxruntime on a copy of the file with W + scale * A @ B."""
+    pytest.importorskip("onnxruntime")
+    import onnx
+    from onnx import numpy_helper
+
+    from primal_compiler.frontend import load_model
+    from primal_compiler.frontend.onnx_import import recognise_onnx
+    from primal_compiler.functional import compile_for_replay, replay_functional
+    from primal_compiler.report.check import ort_greedy
+    from primal_compiler.target import load_primal_target
+    from tests.frontend.test_weights import write_adapter
+
+    path = FAMILIES / "gpt_neox.onnx"
+    base = load_onnx(path)
+    factors = write_adapter(tmp_path / "adapter", base, roles=(Role.QKV,), rank=4, alpha=8.0,
+                            names={Role.QKV: "attention.query_key_value"}, prefix="base_model.model.gpt_neox.layers")
+    merged = onnx.load(path)
+    inits = {t.name: t for t in merged.graph.initializer}
+    for (layer, _), (a, b) in factors.items():
+        name = recognise_onnx(path).projections[(layer, Role.QKV)].weight
+        w = numpy_helper.to_array(inits[name])  # in x out: MatMul's right operand, columns as the file runs them
+        inits[name].CopyFrom(numpy_helper.from_array((w + 2.0 * a @ b).astype(np.float32), name))
+    onnx.save(merged, tmp_path / "merged.onnx")
+    target = load_primal_target("primal-7nm")
+    model = load_model(str(path), adapter=str(tmp_path / "adapter"))
+    program = compile_for_replay(model, target, 4, 3, "fast")
+    got = replay_functional(program, target, str(path), str(tmp_path / "adapter"), prompt=[1, 2, 3, 4], generate=3)
+    want = ort_greedy(tmp_path / "merged.onnx", [1, 2, 3, 4], 3)
+    scale = np.abs(want).max()
+    assert np.abs(got.logits - want).max() / scale < 1e-5
+    plain = ort_greedy(path, [1, 2, 3, 4], 3)
+    assert np.abs(plain - want).max() / scale > 1e-3  # the adapter moves the logits
+

@@ -1,0 +1,142 @@
+"""Attention geometry of a recognised layer: head count, kv heads and head size, from shapes and splits.
+
+:class:`HeadGeometry` (the base of ``onnx_decoder.Decoder``) reads them from
+the attention op's attributes, a ``Reshape`` of the query into heads, or a
+fused qkv projection's ``Split``/``Slice`` widths. A fused qkv reshaped to
+``[..., heads, 3 * head_dim]`` and split in three along that last axis
+(GPT-NeoX's ``query_key_value``) runs its columns head by head; the layer is
+marked ``qkv_per_head`` so the weights can be put in q | k | v order.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from primal_compiler.frontend.onnx_graph import PatternError, attr
+from primal_compiler.frontend.onnx_project import Projection
+from primal_compiler.ir.model import Role
+
+if TYPE_CHECKING:
+    from primal_compiler.frontend.onnx_decoder import Layer
+
+
+@dataclass
+class Core:
+    anchor: int  # Softmax or fused attention node
+    q_in: str
+    k_in: str
+    v_in: str
+    out: str
+    heads: int | None = None
+    kv_heads: int | None = None
+
+
+class HeadGeometry:
+    """Head-geometry queries; the subclass provides ``g`` and ``hits_fwd``."""
+
+    def geometry(self, layer: Layer) -> None:
+        """num_heads, num_kv_heads, head_dim of ``layer`` (PatternError when not found)."""
+        core = layer.core
+        first = layer.attn[0]
+        per_head = self._per_head_split(first, core) if first.role == Role.QKV else None
+        if per_head is not None:
+            layer.qkv_per_head, layer.head_dim = True, per_head
+            layer.num_heads = layer.num_kv_heads = first.out_features // (3 * per_head)
+            return
+        if first.role == Role.QKV:
+            q_size, kv_size = self._fused_split(first, core)
+        else:
+            q_size, kv_size = first.out_features, layer.attn[1].out_features
+        head_dim = None
+        if core.heads:
+            head_dim = q_size // core.heads
+        else:
+            head_dim = self._head_dim(first, core.q_in, q_size)
+        if not head_dim or q_size % head_dim or kv_size % head_dim:
+            raise PatternError("cannot determine the attention head size (no Reshape of the query into heads)")
+        layer.head_dim = head_dim
+        layer.num_heads = q_size // head_dim
+        layer.num_kv_heads = kv_size // head_dim
+
+    def _path(self, p: Projection, target: str) -> list[int]:
+        reached_f, _ = self.hits_fwd(p)
+        reached_b, _ = self.g.backward([target], self.barriers)
+        return sorted(reached_f & reached_b)
+
+    def _head_dim(self, p: Projection, q_in: str, q_size: int) -> int | None:
+        g = self.g
+        for i in self._path(p, q_in):
+            node = g.nodes[i]
+            if node.op_type != "Reshape":
+                continue
+            second, last = g.tail_ints(node.input[1], 2)
+            if last is not None and 0 < last < q_size and q_size % last == 0:
+                return last
+            if second is not None and 0 < second < q_size and q_size % second == 0 and (last or 0) <= 0:
+                return q_size // second
+        return None
+
+    def _per_head_split(self, p: Projection, core: Core) -> int | None:
+        """The head size of a fused qkv reshaped to ``[..., heads, 3 * head_dim]`` and split in three along
+        that last axis, q first, k second (GPT-NeoX's ``query_key_value``); None for any other layout."""
+        g = self.g
+        path_q, path_k = set(self._path(p, core.q_in)), set(self._path(p, core.k_in))
+        for i in sorted(path_q):
+            node = g.nodes[i]
+            if node.op_type != "Split" or len(node.output) != 3 or attr(node, "axis", 0) not in (-1, 3):
+                continue
+            src = g.node_of(node.input[0])
+            src = g.node_of(src.input[0]) if src is not None and src.op_type == "Transpose" else src
+            last = g.tail_ints(src.input[1], 1)[0] if src is not None and src.op_type == "Reshape" else None
+            if not last or last % 3 or p.out_features % last:
+                return None
+            sizes = g.const(node.input[1]) if len(node.input) > 1 and node.input[1] else attr(node, "split")
+            if sizes is not None and [int(s) for s in list(sizes)] != [last // 3] * 3:
+                return None
+            q, k = (next((j for j, o in enumerate(node.output) if any(c in path for c in g.consumers.get(o, ()))
+                          or o == target), None) for path, target in ((path_q, core.q_in), (path_k, core.k_in)))
+            if (q, k) != (0, 1):
+                raise PatternError(f"unsupported fused qkv at node {node.name or i}: its per-head split gives the "
+                                   f"query part {q} and the key part {k}, not 0 and 1")
+            return last // 3
+        return None
+
+    def _fused_split(self, p: Projection, core: Core) -> tuple[int, int]:
+        """(q size, k size) of a fused qkv projection, from its Split (or Slices)."""
+        g = self.g
+        path_q, path_k = set(self._path(p, core.q_in)), set(self._path(p, core.k_in))
+
+        def index_for(node, path: set[int], target: str) -> int | None:
+            for j, out in enumerate(node.output):
+                if out == target or any(c in path for c in g.consumers.get(out, ())):
+                    return j
+            return None
+
+        for i in sorted(path_q):
+            node = g.nodes[i]
+            if node.op_type != "Split" or len(node.output) != 3:
+                continue
+            qi, ki = index_for(node, path_q, core.q_in), index_for(node, path_k, core.k_in)
+            sizes = g.const(node.input[1]) if len(node.input) > 1 and node.input[1] else attr(node, "split")
+            if sizes is not None and len(sizes) == 3 and qi is not None and ki is not None:
+                sizes = [int(s) for s in list(sizes)]
+                return sizes[qi], sizes[ki]
+            break
+        sliced = [self._slice_len(path, p.out_features) for path in (path_q, path_k)]
+        if all(sliced):
+            return sliced[0], sliced[1]
+        if p.out_features % 3:
+            raise PatternError(f"fused qkv projection of {p.out_features} outputs does not split evenly in three")
+        return p.out_features // 3, p.out_features // 3
+
+    def _slice_len(self, path: set[int], size: int) -> int | None:
+        for i in sorted(path):
+            node = self.g.nodes[i]
+            if node.op_type == "Slice" and len(node.input) >= 3:
+                start, end = self.g.const(node.input[1]), self.g.const(node.input[2])
+                if start is not None and end is not None and start.size == 1 and end.size == 1:
+                    lo, hi = int(start.reshape(-1)[0]), min(int(end.reshape(-1)[0]), size)
+                    if 0 <= lo < hi:
+                        return hi - lo
+        return None
