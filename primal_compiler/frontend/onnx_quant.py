@@ -18,10 +18,10 @@ becomes the float graph it computes; each rewritten weight becomes a float
   an ``Add`` of its bias;
 * ``MatMulInteger(DynamicQuantizeLinear(x), codes, x_zp, w_zp)``, then
   ``Cast`` to float and ``Mul`` by ``x_scale * w_scale`` (ONNX Runtime's
-  dynamic quantization): becomes ``MatMul(x, W)``. The projection's output
-  is recorded in :attr:`QuantTable.dynamic`: onnxruntime quantizes that
-  input to uint8 per tensor at run time, which the replay does not (it is
-  a property of the runtime, not of the weights);
+  dynamic quantization): becomes ``MatMul(x, W)``. Its placeholder's op
+  ``MatMulInteger`` records that onnxruntime quantizes that input to uint8
+  per tensor at run time, which the replay does not (it is a property of
+  the runtime, not of the weights);
 * ``Gather`` of integer table codes followed by a per-tensor
   ``DequantizeLinear`` (a dynamically quantized embedding).
 
@@ -49,10 +49,9 @@ NBITS_BITS = (2, 4, 8)
 
 @dataclass(eq=False)
 class QuantTable:
-    """The placeholders of a rewritten graph and the projection outputs whose input onnxruntime quantizes."""
+    """The placeholders of a rewritten graph, by initializer name."""
 
     weights: dict[str, QuantWeight] = field(default_factory=dict)
-    dynamic: set[str] = field(default_factory=set)
 
 
 def dequantize_graph(model: onnx.ModelProto) -> QuantTable:
@@ -80,7 +79,6 @@ def dequantize_graph(model: onnx.ModelProto) -> QuantTable:
             if found is not None:
                 replace[found[0]] = found[1]
                 drop.update(found[2])
-                table.dynamic.add(found[1][0].output[0])
         elif node.op_type == "Gather" and _quantized_gather(node, i, graph, const, consumers, placeholder, replace, drop):
             continue
     if not table.weights:
