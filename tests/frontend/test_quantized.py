@@ -243,10 +243,14 @@ def test_an_unsupported_quantization_is_one_line_naming_the_node(tmp_path, name,
     with pytest.raises(InputError) as err:
         load_onnx(path)
     assert problem in str(err.value) and "\n" not in str(err.value)
+
+
+def test_the_command_line_refuses_an_unsupported_quantization_in_one_line(tmp_path):
+    path = _edited(tmp_path, "llama_nbits4_sym", lambda m: _set_attr(_first(m, "MatMulNBits"), "block_size", 24))
     out = subprocess.run([sys.executable, "-m", "primal_compiler.cli", "inspect", str(path)], capture_output=True,
                          text=True)
     assert out.returncode == 2 and out.stdout == "" and "Traceback" not in out.stderr
-    assert len(out.stderr.strip().splitlines()) == 1 and str(path) in out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1 and str(path) in out.stderr and "block_size 24" in out.stderr
 
 
 def test_inspect_reports_the_file_quantization(capsys):
