@@ -94,8 +94,7 @@ class HeadGeometry:
             sizes = g.const(node.input[1]) if len(node.input) > 1 and node.input[1] else attr(node, "split")
             if sizes is not None and [int(s) for s in list(sizes)] != [last // 3] * 3:
                 return None
-            q, k = (next((j for j, o in enumerate(node.output) if any(c in path for c in g.consumers.get(o, ()))
-                          or o == target), None) for path, target in ((path_q, core.q_in), (path_k, core.k_in)))
+            q, k = self._output_for(node, path_q, core.q_in), self._output_for(node, path_k, core.k_in)
             if (q, k) != (0, 1):
                 raise PatternError(f"unsupported fused qkv at node {node.name or i}: its per-head split gives the "
                                    f"query part {q} and the key part {k}, not 0 and 1")
@@ -106,18 +105,11 @@ class HeadGeometry:
         """(q size, k size) of a fused qkv projection, from its Split (or Slices)."""
         g = self.g
         path_q, path_k = set(self._path(p, core.q_in)), set(self._path(p, core.k_in))
-
-        def index_for(node, path: set[int], target: str) -> int | None:
-            for j, out in enumerate(node.output):
-                if out == target or any(c in path for c in g.consumers.get(out, ())):
-                    return j
-            return None
-
         for i in sorted(path_q):
             node = g.nodes[i]
             if node.op_type != "Split" or len(node.output) != 3:
                 continue
-            qi, ki = index_for(node, path_q, core.q_in), index_for(node, path_k, core.k_in)
+            qi, ki = self._output_for(node, path_q, core.q_in), self._output_for(node, path_k, core.k_in)
             sizes = g.const(node.input[1]) if len(node.input) > 1 and node.input[1] else attr(node, "split")
             if sizes is not None and len(sizes) == 3 and qi is not None and ki is not None:
                 sizes = [int(s) for s in list(sizes)]
@@ -129,6 +121,13 @@ class HeadGeometry:
         if p.out_features % 3:
             raise PatternError(f"fused qkv projection of {p.out_features} outputs does not split evenly in three")
         return p.out_features // 3, p.out_features // 3
+
+    def _output_for(self, node, path: set[int], target: str) -> int | None:
+        """Which output of ``node`` is ``target`` or feeds a node of ``path``."""
+        for j, out in enumerate(node.output):
+            if out == target or any(c in path for c in self.g.consumers.get(out, ())):
+                return j
+        return None
 
     def _slice_len(self, path: set[int], size: int) -> int | None:
         for i in sorted(path):

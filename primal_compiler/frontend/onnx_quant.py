@@ -79,8 +79,8 @@ def dequantize_graph(model: onnx.ModelProto) -> QuantTable:
             if found is not None:
                 replace[found[0]] = found[1]
                 drop.update(found[2])
-        elif node.op_type == "Gather" and _quantized_gather(node, i, graph, const, consumers, placeholder, replace, drop):
-            continue
+        elif node.op_type == "Gather":
+            _quantized_gather(node, i, graph, const, consumers, placeholder, replace, drop)
     if not table.weights:
         return table
     rebuild(graph, replace, drop)
@@ -200,16 +200,17 @@ def _integer(node, i, label, graph, inits, producer, consumers, placeholder):
     return chain.final, [helper.make_node("MatMul", [chain.x, weight], [chain.output], name=node.name)], chain.nodes
 
 
-def _quantized_gather(node, i, graph, const, consumers, placeholder, replace, drop) -> bool:
+def _quantized_gather(node, i, graph, const, consumers, placeholder, replace, drop) -> None:
+    """A Gather of integer table codes then a per-tensor DequantizeLinear becomes a Gather of a placeholder."""
     table = const(node.input[0])
     dq = _single(graph, consumers, node.output[0], "DequantizeLinear")
     if table is None or table.data_type not in CODE_BITS or dq is None:
-        return False
+        return
     dqn = graph.node[dq]
     inputs = list(dqn.input) + ["", ""]
     scale, zp = const(inputs[1]), const(inputs[2]) if inputs[2] else None
     if scale is None or math.prod(scale.dims) != 1 or (inputs[2] and (zp is None or math.prod(zp.dims) != 1)):
-        return False
+        return
     label = dqn.name or f"DequantizeLinear {dq}"
     name = f"{table.name}/dequantized"
     placeholder(name, table.dims, QuantWeight("Gather", label, table.name, inputs[1], inputs[2], 1, 0,
@@ -217,7 +218,6 @@ def _quantized_gather(node, i, graph, const, consumers, placeholder, replace, dr
     replace[i] = [helper.make_node("Gather", [name, node.input[1]], [dqn.output[0]], name=node.name,
                                    axis=_attrs(node).get("axis", 0))]
     drop.add(dq)
-    return True
 
 
 def indexes(graph) -> tuple[dict, dict[str, int], dict[str, list[int]]]:

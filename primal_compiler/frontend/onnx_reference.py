@@ -21,8 +21,8 @@ from onnx import TensorProto, helper
 from primal_compiler.frontend.onnx_quant import indexes, integer_chain, rebuild
 
 
-def float_activation_twin(path: str | Path) -> tuple[bytes | None, int]:
-    """(the serialized twin, chains replaced); ``(None, 0)`` when the file quantizes no activation."""
+def float_activation_twin(path: str | Path) -> bytes | None:
+    """The serialized twin; None when the file quantizes no activation."""
     model = onnx.load(str(path))
     graph = model.graph
     inits, producer, consumers = indexes(graph)
@@ -46,6 +46,6 @@ def float_activation_twin(path: str | Path) -> tuple[bytes | None, int]:
         replace[chain.final] = nodes
         drop.update(chain.nodes)
     if not replace:
-        return None, 0
+        return None
     rebuild(graph, replace, drop)
-    return model.SerializeToString(), len(replace)
+    return model.SerializeToString()

@@ -63,31 +63,25 @@ def decode(spec: QuantWeight, read) -> Decoded:
     """The constant ``spec`` describes; ``read(name)`` returns an initializer's array as stored."""
     if spec.op == "MatMulNBits":
         return _decode_nbits(spec, read)
-    codes = _codes(spec, read)
-    dims = codes.shape
-    scale = np.asarray(read(spec.scale), np.float32)
-    zp = np.asarray(read(spec.zero_point)) if spec.zero_point else np.zeros(scale.shape, np.int64)
+    source = np.asarray(read(spec.quantize_from or spec.codes))  # the codes, or the float a QuantizeLinear reads
+    dims = source.shape
     if spec.op in ("MatMulInteger", "Gather"):
         axis, block = (1 if len(dims) == 2 else 0), 0
     else:
         axis, block = spec.axis % max(len(dims), 1), spec.block_size
-    scale, zp = _expand(scale, dims, axis, block, spec), _expand(zp, dims, axis, block, spec)
+    scale = _expand(np.asarray(read(spec.scale), np.float32), dims, axis, block, spec)
+    zp = (_expand(np.asarray(read(spec.zero_point)), dims, axis, block, spec) if spec.zero_point
+          else np.broadcast_to(np.int64(0), dims))
+    codes = _quantized(source, scale, zp, spec) if spec.quantize_from else source
     q = codes.astype(np.int64) - zp.astype(np.int64)
     w = (q * scale.astype(np.float64)).astype(np.float32)
     return Decoded(w, q.astype(np.int32), scale, spec.bits)
 
 
-def _codes(spec: QuantWeight, read) -> np.ndarray:
-    if not spec.quantize_from:
-        return np.asarray(read(spec.codes))
-    x = np.asarray(read(spec.quantize_from), np.float64)
-    scale = _expand(np.asarray(read(spec.scale), np.float64), x.shape, spec.axis % max(x.ndim, 1),
-                    spec.block_size, spec)
-    zp_tensor = read(spec.zero_point) if spec.zero_point else None
-    zp = np.zeros(scale.shape) if zp_tensor is None else _expand(np.asarray(zp_tensor), x.shape,
-                                                                 spec.axis % max(x.ndim, 1), spec.block_size, spec)
+def _quantized(x: np.ndarray, scale: np.ndarray, zp: np.ndarray, spec: QuantWeight) -> np.ndarray:
+    """QuantizeLinear of float ``x``: round half to even (as ``np.rint``), add the zero point, saturate."""
     lo, hi = CODE_RANGE[spec.code_type]
-    return np.clip(np.rint(x / scale) + zp, lo, hi).astype(np.int64)  # rint rounds half to even, as ONNX does
+    return np.clip(np.rint(x.astype(np.float64) / scale.astype(np.float64)) + zp, lo, hi).astype(np.int64)
 
 
 def _expand(values: np.ndarray, dims: tuple, axis: int, block: int, spec: QuantWeight) -> np.ndarray:

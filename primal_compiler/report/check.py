@@ -67,8 +67,7 @@ def _session(path: str, as_written: bool = True):
     if not as_written:
         return ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    twin, _ = float_activation_twin(path)
-    return ort.InferenceSession(twin or path, options, providers=["CPUExecutionProvider"])
+    return ort.InferenceSession(float_activation_twin(path) or path, options, providers=["CPUExecutionProvider"])
 
 
 def ort_logits(path: str | Path, ids: list[int], as_written: bool = True) -> np.ndarray:
