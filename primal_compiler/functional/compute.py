@@ -172,6 +172,8 @@ def _norm(m: Machine, r: tuple, fn: ActFn) -> None:
 
 
 def _rope(m: Machine, x: np.ndarray, r: tuple) -> np.ndarray:
+    """Rotate the q and k elements of a root's block. The crossbars store each head's rotation pairs
+    adjacent (``ir.columns``): dimension ``2j`` of a head pairs with ``2j + 1``, turned at frequency ``j``."""
     (role, first), width = root_block(m, r[SRC_BUF]), x.shape[1]
     layer = m.model.layers[r[LAYER]]
     attn, hd = layer.attention, layer.attention.head_dim
@@ -181,14 +183,14 @@ def _rope(m: Machine, x: np.ndarray, r: tuple) -> np.ndarray:
     elif role not in (Role.Q, Role.K):
         raise m.fail(f"ROPE on a {role.value} root")
     rot = m.model.rope_dim or hd  # partial rotary turns the first rot dimensions of each head
-    dim = np.where((e >= 0) & (e % hd < rot), e % hd, -1)
-    half = rot // 2
-    partner = np.arange(width) + np.where(dim < half, half, -half)
-    rotated = dim >= 0
+    rotated = (e >= 0) & (e % hd < rot)
+    freq = np.where(rotated, e % hd // 2, -1)
+    leading = e % 2 == 0
+    partner = np.arange(width) + np.where(leading, 1, -1)
     if ((partner < 0) | (partner >= width))[rotated].any():
-        raise m.fail(f"a head of {hd} elements straddles the {buf_name(r[SRC_BUF])} column block")
+        raise m.fail(f"a rotation pair straddles the {buf_name(r[SRC_BUF])} column block")
     partner = np.where(rotated, partner, np.arange(width))
-    return ops.rope(x, m.step_positions(), dim, partner, m.inv_freq)
+    return ops.rope(x, m.step_positions(), freq, partner, leading, m.inv_freq)
 
 
 def _bias(m: Machine, r: tuple, x: np.ndarray) -> np.ndarray:

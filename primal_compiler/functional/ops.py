@@ -2,8 +2,9 @@
 
 Conventions follow Hugging Face: RMSNorm ``x / sqrt(mean(x^2) + eps) * w``;
 LayerNorm with the biased variance; ``gelu_new`` is the tanh approximation;
-RoPE rotates dimension ``d`` of a head with ``d +- head_dim/2``
-(``rotate_half``) by ``position * theta ** (-2 (d mod head_dim/2) / head_dim)``.
+RoPE rotates pairs of columns, the first by ``x cos - y sin``, the second by
+``y cos + x sin``, at ``position * inv_freq[j]`` for the pair's frequency
+``j`` (``theta ** (-2j / head_dim)`` unless the file gives its own).
 Attention partials are flash-decoding triples ``(o, m, l)``: the
 unnormalised softmax-weighted sum of values, the running maximum score and
 the running sum of ``exp(score - m)``; a partial over no key has ``m = -inf``
@@ -54,16 +55,16 @@ def inverse_frequencies(theta: float, head_dim: int) -> np.ndarray:
     return (np.float32(1.0) / np.float32(theta) ** exponent).astype(np.float32)
 
 
-def rope(x: np.ndarray, positions: np.ndarray, dim: np.ndarray, partner: np.ndarray,
+def rope(x: np.ndarray, positions: np.ndarray, freq: np.ndarray, partner: np.ndarray, leading: np.ndarray,
          inv_freq: np.ndarray) -> np.ndarray:
-    """Rotate columns of ``x`` (T x E): ``dim`` is each column's dimension in its head (-1: not rotated),
-    ``partner`` the column it pairs with; ``positions`` has T entries."""
-    half = len(inv_freq)
-    rotated = dim >= 0
-    angle = positions.astype(np.float32)[:, None] * inv_freq[np.where(rotated, dim % half, 0)][None, :]
+    """Rotate columns of ``x`` (T x E) in pairs: ``freq`` is each column's frequency index (-1: not
+    rotated), ``partner`` the column it pairs with, ``leading`` whether it is the pair's first (which
+    takes ``- partner * sin``); ``positions`` has T entries."""
+    rotated = freq >= 0
+    angle = positions.astype(np.float32)[:, None] * inv_freq[np.where(rotated, freq, 0)][None, :]
     cos = np.where(rotated, np.cos(angle), 1.0).astype(np.float32)
     sin = np.where(rotated, np.sin(angle), 0.0).astype(np.float32)
-    sign = np.where(dim < half, -1.0, 1.0).astype(np.float32)
+    sign = np.where(leading, -1.0, 1.0).astype(np.float32)
     return (x * cos + sign * x[:, partner] * sin).astype(np.float32)
 
 

@@ -6,9 +6,10 @@ adapter directory (which then replaces the file's own factors), through
 :mod:`primal_compiler.frontend.weights` (the only place that decodes ONNX).
 Everything is float32 in the ``y = x @ W`` convention; a quantized file's
 projections also keep its integer codes and scales, which hardware mode
-stores in the crossbars as they are when they fit (``precision``). A fused
-qkv whose columns run head by head (``Model.qkv_layout``, GPT-NeoX) is put in
-the IR's q | k | v column order here, adapters' B included. Every projection,
+stores in the crossbars as they are when they fit (``precision``). The
+columns of query, key and fused qkv projections are put in the order the
+crossbars store them (``ir.columns``: q | k | v, rotation pairs adjacent),
+adapters' B included. Every projection,
 bias, LoRA factor, embedding table and norm the program's model has must be
 present with the shape it expects, and nothing else may carry LoRA; any
 mismatch is a one-line :class:`InputError` naming the file. The LoRA scale
@@ -26,6 +27,7 @@ import numpy as np
 
 from primal_compiler.errors import InputError
 from primal_compiler.frontend.weights import check_lora, load_onnx_weights, load_peft_adapter
+from primal_compiler.ir.columns import stored_order
 from primal_compiler.ir.model import Model, NormKind, Positional, Role
 
 
@@ -116,29 +118,26 @@ def load_params(model: Model, weights_path: str | Path,
     pos = None
     if model.positional == Positional.LEARNED:
         pos = _expect(where, "position embedding", tables.pos_embed, (model.num_pos_embeddings, h))
-    if model.qkv_layout == "per-head":
-        _qkv_in_order(model, w, bias, stored, lora)
+    _in_stored_order(model, w, bias, stored, lora)
     return Params(w, bias, lora, embed, pos, _norms(model, tables.norms, where), where, stored)
 
 
-def _qkv_in_order(model: Model, w: dict, bias: dict, stored: dict, lora: tuple) -> None:
-    """Put a per-head fused qkv's columns ([q_h | k_h | v_h] for each head h) in the IR's q | k | v order,
-    in its weight, bias, stored codes and every adapter's B."""
-    att = model.attention
-    hd = att.head_dim
-    order = np.concatenate([h * 3 * hd + part * hd + np.arange(hd) for part in range(3) for h in range(att.num_heads)])
+def _in_stored_order(model: Model, w: dict, bias: dict, stored: dict, lora: tuple) -> None:
+    """Put the columns of every projection ``ir.columns.stored_order`` reorders in that order: its weight,
+    bias, stored codes and scales, and every adapter's B."""
     for n in range(model.num_layers):
-        key = (n, Role.QKV)
-        if key not in w:
-            continue
-        w[key] = np.ascontiguousarray(w[key][:, order])
-        if key in bias:
-            bias[key] = np.ascontiguousarray(bias[key][order])
-        if key in stored:
-            stored[key] = tuple(np.ascontiguousarray(x[:, order]) for x in stored[key])
-        for _, b in lora:
-            if key in b:
-                b[key] = np.ascontiguousarray(b[key][:, order])
+        for role in (Role.Q, Role.K, Role.QKV):
+            order, key = stored_order(model, n, role), (n, role)
+            if order is None:
+                continue
+            w[key] = np.ascontiguousarray(w[key][:, order])
+            if key in bias:
+                bias[key] = np.ascontiguousarray(bias[key][order])
+            if key in stored:
+                stored[key] = tuple(np.ascontiguousarray(x[:, order]) for x in stored[key])
+            for _, b in lora:
+                if key in b:
+                    b[key] = np.ascontiguousarray(b[key][:, order])
 
 
 def _keep_codes(stored: dict, key: tuple[int, Role], got) -> None:

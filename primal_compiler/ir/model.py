@@ -275,6 +275,9 @@ class Model:
     # "per-head": a fused qkv weight's columns run head by head, [q_h | k_h | v_h] (GPT-NeoX); the IR's
     # QKV is q | k | v, and the functional replay puts the file's columns in that order. "": q | k | v already
     qkv_layout: str = ""
+    # RoPE rotates adjacent pairs (2i, 2i + 1) of each head (GPT-J's rotate_every_two); False: dimension i
+    # with i + rot / 2 (rotate_half). The crossbars store pairs adjacent either way (``ir.columns``)
+    rope_interleaved: bool = False
 
     def __post_init__(self) -> None:
         if not self.layers:

@@ -25,6 +25,8 @@ import numpy as np
 
 from primal_compiler.errors import InputError
 from primal_compiler.frontend.weights import ModelWeights, check_lora, load_onnx_weights, load_peft_adapter
+from primal_compiler.ir.columns import stored_order
+from primal_compiler.ir.model import Model
 from primal_compiler.ir.tiles import ROLE_CODES, Macro, Part, TileTable
 from primal_compiler.mapping.lower import Geometry
 from primal_compiler.passmgr import SEED_RANGE, Pass, option
@@ -59,7 +61,7 @@ class LoraSparsity(Pass):
         else:
             loaded = load_onnx_weights(self.weights, base=False) if self.weights else load_peft_adapter(self.adapter)
             check_lora(loaded, program.model)
-            zero, source = zero_tiles(tiles, loaded, geometry(program, target)), loaded.source
+            zero, source = zero_tiles(tiles, loaded, geometry(program, target), program.model), loaded.source
         sram = tiles.macro == Macro.SRAM
         masked = sram & (zero == 1)
         by_role = {}
@@ -97,7 +99,7 @@ def block_nonzero(matrix: np.ndarray, block_rows: int, block_cols: int) -> np.nd
     return padded.reshape(nb, block_rows, kb, block_cols).any(axis=(1, 3))
 
 
-def zero_tiles(tiles: TileTable, weights: ModelWeights, geo: Geometry) -> np.ndarray:
+def zero_tiles(tiles: TileTable, weights: ModelWeights, geo: Geometry, model: Model) -> np.ndarray:
     """The ``zero`` column: 1 for SRAM tiles whose block is all zero, 0 for every other tile.
 
     One block reduction per LoRA factor of each layer, then one gather for
@@ -121,7 +123,11 @@ def zero_tiles(tiles: TileTable, weights: ModelWeights, geo: Geometry) -> np.nda
         p = weights.get(layer, role)
         if p is None or p.a is None:
             raise InputError(where, f"no LoRA weights for layer {layer} {role.value}, which has LoRA tiles")
-        matrix = p.a if part == Part.LORA_A else p.b.T  # B is stored transposed: out x r
+        if part == Part.LORA_A:
+            matrix = p.a
+        else:  # B is stored transposed, out x r, its outputs in the crossbars' column order
+            order = stored_order(model, layer, role)
+            matrix = (p.b if order is None else p.b[:, order]).T
         nz = block_nonzero(matrix, geo.sram_rows, geo.lora_width)
         heights[n], widths[n] = nz.shape
         offsets[n] = start

@@ -43,10 +43,11 @@ def _linear(params, key, x):
 
 
 def _rope(x, pos, model):
+    """Rotary embedding of heads stored as the parameters hold them: pairs (2j, 2j + 1) adjacent."""
     hd = x.shape[-1]
     inv = np.array(model.rope_inv_freq) if model.rope_inv_freq else model.rope_theta ** (-np.arange(0, hd, 2) / hd)
-    ang = pos * np.concatenate([inv, inv])
-    rot = np.concatenate([-x[..., hd // 2 :], x[..., : hd // 2]], axis=-1)
+    ang = pos * np.repeat(inv, 2)
+    rot = np.stack([-x[..., 1::2], x[..., 0::2]], axis=-1).reshape(x.shape)
     return x * np.cos(ang) + rot * np.sin(ang)
 
 

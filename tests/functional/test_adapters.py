@@ -99,3 +99,40 @@ def test_the_command_line_compiles_and_inspects_several_adapters(tmp_path, adapt
     assert err.strip() == ("primal: --adapter: codegen{requests=0;2} names adapter 2, but 2 --adapter directories "
                            "were given")
     assert not (tmp_path / "bad").exists()
+
+
+def test_lora_sparsity_masks_the_blocks_the_crossbars_hold_not_the_files(tmp_path, replay_target):
+    """GPT-NeoX's fused qkv runs [q_h | k_h | v_h] in the file; its crossbars hold q | k | v. Zeroing B's
+    file columns 16..31 (head 0's k) zeroes a whole 16-row LoRA block in the file's order but, stored, part
+    of the k block: masking by the file's order would skip head 1's q and miss onnxruntime's logits."""
+    import onnx
+    from onnx import numpy_helper
+
+    from primal_compiler.frontend.onnx_import import recognise_onnx
+    from primal_compiler.ir.model import Role
+    from tests.functional.reference import ort_greedy
+
+    path = Path(__file__).parents[1] / "fixtures" / "onnx" / "families" / "gpt_neox.onnx"
+    base = load_model(str(path))
+
+    def zero(layer, role, a, b):
+        b[:, 16:32] = 0.0
+
+    factors = write_adapter(tmp_path / "ad", base, roles=(Role.QKV,), rank=4, alpha=8.0, zero=zero,
+                            names={Role.QKV: "attention.query_key_value"}, prefix="base_model.model.gpt_neox.layers")
+    merged = onnx.load(path)
+    inits = {t.name: t for t in merged.graph.initializer}
+    for (layer, _), (a, b) in factors.items():
+        name = recognise_onnx(path).projections[(layer, Role.QKV)].weight
+        w = numpy_helper.to_array(inits[name])
+        inits[name].CopyFrom(numpy_helper.from_array((w + 2.0 * a @ b).astype(np.float32), name))
+    onnx.save(merged, tmp_path / "merged.onnx")
+    model = load_model(str(path), adapter=str(tmp_path / "ad"))
+    sparsity = f",blocking,lora-sparsity{{adapter={tmp_path / 'ad'}}},"
+    pipeline = PLACE.format(opts="", context=32).replace(",blocking,", sparsity)
+    program = compile_for_replay(model, replay_target, 3, 2, pipeline)
+    details = next(r.details for r in program.records if r.name == "lora-sparsity")
+    assert details["masked_b_tiles"] > 0
+    got = replay_functional(program, replay_target, str(path), str(tmp_path / "ad"), prompt=PROMPT, generate=2)
+    want = ort_greedy(tmp_path / "merged.onnx", PROMPT, 2)
+    assert np.abs(got.logits - want).max() / np.abs(want).max() < 1e-5

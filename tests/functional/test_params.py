@@ -50,3 +50,25 @@ def test_weights_of_another_model_are_rejected():
 def test_lora_missing_from_the_weights_is_rejected():
     with pytest.raises(InputError, match=r"llama_dynamo.onnx: file has LoRA on nothing, model has LoRA on q,v"):
         load_params(load_model(fixture("llama_dynamo"), "q,v:4"), fixture("llama_dynamo"))
+
+
+def test_rotation_pairs_stored_adjacent_rotate_as_rotate_half_does():
+    """Hugging Face's rotate_half on a head in the file's order equals the replay's adjacent-pair rotation
+    on the same head in stored order (``ir.columns.pair_order``), whole and partial."""
+    from primal_compiler.functional import ops
+    from primal_compiler.ir.columns import pair_order
+
+    rng = np.random.default_rng(3)
+    for hd, rot in ((8, 8), (24, 24), (16, 4)):
+        x = rng.normal(size=(3, hd)).astype(np.float32)
+        pos = np.array([0, 5, 17])
+        inv = (10000.0 ** (-np.arange(0, rot, 2) / rot)).astype(np.float32)
+        ang = pos[:, None] * np.concatenate([inv, inv])[None, :]
+        half = np.concatenate([-x[:, rot // 2: rot], x[:, : rot // 2]], axis=1)
+        want = np.concatenate([x[:, :rot] * np.cos(ang) + half * np.sin(ang), x[:, rot:]], axis=1)
+        order = pair_order(hd, rot)
+        d = np.arange(hd)
+        freq = np.where(d < rot, d // 2, -1)
+        partner = np.where(d < rot, d ^ 1, d)
+        got = ops.rope(x[:, order], pos, freq, partner, d % 2 == 0, inv)
+        np.testing.assert_allclose(got, want[:, order], atol=1e-5)
