@@ -71,6 +71,7 @@ from primal_compiler.frontend.onnx_mlp import assign_mlp
 from primal_compiler.frontend.onnx_params import ONNX_DEFAULT_EPS, NormRef, norm_ref, rope_frequencies
 from primal_compiler.frontend.onnx_project import Projection, find_weight_matmuls, pair_lora
 from primal_compiler.frontend.onnx_quant import dequantize_graph, weight_formats
+from primal_compiler.frontend.onnx_rotary import table_rope
 from primal_compiler.ir.model import SIZE_LIMITS, Attention, DecoderLayer, Linear, LoRA, Model, Positional, Role
 
 TIE_SAMPLES = 16
@@ -174,7 +175,7 @@ def _recognise(model: onnx.ModelProto, path: Path) -> Recognised:
         norms[(len(layers), 0)] = norm_ref(g, norm_regions[-1], hidden)
     final_norm = final_norm or layers[-1].norm
     eps = next((r.eps for r in norms.values() if r.eps is not None), None)
-    positional, npos, max_pos = _positional(g, pos)
+    positional, npos, max_pos = _positional(g, pos, layers[0].head_dim)
     rope = rope_frequencies(g, layers[0].head_dim) if positional == Positional.ROPE else None
     scale, scale_node = embed_scale(g, embed[0])
     norm_params = {x for r in norms.values() for x in (r.weight, r.bias) if x is not None}
@@ -200,6 +201,7 @@ def _recognise(model: onnx.ModelProto, path: Path) -> Recognised:
             rope_inv_freq=rope.inv_freq if rope is not None else (),
             rope_dim=rope.dim if rope is not None and rope.dim < layers[0].head_dim else 0,
             qkv_layout=_qkv_layout(layers),
+            rope_interleaved=rope is not None and rope.interleaved,
             embed_scale=scale,
             weight_quant=weight_formats(g.quant, [p.weight for x in layers for p in x.projections] + [lm_head.weight]),
         )
@@ -295,7 +297,7 @@ def _folded_positions(g: GraphIndex, embed_node: int, hidden: int):
     return None
 
 
-def _positional(g: GraphIndex, pos) -> tuple[Positional, int, int]:
+def _positional(g: GraphIndex, pos, head_dim: int) -> tuple[Positional, int, int]:
     if pos is not None:
         node, table = pos
         offset = 0
@@ -316,6 +318,7 @@ def _positional(g: GraphIndex, pos) -> tuple[Positional, int, int]:
         or {("", "Sin"), ("", "Cos")} <= ops
         or ("", "RotaryEmbedding") in ops
         or ("com.microsoft", "RotaryEmbedding") in ops
+        or table_rope(g, head_dim) is not None  # a precomputed sin | cos table (GPT-J)
     ):
         return Positional.ROPE, 0, 0
     raise PatternError("unsupported position encoding: neither a learned position table nor rotary embeddings")

@@ -26,7 +26,7 @@ import numpy as np
 
 from primal_compiler.errors import InputError
 from primal_compiler.frontend.onnx_graph import GraphIndex, PatternError, attr
-from primal_compiler.frontend.onnx_rotary import check_partial
+from primal_compiler.frontend.onnx_rotary import check_partial, interleaved, table_rope
 
 NORM_OPS = {"LayerNormalization": (1, 2), "SimplifiedLayerNormalization": (1, None), "RMSNormalization": (1, None),
             "SkipLayerNormalization": (2, 3), "SkipSimplifiedLayerNormalization": (2, None)}
@@ -115,6 +115,7 @@ class Rope:
     theta: float  # the base of a plain geometric series, else the base of its first two entries
     geometric: bool  # inv_freq == theta ** (-2i / dim) (no scaling scheme)
     dim: int  # the rotated dimensions of a head: head_dim, or fewer (partial rotary, ``onnx_rotary``)
+    interleaved: bool = False  # adjacent pairs rotate (GPT-J's rotate_every_two), not halves
 
 
 def rope_frequencies(g: GraphIndex, head_dim: int) -> Rope | None:
@@ -158,7 +159,7 @@ def rope_frequencies(g: GraphIndex, head_dim: int) -> Rope | None:
         tables.setdefault(found, node.name or node.op_type)
         _check_unscaled(g, node)
     if not tables:
-        return None
+        return _from_table(g, head_dim)
     if len(tables) > 1:
         raise PatternError(f"unsupported RoPE: nodes {', '.join(sorted(tables.values()))} use different "
                            "inverse-frequency tables")
@@ -166,13 +167,28 @@ def rope_frequencies(g: GraphIndex, head_dim: int) -> Rope | None:
     if not (np.isfinite(inv).all() and (inv > 0).all() and 0 < inv[1] < inv[0]):
         raise PatternError(f"unsupported RoPE at node {next(iter(tables.values()))}: its inverse frequencies "
                            "are not positive and decreasing")
+    return _rope(g, inv, head_dim, frozenset())
+
+
+def _from_table(g: GraphIndex, head_dim: int) -> Rope | None:
+    """RoPE from a precomputed sin | cos table (GPT-J); None without one, or when its data is absent."""
+    table = table_rope(g, head_dim)
+    if table is None or not table.inv_freq:
+        return None
+    inv = np.array(table.inv_freq, np.float64)
+    if not inv[1] < inv[0]:
+        raise PatternError("unsupported RoPE: the position table's frequencies are not decreasing")
+    return _rope(g, inv, head_dim, table.gathered)
+
+
+def _rope(g: GraphIndex, inv: np.ndarray, head_dim: int, gathered: frozenset[str]) -> Rope:
     dim = 2 * len(inv)
     if dim < head_dim:
-        check_partial(g, dim, head_dim)
+        check_partial(g, dim, head_dim, gathered)
     theta = float(f"{(inv[1] / inv[0]) ** (-dim / 2):.6g}")  # float32 frequencies hold ~7 digits
     expected = inv[0] * theta ** (-2.0 * np.arange(len(inv)) / dim)
     geometric = inv[0] == 1.0 and bool(np.allclose(inv, expected, rtol=1e-4, atol=0))
-    return Rope(tuple(float(v) for v in inv), theta, geometric, dim)
+    return Rope(tuple(float(v) for v in inv), theta, geometric, dim, interleaved(g))
 
 
 def _check_unscaled(g: GraphIndex, node) -> None:

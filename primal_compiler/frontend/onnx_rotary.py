@@ -1,6 +1,21 @@
-"""Partial rotary embeddings (GPT-NeoX, Phi-2): verify that the first ``dim`` dimensions of each head rotate.
+"""Rotary forms beyond Llama's: partial rotary, adjacent pairs, and a precomputed sin/cos table (GPT-J).
 
-A graph with partial rotary cuts every query and key head in two along its
+Pairs. ``rotate_half`` (Llama, GPT-NeoX) negates ``x[..., rot/2:rot]`` and
+puts it before ``x[..., :rot/2]``; GPT-J's ``rotate_every_two`` negates the
+odd dimensions ``x[..., 1::2]`` and interleaves them back, ``(-x1, x0,
+-x3, x2, ...)``. :func:`interleaved` tells them apart from the ``Slice``
+each ``Neg`` reads (step 1 or 2) and checks the interleaving's
+``Unsqueeze``/``Concat``; a graph that mixes them is refused.
+
+Table. GPT-J gathers rows of a constant ``[positions, rot]`` table by the
+position ids and splits each row in two, ``sin(p f) | cos(p f)``.
+:func:`table_rope` reads the frequencies ``f`` back from the table (the
+phase of its last row, unwrapped with its second) and requires every row
+to be ``sin | cos`` of ``p f`` within 1e-5, and every multiplication by
+the sine half to scale a negated (rotated) operand and by the cosine half a
+plain one.
+
+Partial rotary. A graph with partial rotary cuts every query and key head in two along its
 last axis, ``x[..., :dim]`` and ``x[..., dim:]``, rotates the first part
 with the cosine and sine tables and joins the parts back,
 ``Concat(rotated, x[..., dim:])``. :func:`check_partial` finds each such
@@ -14,6 +29,11 @@ applied to a whole head) is a :class:`PatternError` naming a node.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
+import numpy as np
+
+from primal_compiler.errors import InputError
 from primal_compiler.frontend.onnx_graph import GraphIndex, PatternError, attr
 
 #: Axes that mean "the last one" of a [batch, heads, seq, head_dim] tensor.
@@ -22,8 +42,8 @@ LAST = (-1, 3)
 TO_END = 1 << 31
 
 
-def _bounds(g: GraphIndex, node) -> tuple[int, int] | None:
-    """(start, end) of a ``Slice`` along the last axis with unit step, from its constant inputs; else None."""
+def _slice_last(g: GraphIndex, node) -> tuple[int, int, int] | None:
+    """(start, end, step) of a ``Slice`` along the last axis, from its constant inputs; else None."""
     inputs = list(node.input) + [""] * 5
     values = [g.const(x) if x else None for x in inputs[1:5]]
     starts, ends, axes, steps = values
@@ -31,9 +51,16 @@ def _bounds(g: GraphIndex, node) -> tuple[int, int] | None:
         return None
     if axes is None or axes.size != 1 or int(axes.reshape(-1)[0]) not in LAST:
         return None
-    if steps is not None and (steps.size != 1 or int(steps.reshape(-1)[0]) != 1):
+    if steps is not None and steps.size != 1:
         return None
-    return int(starts.reshape(-1)[0]), int(ends.reshape(-1)[0])
+    step = 1 if steps is None else int(steps.reshape(-1)[0])
+    return int(starts.reshape(-1)[0]), int(ends.reshape(-1)[0]), step
+
+
+def _bounds(g: GraphIndex, node) -> tuple[int, int] | None:
+    """(start, end) of a unit-step ``Slice`` along the last axis; else None."""
+    found = _slice_last(g, node)
+    return found[:2] if found is not None and found[2] == 1 else None
 
 
 def _joins(g: GraphIndex, dim: int, head_dim: int) -> list[set[int]]:
@@ -54,12 +81,13 @@ def _joins(g: GraphIndex, dim: int, head_dim: int) -> list[set[int]]:
     return found
 
 
-def check_partial(g: GraphIndex, dim: int, head_dim: int) -> None:
-    """Raise :class:`PatternError` unless the cos/sin tables rotate exactly the first ``dim`` of each head."""
+def check_partial(g: GraphIndex, dim: int, head_dim: int, tables: frozenset[str] = frozenset()) -> None:
+    """Raise :class:`PatternError` unless the cos/sin tables (the outputs of ``Cos``/``Sin`` nodes, or the
+    gathered rows ``tables`` of a precomputed table) rotate exactly the first ``dim`` of each head."""
     if dim % 2 or not 0 < dim < head_dim:
         raise PatternError(f"unsupported partial rotary: {dim} rotated dimensions of a {head_dim}-dimension head")
     joins = _joins(g, dim, head_dim)
-    uses = _table_uses(g)
+    uses = _table_uses(g, tables)
     if not joins:
         name = g.nodes[uses[0]].name if uses else "RoPE"
         raise PatternError(f"unsupported partial rotary at node {name}: no query or key head is cut into its first "
@@ -73,16 +101,133 @@ def check_partial(g: GraphIndex, dim: int, head_dim: int) -> None:
 
 #: Ops that only reshape or select a cosine or sine table on its way to the rotation.
 TABLE_OPS = frozenset({"Unsqueeze", "Squeeze", "Cast", "CastLike", "Identity", "Slice", "Gather", "Reshape",
-                       "Expand", "Transpose"})
+                       "Expand", "Transpose", "Split", "Tile", "Concat"})
 
 
-def _table_uses(g: GraphIndex) -> list[int]:
-    """The ``Mul`` nodes that multiply something by a cosine or sine table."""
-    tables = {o for n in g.nodes if n.op_type in ("Cos", "Sin") for o in n.output}
+def _table_uses(g: GraphIndex, seeds: frozenset[str] = frozenset()) -> list[int]:
+    """The ``Mul`` nodes that multiply something by a cosine or sine table (``Cos``/``Sin`` outputs and
+    ``seeds``)."""
+    return sorted({i for t in _table_closure(g, seeds) for i in g.consumers.get(t, ()) if g.nodes[i].op_type == "Mul"})
+
+
+def _table_closure(g: GraphIndex, seeds: frozenset[str]) -> set[str]:
+    """The tensors that only reshape or select a ``Cos``/``Sin`` output or a ``seeds`` tensor."""
+    tables = {o for n in g.nodes if n.op_type in ("Cos", "Sin") for o in n.output} | set(seeds)
     frontier = set(tables)
     while frontier:
         more = {o for t in frontier for i in g.consumers.get(t, ()) if g.nodes[i].op_type in TABLE_OPS
                 and g.nodes[i].input[0] == t for o in g.nodes[i].output} - tables
         tables |= more
         frontier = more
-    return sorted({i for t in tables for i in g.consumers.get(t, ()) if g.nodes[i].op_type == "Mul"})
+    return tables
+
+
+def interleaved(g: GraphIndex) -> bool:
+    """True when the rotations pair adjacent dimensions (``rotate_every_two``), False for halves or when no
+    rotation is written out (a ``RotaryEmbedding`` op); a :class:`PatternError` names a node that is neither."""
+    forms = {}
+    for i, node in enumerate(g.nodes):
+        src = g.node_of(node.input[0]) if node.op_type == "Neg" else None
+        found = _slice_last(g, src) if src is not None and src.op_type == "Slice" else None
+        if found is None:
+            continue
+        if found[2] == 2:
+            _check_every_two(g, i, src)
+        forms.setdefault(found[2] == 2, node.name or f"#{i}")
+    if len(forms) > 1:
+        raise PatternError(f"unsupported RoPE: node {forms[False]} rotates halves of a head and node {forms[True]} "
+                           "adjacent pairs")
+    return True in forms
+
+
+def _check_every_two(g: GraphIndex, neg: int, odd) -> None:
+    """``Neg(x[..., 1::2])`` must be interleaved before ``x[..., 0::2]``: ``Concat(Unsqueeze(-x1), Unsqueeze(x0))``
+    on a new last axis, so output ``2j`` is ``-x[2j + 1]`` and ``2j + 1`` is ``x[2j]``."""
+    node = g.nodes[neg]
+    name = node.name or f"#{neg}"
+    wrong = PatternError(f"unsupported rotation at node {name} (Neg of x[..., 1::2]): not GPT-J's rotate_every_two "
+                         "(-x1, x0, -x3, x2, ...)")
+    if _slice_last(g, odd)[0] != 1:
+        raise wrong
+    ups = [g.nodes[i] for i in g.consumers.get(node.output[0], ())]
+    joins = [g.nodes[i] for u in ups if u.op_type == "Unsqueeze" for i in g.consumers.get(u.output[0], ())]
+    if len(ups) != 1 or len(joins) != 1 or joins[0].op_type != "Concat" or len(joins[0].input) != 2:
+        raise wrong
+    join = joins[0]
+    other = g.node_of(join.input[1])
+    even = g.node_of(other.input[0]) if other is not None and other.op_type == "Unsqueeze" else None
+    if (join.input[0] != ups[0].output[0] or attr(join, "axis", 0) != -1 or even is None or even.op_type != "Slice"
+            or even.input[0] != odd.input[0] or _slice_last(g, even)[::2] != (0, 2)):
+        raise wrong
+
+
+@dataclass(frozen=True)
+class TableRope:
+    """RoPE read from a precomputed ``sin | cos`` table gathered by position (GPT-J's ``embed_positions``)."""
+
+    inv_freq: tuple[float, ...]  # rot / 2 frequencies
+    positions: int  # rows of the table
+    gathered: frozenset[str]  # the gathered rows, where the tables' uses start
+
+
+def table_rope(g: GraphIndex, head_dim: int) -> TableRope | None:
+    """The table of the graph's rotary embedding, or None when it has none; a table whose rows are not
+    ``sin | cos`` of ``p f``, or whose halves multiply the wrong operands, is a :class:`PatternError`. An
+    unreadable table (absent external data) gives empty ``inv_freq``."""
+    for node in g.nodes:
+        tensor = g.constant_tensor(node.input[0]) if node.op_type in ("Gather", "GatherElements") else None
+        dims = [int(d) for d in tensor.dims] if tensor is not None else []
+        if len(dims) < 2 or any(d != 1 for d in dims[:-2]) or dims[-1] % 4 or not 4 <= dims[-1] <= head_dim:
+            continue
+        halves = [g.nodes[i] for i in g.consumers.get(node.output[0], ()) if g.nodes[i].op_type == "Split"]
+        if len(halves) != 1 or len(halves[0].output) != 2 or attr(halves[0], "axis", 0) not in (-1, len(dims) - 1):
+            continue
+        inv = _frequencies(g, tensor, dims[-2], dims[-1] // 2, node.name or node.op_type)
+        _check_halves(g, halves[0])
+        return TableRope(inv, dims[-2], frozenset(node.output))
+    return None
+
+
+def _frequencies(g: GraphIndex, tensor, rows: int, half: int, name: str) -> tuple[float, ...]:
+    from primal_compiler.frontend.weights import _read  # the one reader of initializers (and external data)
+
+    try:
+        table = _read(g, tensor, "rotary table", "").reshape(rows, 2 * half).astype(np.float64)
+    except InputError:
+        return ()
+    if rows < 2 or not (table[0, :half] == 0).all() or not (table[0, half:] == 1).all():
+        raise PatternError(f"unsupported position table at node {name}: its first row is not sin 0 | cos 0")
+    first = np.arctan2(table[1, :half], table[1, half:])
+    last = np.arctan2(table[-1, :half], table[-1, half:])
+    turns = np.round(((rows - 1) * first - last) / (2 * np.pi))
+    inv = ((last + 2 * np.pi * turns) / (rows - 1)).astype(np.float32)
+    angle = np.arange(rows, dtype=np.float32)[:, None] * inv[None, :]
+    want = np.concatenate([np.sin(angle), np.cos(angle)], axis=1)
+    if not (inv > 0).all() or np.abs(table - want).max() > 1e-5:
+        raise PatternError(f"unsupported position table at node {name}: its rows are not sin(p f) | cos(p f)")
+    return tuple(float(f) for f in inv)
+
+
+def _check_halves(g: GraphIndex, split) -> None:
+    """The sine half multiplies only negated (rotated) operands, the cosine half only plain ones."""
+    for out, rotated in zip(split.output, (True, False)):
+        for i in _table_uses(g, frozenset({out})):
+            node = g.nodes[i]
+            mine = _table_closure(g, frozenset({out}))
+            other = next(x for x in node.input if x not in mine)
+            if _negated(g, other) != rotated:
+                part = "sine" if rotated else "cosine"
+                raise PatternError(f"unsupported rotation at node {node.name or f'#{i}'}: the table's {part} half "
+                                   f"multiplies {'a plain' if rotated else 'a rotated'} operand")
+
+
+def _negated(g: GraphIndex, tensor: str) -> bool:
+    """``tensor`` is a rotation's output: a ``Neg`` within a few reshapes, unsqueezes and concats."""
+    frontier = [tensor]
+    for _ in range(6):
+        nodes = [g.node_of(t) for t in frontier]
+        if any(n is not None and n.op_type == "Neg" for n in nodes):
+            return True
+        frontier = [x for n in nodes if n is not None and n.op_type in ("Reshape", "Concat", "Unsqueeze", "Identity",
+                                                                         "Cast", "Transpose") for x in n.input]
+    return False

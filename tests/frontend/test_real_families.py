@@ -30,7 +30,7 @@ def sidecar(name: str) -> dict:
 
 
 def test_the_set_has_the_families_and_stays_small():
-    assert READ == ["gemma", "gpt_neox", "llama3", "phi2", "phi3", "qwen2"]
+    assert READ == ["gemma", "gpt_neox", "gptj", "llama3", "phi2", "phi3", "qwen2"]
     assert REFUSED == ["bloom", "falcon", "gemma2", "qwen3"]
     assert sum(p.stat().st_size for p in FAMILIES.glob("*.onnx")) < 2 * 1024 * 1024
 
@@ -65,6 +65,10 @@ def test_each_family_keeps_what_makes_it_different():
     assert all(x.parallel and x.num_norms == 2 for x in neox.layers) and neox.rope_dim == 4
     assert neox.qkv_layout == "per-head" and neox.layers[0].linear(Role.QKV).out_features == 192
     assert qwen2.qkv_layout == phi3.qkv_layout == ""
+    gptj = load_onnx(FAMILIES / "gptj.onnx")  # one shared norm, half the head rotated in pairs from a table
+    assert all(x.parallel and x.num_norms == 1 for x in gptj.layers) and gptj.rope_dim == 4
+    assert gptj.rope_interleaved and not any(m.rope_interleaved for m in (qwen2, phi3, gemma, llama3, phi2, neox))
+    np.testing.assert_allclose(gptj.rope_inv_freq, [1.0, 0.01], rtol=1e-6)  # 10000 ** (-2i / 4), from the table
 
 
 @pytest.mark.parametrize("name", READ)
@@ -120,3 +124,52 @@ def test_an_adapter_on_a_per_head_qkv_computes_as_the_merged_weights(tmp_path):
     plain = ort_greedy(path, [1, 2, 3, 4], 3)
     assert np.abs(plain - want).max() / scale > 1e-3  # the adapter moves the logits
 
+
+
+def test_gptj_read_as_rotating_halves_would_be_wrong(tmp_path):
+    """GPT-J rotates adjacent pairs: with its q and k sharpened (x8, so positions decide the logits) the replay
+    matches onnxruntime, and the same program reading the pairs as rotate_half's halves does not."""
+    pytest.importorskip("onnxruntime")
+    from dataclasses import replace
+
+    import onnx
+    from onnx import numpy_helper
+
+    from primal_compiler.frontend.onnx_import import recognise_onnx
+    from primal_compiler.functional import compile_for_replay, replay_functional
+    from primal_compiler.report.check import ort_greedy
+    from primal_compiler.target import load_primal_target
+
+    found = recognise_onnx(FAMILIES / "gptj.onnx")
+    sharpen = {p.weight for (_, role), p in found.projections.items() if role in (Role.Q, Role.K)}
+    edited = onnx.load(FAMILIES / "gptj.onnx")
+    for t in edited.graph.initializer:
+        if t.name in sharpen:
+            t.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(t) * np.float32(8), t.name))
+    path = tmp_path / "gptj_sharp.onnx"
+    onnx.save(edited, path)
+    target, prompt = load_primal_target("primal-7nm"), [5, 17, 3, 60, 41]
+    want = ort_greedy(path, prompt, 3)
+    scale = np.abs(want).max()
+    model = load_onnx(path)
+    for m, agrees in ((model, True), (replace(model, rope_interleaved=False), False)):
+        got = replay_functional(compile_for_replay(m, target, len(prompt), 3, "fast"), target, str(path),
+                                prompt=prompt, generate=3)
+        assert (np.abs(got.logits - want).max() / scale < 1e-5) == agrees
+
+
+@pytest.mark.parametrize("edit,message", [
+    (lambda t: np.concatenate([t[:, :1], t[:, 1:] * np.float32(1.001)], axis=1), "rows are not sin(p f) | cos(p f)"),
+    (lambda t: t[..., [2, 3, 0, 1]], "its first row is not sin 0 | cos 0"),  # cos | sin
+])
+def test_a_position_table_that_is_not_sin_cos_is_refused(tmp_path, edit, message):
+    import onnx
+    from onnx import numpy_helper
+
+    model = onnx.load(FAMILIES / "gptj.onnx")
+    table = next(t for t in model.graph.initializer if list(t.dims) == [1, 64, 4])
+    table.CopyFrom(numpy_helper.from_array(np.ascontiguousarray(edit(numpy_helper.to_array(table))), table.name))
+    onnx.save(model, tmp_path / "edited.onnx")
+    with pytest.raises(InputError, match="unsupported position table at node") as err:
+        load_onnx(tmp_path / "edited.onnx")
+    assert message in str(err.value) and "\n" not in str(err.value)
