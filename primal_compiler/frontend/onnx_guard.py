@@ -36,7 +36,7 @@ from primal_compiler.frontend.onnx_params import feeds_root
 
 #: Ops a recognised pattern may contain on the hidden-state path (besides the projections).
 KNOWN_OPS = frozenset({
-    *TRANSPARENT, "Transpose", "Concat", "Slice", "Split", "Gather", "Expand", "Tile",
+    *TRANSPARENT, "Transpose", "Concat", "Slice", "Split", "Gather", "GatherND", "Expand", "Tile",
     "Add", "Sub", "Mul", "Div", "Pow", "Sqrt", "Reciprocal", "ReduceMean", "Neg", "Where", "IsNaN", "Softmax", "MatMul",
     "LayerNormalization", "SimplifiedLayerNormalization", "RMSNormalization", "SkipLayerNormalization",
     "SkipSimplifiedLayerNormalization", "Attention", "MultiHeadAttention", "GroupQueryAttention",

@@ -5,7 +5,13 @@ the attention op's attributes, a ``Reshape`` of the query into heads, or a
 fused qkv projection's ``Split``/``Slice`` widths. A fused qkv reshaped to
 ``[..., heads, 3 * head_dim]`` and split in three along that last axis
 (GPT-NeoX's ``query_key_value``) runs its columns head by head; the layer is
-marked ``qkv_per_head`` so the weights can be put in q | k | v order.
+marked ``qkv_per_head`` so the weights can be put in q | k | v order. A
+fused qkv reshaped to ``[..., q_heads + 2 kv_heads, head_dim]`` and cut
+along that heads axis (Falcon's multi-query ``query_key_value``: the query
+``[..., :-2, :]``, the key and value heads picked by index) is q | k | v
+already; the heads each part selects are checked, and a qkv grouped per kv
+head (``[..., kv_heads, group + 2, head_dim]``, Falcon's new decoder
+architecture) is refused.
 """
 
 from __future__ import annotations
@@ -44,7 +50,10 @@ class HeadGeometry:
             layer.qkv_per_head, layer.head_dim = True, per_head
             layer.num_heads = layer.num_kv_heads = first.out_features // (3 * per_head)
             return
-        if first.role == Role.QKV:
+        axis_split = self._heads_axis_split(first, core) if first.role == Role.QKV else None
+        if axis_split is not None:
+            q_size, kv_size = axis_split
+        elif first.role == Role.QKV:
             q_size, kv_size = self._fused_split(first, core)
         else:
             q_size, kv_size = first.out_features, layer.attn[1].out_features
@@ -99,6 +108,63 @@ class HeadGeometry:
                 raise PatternError(f"unsupported fused qkv at node {node.name or i}: its per-head split gives the "
                                    f"query part {q} and the key part {k}, not 0 and 1")
             return last // 3
+        return None
+
+    def _heads_axis_split(self, p: Projection, core: Core) -> tuple[int, int] | None:
+        """(q size, kv size) of a fused qkv reshaped to ``[..., heads, head_dim]`` and cut along the heads
+        axis (Falcon's multi-query layout), checking the heads each of q, k and v selects; None for another
+        layout."""
+        g = self.g
+        paths = [set(self._path(p, t)) for t in (core.q_in, core.k_in, core.v_in)]
+        for i in sorted(paths[0]):
+            node = g.nodes[i]
+            if node.op_type != "Reshape":
+                continue
+            groups, inner, size = g.tail_ints(node.input[1], 3)
+            if inner and size and 0 < inner * size < p.out_features and p.out_features % (inner * size) == 0 \
+                    and groups in (-1, p.out_features // (inner * size)):
+                raise PatternError(f"unsupported fused qkv at node {node.name or i}: its columns are grouped as "
+                                   f"[..., {p.out_features // (inner * size)}, {inner}, {size}] (per kv head, as in "
+                                   "Falcon's new decoder architecture, or per head)")
+            n, hd = g.tail_ints(node.input[1], 2)
+            if not n or not hd or n * hd != p.out_features:
+                continue
+            picked = [self._heads_picked(node.output[0], path, n) for path in paths]
+            if picked[0] is None:
+                return None
+            q = picked[0]
+            kv = (n - len(q)) // 2
+            want = [list(range(len(q))), list(range(len(q), len(q) + kv)), list(range(len(q) + kv, n))]
+            if picked != want:
+                raise PatternError(f"unsupported fused qkv at node {node.name or i}: its {n} heads of {hd} are cut "
+                                   f"into q {picked[0]}, k {picked[1]}, v {picked[2]}, not q first, then k, then v")
+            return len(q) * hd, kv * hd
+        return None
+
+    def _heads_picked(self, tensor: str, path: set[int], n: int) -> list[int] | None:
+        """The heads (indices on the second-to-last axis of ``tensor``, ``n`` of them) that the node of ``path``
+        consuming it selects: a Slice on that axis, or a GatherND of constant indices after a Transpose that
+        brings the axis first; None when no such node is found."""
+        g = self.g
+        for i in g.consumers.get(tensor, ()):
+            node = g.nodes[i]
+            if i not in path:
+                continue
+            if node.op_type == "Slice":
+                inputs = list(node.input) + [""] * 5
+                start, end, axes = (g.const(x) if x else None for x in inputs[1:4])
+                steps = g.const(inputs[4]) if inputs[4] else None
+                if (start is None or end is None or axes is None or axes.size != 1
+                        or int(axes.reshape(-1)[0]) not in (-2, 2)
+                        or (steps is not None and int(steps.reshape(-1)[0]) != 1)):
+                    return None
+                return list(range(n))[slice(int(start.reshape(-1)[0]), int(end.reshape(-1)[0]))]
+            if node.op_type == "Transpose" and (attr(node, "perm") or [None])[0] == 2:
+                for j in g.consumers.get(node.output[0], ()):
+                    gather = g.nodes[j]
+                    index = g.const(gather.input[1]) if gather.op_type == "GatherND" and j in path else None
+                    if index is not None and index.ndim == 2 and index.shape[1] == 1:
+                        return [int(x) % n for x in index.reshape(-1)]
         return None
 
     def _fused_split(self, p: Projection, core: Core) -> tuple[int, int]:

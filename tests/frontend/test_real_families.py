@@ -30,8 +30,8 @@ def sidecar(name: str) -> dict:
 
 
 def test_the_set_has_the_families_and_stays_small():
-    assert READ == ["gemma", "gpt_neox", "gptj", "llama3", "phi2", "phi3", "qwen2"]
-    assert REFUSED == ["bloom", "falcon", "gemma2", "qwen3"]
+    assert READ == ["falcon", "gemma", "gpt_neox", "gptj", "llama3", "phi2", "phi3", "qwen2"]
+    assert REFUSED == ["bloom", "falcon_grouped", "gemma2", "qwen3"]
     assert sum(p.stat().st_size for p in FAMILIES.glob("*.onnx")) < 2 * 1024 * 1024
 
 
@@ -69,6 +69,9 @@ def test_each_family_keeps_what_makes_it_different():
     assert all(x.parallel and x.num_norms == 1 for x in gptj.layers) and gptj.rope_dim == 4
     assert gptj.rope_interleaved and not any(m.rope_interleaved for m in (qwen2, phi3, gemma, llama3, phi2, neox))
     np.testing.assert_allclose(gptj.rope_inv_freq, [1.0, 0.01], rtol=1e-6)  # 10000 ** (-2i / 4), from the table
+    falcon = load_onnx(FAMILIES / "falcon.onnx")  # multi-query qkv cut along its heads axis: q | k | v as stored
+    assert falcon.layers[0].linear(Role.QKV).out_features == 48 and falcon.qkv_layout == ""
+    assert all(x.parallel and x.num_norms == 1 for x in falcon.layers)
 
 
 @pytest.mark.parametrize("name", READ)
@@ -173,3 +176,21 @@ def test_a_position_table_that_is_not_sin_cos_is_refused(tmp_path, edit, message
     with pytest.raises(InputError, match="unsupported position table at node") as err:
         load_onnx(tmp_path / "edited.onnx")
     assert message in str(err.value) and "\n" not in str(err.value)
+
+
+def test_a_heads_axis_qkv_cut_in_another_order_is_refused(tmp_path):
+    """Falcon picks its key head at index -2 and its value head at -1 of the heads axis; swapped, the columns
+    are no longer q | k | v, and the frontend says so instead of reading them as such."""
+    import onnx
+    from onnx import numpy_helper
+
+    model = onnx.load(FAMILIES / "falcon.onnx")
+    gathers = {n.input[1] for n in model.graph.node if n.op_type == "GatherND"}
+    for t in model.graph.initializer:
+        if t.name in gathers:
+            value = numpy_helper.to_array(t)
+            t.CopyFrom(numpy_helper.from_array(np.where(value == -2, -1, -2).astype(value.dtype), t.name))
+    onnx.save(model, tmp_path / "swapped.onnx")
+    with pytest.raises(InputError, match=r"unsupported fused qkv at node .*: its 6 heads of 8 are cut into q "
+                                         r"\[0, 1, 2, 3\], k \[5\], v \[4\]"):
+        load_onnx(tmp_path / "swapped.onnx")
