@@ -8,6 +8,10 @@ its tokens (DMAC QK, causal), sends the scores to its V chunk router
 (UNICAST), which forms its partial softmax-weighted sum (DMAC PV; a router
 holding several chunks of the same head accumulates); the V routers' partials
 are merged (REDUCE SOFTMAX_MERGE) into the O-projection input block.
+A head whose elements straddle a root's column block (or an O input block)
+is moved in one piece per block: two KV_APPENDs (the second writing from
+the head element where the first stopped), two query multicasts, two
+merges (each carrying the partials of every head it touches).
 ``count`` of a DMAC is its multiply-accumulates, of a router record the
 token vectors it moves, of a KV_APPEND the tokens it writes.
 """
@@ -33,6 +37,14 @@ def reduce_arg(op: ReduceOp, src: int, dst: int) -> int:
     return int(op) | (src // 8) << 4 | (dst // 8) << 18
 
 
+def kv_append_arg(src: int, first: int) -> int:
+    """KV_APPEND ``arg`` without its token slot: source offset in bits 16-23 and the first element of the head
+    it writes in bits 24-31 (units of 8)."""
+    if src % 8 or first % 8 or max(src, first) >= 8 << 8:
+        raise ValueError(f"KV append offsets {src}/{first} are not encodable (multiples of 8 below 2048)")
+    return (src // 8) << 16 | (first // 8) << 24
+
+
 def _root_tag(name: str) -> int:
     _, role, j = name.split(":")
     return buf(BufKind.ROOT, ROLE_INDEX[Role(role)] << 8 | int(j))
@@ -56,16 +68,16 @@ class AttentionEmitter:
         return part_root(self.ir, part, element, self.geo.rram_cols), root_offset(self.ir, part, element,
                                                                                   self.geo.rram_cols)
 
-    def _runs(self, g: int, key) -> list[tuple[object, int, int]]:
-        """Consecutive heads of group ``g`` sharing ``key(h)``: (key, first head, heads)."""
-        runs: list[list] = []
-        for h in range(g * self.grp, (g + 1) * self.grp):
-            k = key(h)
-            if runs and runs[-1][0] == k:
-                runs[-1][2] += 1
-            else:
-                runs.append([k, h, 1])
-        return [tuple(x) for x in runs]
+    def _pieces(self, part: str, lo: int, hi: int) -> list[tuple[str, int, int, int]]:
+        """Elements ``lo .. hi-1`` of q, k or v cut where a root's column block ends: (root, offset in the
+        root, first element, elements) per piece, in order."""
+        out, e = [], lo
+        while e < hi:
+            root, off = self._col(part, e)
+            n = min(hi - e, self.geo.rram_cols - off)
+            out.append((root, off, e, n))
+            e += n
+        return out
 
     def emit(self, start: int, tokens: int, seqs: range) -> Block:
         """Records of sequences ``seqs`` for queries at positions ``start .. start+tokens-1``.
@@ -103,26 +115,27 @@ class AttentionEmitter:
         first = np.maximum(written * kv.chunk_tokens, start)
         count = np.minimum((written + 1) * kv.chunk_tokens, end) - first
         for kind, part, tag in ((0, "k", BufKind.KV_K), (1, "v", BufKind.KV_V)):
-            root, off = self._col(part, g * self.hd)
             ct, pe, slot = self._units(seq, g, written, kind)
-            src = self.r.hub_pos(root)
             token_slot = slot * kv.chunk_tokens + first % kv.chunk_tokens
-            d2d = np.where(ct != src[0], Flag.D2D, 0)
-            b.add_columns(len(written), op=Opcode.KV_APPEND, ct=src[0], pe=src[1], dst_ct=ct, dst_pe=pe,
-                          src_buf=_root_tag(root), dst_buf=int(tag) << 12 | slot, count=count,
-                          nbytes=count * self.hd * kv.kv_bytes, arg=(off // 8) << 16 | token_slot, flags=d2d)
+            for root, off, e, n in self._pieces(part, g * self.hd, (g + 1) * self.hd):  # a head split over two roots
+                src = self.r.hub_pos(root)
+                d2d = np.where(ct != src[0], Flag.D2D, 0)
+                b.add_columns(len(written), op=Opcode.KV_APPEND, ct=src[0], pe=src[1], dst_ct=ct, dst_pe=pe,
+                              src_buf=_root_tag(root), dst_buf=int(tag) << 12 | slot, count=count,
+                              nbytes=count * n * kv.kv_bytes, arg=kv_append_arg(off, e - g * self.hd) | token_slot,
+                              flags=d2d)
 
     def _queries(self, b: Block, seq: int, g: int, chunks: np.ndarray, tokens: int) -> None:
         ct, pe, _ = self._units(seq, g, chunks, 0)
         members = np.unique(np.stack([ct, pe], 1), axis=0)
-        for (root, _), h0, n in self._runs(g, lambda h: self._col("q", h * self.hd)):
-            _, off = self._col("q", h0 * self.hd)
+        g0 = g * self.grp * self.hd
+        for root, off, e, n in self._pieces("q", g0, g0 + self.grp * self.hd):
             src = self.r.hub_pos(root)
             grp = b.add_group(members[:, 0], members[:, 1])
             d2d = Flag.D2D if (members[:, 0] != src[0]).any() else 0
             b.add(op=Opcode.BCAST, ct=src[0], pe=src[1], group=grp, src_buf=_root_tag(root),
-                  dst_buf=buf(BufKind.QVEC, g), count=tokens, nbytes=int(tokens * n * self.hd * self.act_bytes),
-                  arg=offsets(off, (h0 - g * self.grp) * self.hd), flags=d2d)
+                  dst_buf=buf(BufKind.QVEC, g), count=tokens, nbytes=int(tokens * n * self.act_bytes),
+                  arg=offsets(off, e - g0), flags=d2d)
 
     def _chunks(self, b: Block, seq: int, g: int, chunks: np.ndarray, pairs: np.ndarray, tokens: int) -> None:
         """Per chunk, in order: QK at the K router, scores to the V router, PV there."""
@@ -152,14 +165,19 @@ class AttentionEmitter:
     def _merge(self, b: Block, seq: int, g: int, chunks: np.ndarray, tokens: int) -> None:
         vct, vpe, _ = self._units(seq, g, chunks, 1)
         members = np.unique(np.stack([vct, vpe], 1), axis=0)
-        rows = self.geo.rram_rows
-        for i, h0, n in self._runs(g, lambda h: (h * self.hd) // rows):
-            dst_root, _ = self._col("v", ((i * rows // self.hd) // self.grp) * self.hd)
+        rows, hd = self.geo.rram_rows, self.hd
+        g0 = g * self.grp * hd
+        e = g0
+        while e < g0 + self.grp * hd:  # cut where an O input block ends: a head may feed two
+            i = e // rows
+            n = min(g0 + self.grp * hd, (i + 1) * rows) - e
+            dst_root, _ = self._col("v", ((i * rows // hd) // self.grp) * hd)
             dst = self.r.hub_pos(dst_root)
             grp = b.add_group(members[:, 0], members[:, 1])
             d2d = Flag.D2D if (members[:, 0] != dst[0]).any() else 0
+            heads = (e + n - 1) // hd - e // hd + 1  # the partials merged: every head the piece touches
             b.add(op=Opcode.REDUCE, ct=int(members[0, 0]), pe=int(members[0, 1]), dst_ct=dst[0], dst_pe=dst[1],
                   group=grp, src_buf=buf(BufKind.ATTN, g), dst_buf=buf(BufKind.OBLK, i), count=tokens,
-                  nbytes=int(tokens * n * (self.hd + 2) * 2),
-                  arg=reduce_arg(ReduceOp.SOFTMAX_MERGE, (h0 - g * self.grp) * self.hd, h0 * self.hd - i * rows),
-                  flags=d2d)
+                  nbytes=int(tokens * heads * (hd + 2) * 2),
+                  arg=reduce_arg(ReduceOp.SOFTMAX_MERGE, e - g0, e - i * rows), flags=d2d)
+            e += n

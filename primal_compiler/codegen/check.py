@@ -2,7 +2,8 @@
 
 - :func:`check_power`: no record touches a CT while it is gated.
 - :func:`check_configs`: every fired SMAC_SRAM follows a CONFIG of its PE in the same request.
-- :func:`check_kv_appends`: within a prefill or decode step, no two KV_APPENDs write the same token slot.
+- :func:`check_kv_appends`: within a prefill or decode step, no two KV_APPENDs write the same token slot
+  (the same piece of it, when a head split over two roots is appended in two).
 - :func:`check_kv_map`: every unit has its own (CT, PE, slot) inside the layer's CTs and capacity.
 """
 
@@ -79,10 +80,11 @@ def _check_phase(rec: np.ndarray, name: str, start: int) -> None:
     tok = np.repeat(tok0, cnt) + np.arange(cnt.sum()) - np.repeat(np.cumsum(cnt) - cnt, cnt)
     where = (rec["layer"][a].astype(np.int64) << 48 | rec["dst_ct"][a].astype(np.int64) << 32
              | rec["dst_pe"][a].astype(np.int64) << 16 | rec["dst_buf"][a] >> 12)
-    key = np.repeat(where, cnt) * 65536 + tok
-    uniq, counts = np.unique(key, return_counts=True)
+    piece = (rec["arg"][a].astype(np.int64) >> 24)  # the head element a piece starts at (a head split over roots)
+    key = np.stack([np.repeat(where, cnt), tok * 256 + np.repeat(piece, cnt)], axis=1)
+    _, inverse, counts = np.unique(key, axis=0, return_inverse=True, return_counts=True)
     if (counts > 1).any():
-        k = int(a[owner[np.flatnonzero(np.isin(key, uniq[counts > 1]))[0]]])
+        k = int(a[owner[np.flatnonzero(counts[inverse.reshape(-1)] > 1)[0]]])
         raise AssertionError(f"{name}: record {start + k} KV_APPEND overwrites a live token slot")
 
 

@@ -104,6 +104,8 @@ def _extent(r: np.ndarray, rec: np.ndarray, e: Extent) -> tuple[np.ndarray, np.n
         return ((arg >> 4) & 0x3FFF) * 8, end
     if e == Extent.REDUCE_DST:
         return (arg >> 18) * 8, end
+    if e == Extent.KV_SRC:
+        return ((arg >> 16) & 0xFF) * 8, end
     if e == Extent.TOKEN_SLOTS:
         return arg & 0xFFFF, (arg & 0xFFFF) + r["count"][rec].astype(np.int64)
     return arg & 0xFFFF, (arg & 0xFFFF) + 1  # SLOT_BIT (CONFIG's adapter id sits above the slot)

@@ -12,9 +12,13 @@ size the cost model charges and plays no part here.
   ``ACCUMULATE``.
 * ``REDUCE SOFTMAX_MERGE`` merges the members' attention partials of the
   query heads from ``src_offset / head_dim`` to the end of the KV group and
-  writes the normalised outputs.
+  writes the normalised outputs from element ``src_offset`` of the group's
+  (the head it falls in may have begun in the block before).
 * ``KV_APPEND`` writes ``count`` tokens into the token slots
-  ``arg & 0xFFFF`` of the destination's K or V chunk; which tokens of the
+  ``arg & 0xFFFF`` of the destination's K or V chunk, head elements from
+  ``(arg >> 24) * 8`` on, as many as the source holds from its offset (a
+  head split over two roots comes in two pieces; in hardware mode each
+  piece is stored with its own scale); which tokens of the
   step they are follows from the chunk the KV map gives that scratchpad
   slot and the controller's position counter (the NMC's ring pointer), so
   a token at position p lands in ring position ``p mod context``; the slot
@@ -29,7 +33,7 @@ What each record consumes (for ``Machine(producers=True)``): a move the
 vectors and elements it moves; ``REDUCE SUM`` every member's moved elements
 (and, with ``ACCUMULATE``, the destination region it adds to); ``REDUCE
 SOFTMAX_MERGE`` every member's partials of the heads it merges;
-``KV_APPEND`` the ``head_dim`` elements of the token rows it appends.
+``KV_APPEND`` the elements of the token rows it appends.
 ``CONFIG`` writes an SRAM slot and that slot's mask bit, ``MASK`` the whole
 mask register. Power records and ``SYNC`` consume and produce no value.
 """
@@ -113,15 +117,15 @@ def reduce_(m: Machine, r: tuple) -> None:
 
 
 def _softmax_merge(m: Machine, r: tuple, parts: list[np.ndarray], so: int) -> np.ndarray:
-    """Normalised outputs of the heads from ``so / head_dim`` to the end of the group."""
+    """Normalised outputs of the group from element ``so`` (of head ``so / head_dim``) to its end."""
     attn = m.model.layers[r[LAYER]].attention
     hd, grp = attn.head_dim, attn.num_heads // attn.num_kv_heads
-    if so % hd or so // hd >= grp or parts[0].shape[1] != grp * (hd + 2):
+    if so // hd >= grp or parts[0].shape[1] != grp * (hd + 2):
         raise m.fail(f"attention partials of {parts[0].shape[1]} elements do not hold {grp} heads "
                      f"from element offset {so}")
     t = parts[0].shape[0]
     merged = reduce(ops.merge, [p.reshape(t, grp, hd + 2)[:, so // hd :] for p in parts])
-    return ops.normalized(merged).reshape(t, -1)
+    return ops.normalized(merged).reshape(t, -1)[:, so % hd :]
 
 
 def config(m: Machine, r: tuple) -> None:
@@ -139,7 +143,7 @@ def kv_append(m: Machine, r: tuple) -> None:
     if kind is None:
         raise m.fail(f"KV_APPEND writes {buf_name(r[DST_BUF])}, not a K or V chunk")
     kv, slot = m.kv, r[DST_BUF] & 0xFFF
-    token_slot, so, n = r[ARG] & 0xFFFF, (r[ARG] >> 16) * 8, r[COUNT]
+    token_slot, so, h0, n = r[ARG] & 0xFFFF, (r[ARG] >> 16 & 0xFF) * 8, (r[ARG] >> 24) * 8, r[COUNT]
     t0 = token_slot - slot * kv.chunk_tokens
     if not 0 <= t0 <= kv.chunk_tokens - n:
         raise m.fail(f"token slots {token_slot}..{token_slot + n - 1} are outside chunk slot {slot}")
@@ -150,10 +154,11 @@ def kv_append(m: Machine, r: tuple) -> None:
         raise m.fail(f"ring position {chunk * kv.chunk_tokens + t0} holds no token of this step "
                      f"(positions {m.position}..{m.position + m.tokens - 1})")
     hd = kv.head_dim
-    src = m.read((r[CT], r[PE]), r[SRC_BUF], rows, slice(so, so + hd))
-    if src.shape[1] < so + hd:
-        raise m.fail(f"reads {hd} elements at offset {so} of a {src.shape[1]}-element buffer")
-    values[t0 : t0 + n] = m.num.kv(src[rows, so : so + hd])
+    src = m.read((r[CT], r[PE]), r[SRC_BUF], rows, slice(so, so + hd - h0))
+    width = min(hd - h0, src.shape[1] - so)  # the rest of the head, or of the root's block
+    if h0 >= hd or width <= 0:
+        raise m.fail(f"appends head elements from {h0} of {hd}, from offset {so} of a {src.shape[1]}-element buffer")
+    values[t0 : t0 + n, h0 : h0 + width] = m.num.kv(src[rows, so : so + width])
     positions[t0 : t0 + n] = first + np.arange(n)
     m.wrote_kv(_dst(r), slot, slice(t0, t0 + n))
 

@@ -57,12 +57,13 @@ class Extent(IntEnum):
     """Which elements of the location."""
 
     WHOLE = 0  # [0, END)
-    MOVE_SRC = 1  # [(arg >> 16) * 8, END): BCAST, UNICAST and KV_APPEND source offset
+    MOVE_SRC = 1  # [(arg >> 16) * 8, END): BCAST and UNICAST source offset
     MOVE_DST = 2  # [(arg & 0xFFFF) * 8, END): BCAST, UNICAST destination offset
     REDUCE_SRC = 3  # [((arg >> 4) & 0x3FFF) * 8, END)
     REDUCE_DST = 4  # [(arg >> 18) * 8, END)
     TOKEN_SLOTS = 5  # [arg & 0xFFFF, + count): KV_APPEND token slots (token units)
     SLOT_BIT = 6  # [slot, slot + 1), slot = arg & 0xFFFF: one SRAM slot's mask bit
+    KV_SRC = 7  # [((arg >> 16) & 0xFF) * 8, END): KV_APPEND source offset
 
 
 class Pseudo(IntEnum):
@@ -182,8 +183,9 @@ DESCRIPTORS: dict[Opcode, Descriptor] = {d.opcode: d for d in (
                "_act", "act", PathClass.ACTIVATION, arg_enum=ActFn),
     Descriptor(Opcode.KV_APPEND, "(`ct`, `pe`) writes k or v of `count` tokens into KV slot `dst_buf` of (`dst_ct`, `dst_pe`)",
                ("ct", "pe", "dst_ct", "dst_pe", "src_buf", "dst_buf", "count", "nbytes", "arg"),
-               "bits 0-15 the token slot; bits 16-31 source offset (units of 8)", "router",
-               (Access(_S, Buffer.SRC_BUF, Extent.MOVE_SRC),),
+               "bits 0-15 the token slot; bits 16-23 source offset, bits 24-31 the first element of the head it "
+               "writes (units of 8: a head split over two roots is appended in two pieces)", "router",
+               (Access(_S, Buffer.SRC_BUF, Extent.KV_SRC),),
                (Access(_D, Buffer.DST_BUF, Extent.TOKEN_SLOTS),),
                "_kv_append", "kv_append", PathClass.MESH_TRANSFER),
     Descriptor(Opcode.PG_ON, "wake CT `ct` (power-gating header on)", ("ct",), "unused", "power", (), (),
@@ -221,7 +223,7 @@ _BUFFER = {Buffer.SRC_BUF: "src_buf", Buffer.DST_BUF: "dst_buf", Buffer.SRAM_SLO
            Buffer.KV_CHUNK: "KV chunk arg>>8", Buffer.MASK_REGISTER: "mask register"}
 _EXTENT = {Extent.WHOLE: "", Extent.MOVE_SRC: "[src_off:]", Extent.MOVE_DST: "[dst_off:]",
            Extent.REDUCE_SRC: "[src_off:]", Extent.REDUCE_DST: "[dst_off:]", Extent.TOKEN_SLOTS: "[slot:slot+count]",
-           Extent.SLOT_BIT: "[slot]"}
+           Extent.SLOT_BIT: "[slot]", Extent.KV_SRC: "[src_off:]"}
 _LEGEND = (
     "Footprints read `BUFFER@PLACE[ELEMENTS]`. PLACE: `src` and `dst` the record's source and destination "
     "(`ct`, `pe`) and (`dst_ct`, `dst_pe`), `self` its own PE (or the controller) when it has no destination, "

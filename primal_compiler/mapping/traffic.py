@@ -107,13 +107,14 @@ class _Builder:
         pairs: dict[tuple[str, str, str], list[float]] = defaultdict(lambda: [0.0, 0.0])
         for h in range(attn.num_heads):
             q_el, kv_el = h * attn.head_dim, (h // group) * attn.head_dim
-            key = (self.part_root("q", q_el), self.part_root("k", kv_el), self.part_root("v", kv_el))
-            acc = pairs[key]
-            acc[0] += attn.head_dim * self.act  # q vector to the K holder
-            acc[1] += self.context * self.act  # scores to the V holder
+            k_v = (self.part_root("k", kv_el), self.part_root("v", kv_el))
+            for root, elements in self.pieces("q", q_el, q_el + attn.head_dim):
+                pairs[(root, *k_v)][0] += elements * self.act  # q to the K holder, from each root holding part
+            pairs[(self.part_root("q", q_el), *k_v)][1] += self.context * self.act  # scores to the V holder
         for (q, k, v), (qb, sb) in pairs.items():
             self.add(q, k, qb, FlowClass.ATTN)
-            self.add(k, v, sb, FlowClass.ATTN)
+            if sb:  # a second root holding part of a head sends only its q elements
+                self.add(k, v, sb, FlowClass.ATTN)
         self.kv_append()
 
     def kv_append(self) -> None:
@@ -123,13 +124,23 @@ class _Builder:
         appends: dict[str, float] = defaultdict(float)
         for g in range(attn.num_kv_heads):
             for kind in ("k", "v"):
-                appends[self.part_root(kind, g * attn.head_dim)] += attn.head_dim * self.kv
+                for root, elements in self.pieces(kind, g * attn.head_dim, (g + 1) * attn.head_dim):
+                    appends[root] += elements * self.kv
         base = self.rows[t.part[self.rows] == Part.BASE]
         for root, nbytes in appends.items():
             _, role, j = root.split(":")
             col = base[(t.role[base] == ROLE_INDEX[Role(role)]) & (t.bcol[base] == int(j))]
             for r in col:
                 self.add(root, int(r), nbytes / len(col), FlowClass.KV_APPEND)
+
+    def pieces(self, part: str, lo: int, hi: int) -> list[tuple[str, int]]:
+        """(root, elements) of elements ``lo .. hi-1`` of q, k or v, cut where a root's column block ends."""
+        out, e, cols = [], lo, self.geo.rram_cols
+        while e < hi:
+            n = min(hi - e, cols - root_offset(self.layer, part, e, cols))
+            out.append((self.part_root(part, e), n))
+            e += n
+        return out
 
     def o_input(self, i: int) -> str:
         attn = self.layer.attention

@@ -70,6 +70,10 @@ class Codegen(Pass):
         if prompt + 1 > kv.context:
             raise InputError(f"{self.name}.prompt", f"prompt {prompt} + 1 decoded token exceeds the KV context "
                                                     f"{kv.context} allocated by kv-ring")
+        hd = program.model.attention.head_dim
+        if hd % 8:  # every router offset the ISA packs is in units of 8 elements (docs/isa.md)
+            raise InputError(f"pass {self.name}", f"model {program.model.name}: head size {hd} is not a multiple of "
+                                                  "8, the unit of the ISA's element offsets")
         requests = parse_requests(self.requests)
         stream = emit_stream(program, target, prompt, requests, self.steps, self.pipeline, self.prefill_chunk)
         ops = np.bincount(stream.records["op"], minlength=len(Opcode))

@@ -141,3 +141,30 @@ def test_other_architectures_emit_consistent_streams(name, lora, small_target, t
     check_power(p.stream)
     check_configs(p.stream)
     check_kv_appends(p.stream)
+
+
+def test_a_head_straddling_column_blocks_is_appended_in_pieces_and_a_size_off_the_unit_is_refused(tmp_path):
+    """Heads of 24 on 16-column crossbars: k and v (24 wide, one kv head) come in two KV_APPEND pieces, head
+    elements 0..15 and 16..23, which the slot check tells apart; a head size no multiple of 8 is refused."""
+    import onnx
+
+    from primal_compiler.target import load_target, with_overrides
+    from tests.frontend.families import family_decoder
+    from tests.functional.conftest import PLACE
+
+    target = with_overrides(load_target("primal-7nm"), {"ct.mesh_rows": 4, "ct.mesh_cols": 4, "rram.rows": 16,
+                                                        "rram.cols": 16, "rram.rows_active_per_read": 8,
+                                                        "rram.adcs_per_macro": 4, "sram.rows": 16,
+                                                        "router.scratchpad_bytes": 2048})
+
+    def compiled(name, **kw):
+        onnx.save(family_decoder("swiglu", **kw), tmp_path / name)
+        return compile_model(load_model(str(tmp_path / name)), target, PLACE.format(opts="", context=32))
+
+    stream = compiled("hd24.onnx", hidden=48, heads=2, kv_heads=1).stream
+    appends = stream.records[stream.records["op"] == Opcode.KV_APPEND]
+    assert sorted(set((appends["arg"] >> 24).tolist())) == [0, 2]  # head elements 0 and 16, in units of 8
+    assert sorted(set(appends["nbytes"] // np.maximum(appends["count"], 1))) == [16, 32]  # 8 and 16 two-byte values
+    check_kv_appends(stream)
+    with pytest.raises(InputError, match="head size 12 is not a multiple of 8"):
+        compiled("hd12.onnx", hidden=48, heads=4, kv_heads=2)

@@ -34,6 +34,10 @@ CASES = {
     "parallel_two_norms": ("swiglu", {"parallel": "two"}),  # GPT-NeoX
     "partial_rotary": ("swiglu", {"rotary_dim": 4, "attn_std": 1.0}),
     "partial_rotary_parallel": ("geglu_tanh", {"rotary_dim": 4, "parallel": "shared", "attn_std": 1.0}),  # Phi-2
+    # heads of 24 on 16x16 crossbars straddle column and O input blocks (Phi-3-mini's 96 on 256 columns)
+    "heads_straddle_blocks": ("swiglu", {"hidden": 48, "heads": 2, "kv_heads": 1, "attn_std": 1.0}),
+    "heads_straddle_fused_qkv_partial": ("fused_split", {"hidden": 48, "heads": 2, "kv_heads": 1, "rotary_dim": 10,
+                                                         "attn_std": 1.0}),
 }
 
 
