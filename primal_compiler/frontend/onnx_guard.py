@@ -7,6 +7,9 @@ outside the projections (and their LoRA scale), each node must:
 
 * be an op of :data:`KNOWN_OPS` (data movement, arithmetic, norms,
   attention); anything else is refused naming the node;
+* be a norm op (``LayerNormalization``, ``ReduceMean``...) only inside a
+  recognised norm (before a layer's attention or MLP, or the final norm:
+  an embedding norm or a sandwich norm is refused);
 * be an activation op (``Tanh``, ``Erf``, ``Sigmoid``, ``Gelu``...) only
   inside an MLP's activation, whose nodes must compute the recognised kind
   (``onnx_activation`` evaluates them; Gemma-2's soft-capping ``Tanh`` is
@@ -42,6 +45,9 @@ KNOWN_OPS = frozenset({
     "SkipSimplifiedLayerNormalization", "Attention", "MultiHeadAttention", "GroupQueryAttention",
     "RotaryEmbedding", "Tanh", "Erf", "Sigmoid", "Relu", "Gelu", "FastGelu", "BiasGelu",
 })
+#: Ops allowed only inside a recognised norm (before a layer's attention or MLP, or the LM head).
+NORM_ONLY = frozenset({"LayerNormalization", "SimplifiedLayerNormalization", "RMSNormalization", "SkipLayerNormalization",
+                       "SkipSimplifiedLayerNormalization", "ReduceMean"})
 #: Ops allowed only inside an MLP activation.
 ACTIVATION_ONLY = frozenset({"Tanh", "Erf", "Sigmoid", "Relu", "Gelu", "FastGelu", "BiasGelu"})
 
@@ -118,6 +124,9 @@ def check_accounted(dec, layers: list, lm_head, norm_regions: list[set[int]], no
             raise PatternError(f"unsupported {label} in the decoder: no recognised pattern contains it")
         if node.op_type in ACTIVATION_ONLY and i not in verified:
             raise PatternError(f"unsupported {label} outside an MLP activation (e.g. soft-capping)")
+        if node.op_type in NORM_ONLY and i not in in_norm:
+            raise PatternError(f"unsupported {label}: a norm that is not the one before a layer's attention or MLP "
+                               "or the final norm (e.g. an embedding norm or a sandwich norm)")
         if node.op_type in ("Mul", "Div") and i in score_side.get(attn_of.get(i, -1), ()) \
                 and any(g.producer.get(x) not in down and _shape_derived(g, x) for x in node.input):
             product[attn_of[i]] = None  # SDPA's default scale, from the runtime head size (TorchScript)

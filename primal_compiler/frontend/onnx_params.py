@@ -45,7 +45,15 @@ class NormRef:
 
 
 def norm_ref(g: GraphIndex, region: set[int], hidden: int) -> NormRef:
-    """The scale, bias and epsilon of the norm whose nodes are ``region``."""
+    """The scale, bias and epsilon of the norm whose nodes are ``region``; a region holding two norms (an
+    embedding norm before the first layer's) is a :class:`PatternError` naming the second."""
+    fused = [i for i in sorted(region) if g.nodes[i].op_type in NORM_OPS]
+    means = [i for i in sorted(region) if g.nodes[i].op_type == "ReduceMean"]
+    if len(fused) > 1 or (fused and means) or len(means) > 2:
+        a, b = (fused + means)[:2] if fused else (means[0], means[-1])
+        names = " and ".join(g.nodes[i].name or f"#{i}" for i in (a, b))
+        raise PatternError(f"unsupported norms at nodes {names}: two norms in a row between the residual stream "
+                           "and a projection (e.g. an embedding norm before the first layer's)")
     weight = bias = eps = None
     offset = 0.0
     for i in sorted(region):

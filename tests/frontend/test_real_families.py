@@ -194,3 +194,25 @@ def test_a_heads_axis_qkv_cut_in_another_order_is_refused(tmp_path):
     with pytest.raises(InputError, match=r"unsupported fused qkv at node .*: its 6 heads of 8 are cut into q "
                                          r"\[0, 1, 2, 3\], k \[5\], v \[4\]"):
         load_onnx(tmp_path / "swapped.onnx")
+
+
+def test_a_second_norm_before_the_first_layer_is_refused_not_read_as_its_norm(tmp_path):
+    """Bloom norms its embeddings before the first layer's own norm. Inserted into GPT-2 that second
+    LayerNormalization fell inside layer 0's norm region and the model imported with the wrong norm (0.37 of
+    the logit scale off onnxruntime); it is refused, naming both nodes."""
+    import onnx
+    from onnx import helper, numpy_helper
+
+    model = onnx.load(FAMILIES.parent / "gpt2_dynamo.onnx")
+    g = model.graph
+    add = next(n for n in g.node if n.op_type == "Add" and any(x.startswith("embedding") for x in n.input))
+    hidden = next(int(t.dims[1]) for t in g.initializer if t.name == "lm_head.weight")
+    g.initializer.extend([numpy_helper.from_array(np.full(hidden, 1.5, np.float32), "eln_w"),
+                          numpy_helper.from_array(np.full(hidden, 0.1, np.float32), "eln_b")])
+    for node in g.node:
+        node.input[:] = ["emb_ln" if x == add.output[0] else x for x in node.input]
+    g.node.insert(list(g.node).index(add) + 1, helper.make_node(
+        "LayerNormalization", [add.output[0], "eln_w", "eln_b"], ["emb_ln"], name="emb_ln_node", axis=-1))
+    onnx.save(model, tmp_path / "embln.onnx")
+    with pytest.raises(InputError, match="unsupported norms at nodes emb_ln_node and .*: two norms in a row"):
+        load_onnx(tmp_path / "embln.onnx")
