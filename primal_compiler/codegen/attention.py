@@ -12,8 +12,9 @@ A head whose elements straddle a root's column block (or an O input block)
 is moved in one piece per block: two KV_APPENDs (the second writing from
 the head element where the first stopped), two query multicasts, two
 merges (each carrying the partials of every head it touches).
-``count`` of a DMAC is its multiply-accumulates, of a router record the
-token vectors it moves, of a KV_APPEND the tokens it writes.
+``count`` of a DMAC is its multiply-accumulates (with ALiBi one more per
+score in QK: the head's slope times the key position), of a router record
+the token vectors it moves, of a KV_APPEND the tokens it writes.
 """
 
 from __future__ import annotations
@@ -59,10 +60,12 @@ def causal_pairs(chunks: np.ndarray, chunk_tokens: int, start: int, tokens: int)
 
 
 class AttentionEmitter:
-    def __init__(self, routes: LayerRoutes, layer: DecoderLayer, kv: KvMap, geo, act_bytes: float) -> None:
+    def __init__(self, routes: LayerRoutes, layer: DecoderLayer, kv: KvMap, geo, act_bytes: float,
+                 alibi: bool = False) -> None:
         self.r, self.ir, self.kv, self.geo, self.act_bytes = routes, layer, kv, geo, act_bytes
         attn = layer.attention
         self.hd, self.grp = attn.head_dim, attn.num_heads // attn.num_kv_heads
+        self.score_macs = self.hd + (1 if alibi else 0)  # ALiBi: one more per score, slope x key position
 
     def _col(self, part: str, element: int) -> tuple[str, int]:
         return part_root(self.ir, part, element, self.geo.rram_cols), root_offset(self.ir, part, element,
@@ -142,7 +145,7 @@ class AttentionEmitter:
         kct, kpe, kslot = self._units(seq, g, chunks, 0)
         vct, vpe, vslot = self._units(seq, g, chunks, 1)
         n = len(chunks)
-        macs = pairs * self.grp * self.hd
+        qk_macs, pv_macs = pairs * self.grp * self.score_macs, pairs * self.grp * self.hd
         key = vct * 65536 + vpe
         _, first = np.unique(key, return_index=True)
         acc = np.full(n, int(Flag.ACCUMULATE))
@@ -155,7 +158,7 @@ class AttentionEmitter:
             "dst_pe": np.stack([np.full(n, 0xFFFF), vpe, np.full(n, 0xFFFF)], 1),
             "src_buf": np.stack([np.full(n, buf(BufKind.QVEC, g)), np.full(n, score), np.full(n, score)], 1),
             "dst_buf": np.stack([np.full(n, score), np.full(n, score), np.full(n, attn)], 1),
-            "count": np.stack([np.maximum(macs, 1), np.full(n, tokens), np.maximum(macs, 1)], 1),
+            "count": np.stack([np.maximum(qk_macs, 1), np.full(n, tokens), np.maximum(pv_macs, 1)], 1),
             "nbytes": np.stack([np.zeros(n, np.int64), pairs * self.grp * self.kv.kv_bytes, np.zeros(n, np.int64)], 1),
             "arg": np.stack([DmacOp.QK | kslot << 8, np.zeros(n, np.int64), DmacOp.PV | vslot << 8], 1),
             "flags": np.stack([np.zeros(n, np.int64), np.where(kct != vct, Flag.D2D, 0), acc], 1),

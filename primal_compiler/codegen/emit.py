@@ -20,7 +20,7 @@ import numpy as np
 
 from primal_compiler.codegen.attention import AttentionEmitter
 from primal_compiler.codegen.block import Block, shifted
-from primal_compiler.codegen.layer import HIDDEN, LayerEmitter
+from primal_compiler.codegen.layer import HIDDEN, NORM_FN, LayerEmitter
 from primal_compiler.codegen.routes import LayerRoutes
 from primal_compiler.ir.tiles import Macro
 from primal_compiler.isa.opcodes import CONTROLLER, NONE16, ActFn, BufKind, Flag, HiddenBuf, Opcode, buf
@@ -95,7 +95,8 @@ class ProgramEmitter:
         pre, post = em.pre(), em.post()
         attn = None
         if layer < self.model.num_layers:
-            attn = AttentionEmitter(routes, self.model.layers[layer], self.kv, self.geo, self.act_bytes)
+            attn = AttentionEmitter(routes, self.model.layers[layer], self.kv, self.geo, self.act_bytes,
+                                    alibi=bool(self.model.alibi_slopes))
         return _Template(routes, pre, post, attn, self._first_ct(layer))
 
     def hub(self, layer: int, name: str) -> tuple[int, int]:
@@ -116,6 +117,9 @@ class ProgramEmitter:
         b.add(op=Opcode.UNICAST, ct=src[0], pe=src[1], dst_ct=dst[0], dst_pe=dst[1], src_buf=sb,
               dst_buf=HIDDEN(HiddenBuf.X), count=vectors, nbytes=int(h * self.act_bytes * vectors), arg=0, layer=layer,
               flags=Flag.D2D if src[0] != dst[0] else 0)
+        if layer == 0 and self.model.embed_norm:  # Bloom: the residual stream starts from the normed embeddings
+            b.add(op=Opcode.ACT, ct=dst[0], pe=dst[1], src_buf=HIDDEN(HiddenBuf.X), dst_buf=HIDDEN(HiddenBuf.X),
+                  count=h * vectors, arg=NORM_FN[self.model.norm], layer=0)
         return b
 
     def phase(self, out: _Out, start: int, tokens: int, flags: int, seqs: range, decide: list[range]) -> None:

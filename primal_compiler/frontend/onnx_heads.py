@@ -11,7 +11,9 @@ along that heads axis (Falcon's multi-query ``query_key_value``: the query
 ``[..., :-2, :]``, the key and value heads picked by index) is q | k | v
 already; the heads each part selects are checked, and a qkv grouped per kv
 head (``[..., kv_heads, group + 2, head_dim]``, Falcon's new decoder
-architecture) is refused.
+architecture) is refused. Bloom's ``[..., heads, 3, head_dim]``, with q, k
+and v taken by a ``Gather`` of index 0, 1 and 2, runs head by head as
+NeoX's does.
 """
 
 from __future__ import annotations
@@ -46,6 +48,8 @@ class HeadGeometry:
         core = layer.core
         first = layer.attn[0]
         per_head = self._per_head_split(first, core) if first.role == Role.QKV else None
+        if per_head is None and first.role == Role.QKV:
+            per_head = self._per_head_select(first, core)
         if per_head is not None:
             layer.qkv_per_head, layer.head_dim = True, per_head
             layer.num_heads = layer.num_kv_heads = first.out_features // (3 * per_head)
@@ -165,6 +169,29 @@ class HeadGeometry:
                     index = g.const(gather.input[1]) if gather.op_type == "GatherND" and j in path else None
                     if index is not None and index.ndim == 2 and index.shape[1] == 1:
                         return [int(x) % n for x in index.reshape(-1)]
+        return None
+
+    def _per_head_select(self, p: Projection, core: Core) -> int | None:
+        """The head size of a fused qkv reshaped to ``[..., heads, 3, head_dim]`` whose q, k and v are
+        elements 0, 1 and 2 of the second-to-last axis (Bloom's ``query_key_value``, head by head as NeoX's);
+        None for any other layout."""
+        g = self.g
+        paths = [set(self._path(p, t)) for t in (core.q_in, core.k_in, core.v_in)]
+        for i in sorted(paths[0]):
+            node = g.nodes[i]
+            heads, three, hd = g.tail_ints(node.input[1], 3) if node.op_type == "Reshape" else (None, None, None)
+            if three != 3 or not heads or not hd or heads * 3 * hd != p.out_features:
+                continue
+            picked = []
+            for path in paths:
+                uses = [g.nodes[j] for j in g.consumers.get(node.output[0], ()) if j in path]
+                index = g.const(uses[0].input[1]) if len(uses) == 1 and uses[0].op_type == "Gather" else None
+                axis_ok = len(uses) == 1 and attr(uses[0], "axis", 0) in (-2, 3)
+                picked.append(int(index.reshape(-1)[0]) if index is not None and index.size == 1 and axis_ok else None)
+            if picked != [0, 1, 2]:
+                raise PatternError(f"unsupported fused qkv at node {node.name or i}: reshaped to [..., {heads}, 3, "
+                                   f"{hd}], its query, key and value take {picked} of the 3, not 0, 1, 2")
+            return hd
         return None
 
     def _fused_split(self, p: Projection, core: Core) -> tuple[int, int]:

@@ -47,8 +47,8 @@ Also recognised: the ONNX ``Attention`` op and com.microsoft
 ``LayerNormalization``/``RMSNormalization``/``SimplifiedLayerNormalization``
 or their decompositions, quantized weights (QDQ, ``MatMulNBits``, ``MatMulInteger``;
 ``onnx_quant``), model-local functions (inlined first). Rejected with an :class:`InputError`: attention ops with
-fused weights (com.microsoft ``Attention``), extra projections on the hidden size, positions that are neither learned
-nor rotary (ALiBi), a LoRA scale that is not a finite number, sizes over the
+fused weights (com.microsoft ``Attention``), extra projections on the hidden size, positions that are neither learned,
+rotary nor ALiBi (``onnx_alibi``), a LoRA scale that is not a finite number, sizes over the
 IR's limits (``ir.model.SIZE_LIMITS``; the layer count is checked as soon as
 the attention blocks are found), graphs whose recognition would follow
 more than ``onnx_graph.WALK_LIMIT`` edges, a projection serving two places,
@@ -68,11 +68,14 @@ from primal_compiler.frontend.onnx_decoder import Decoder, Layer, g_name
 from primal_compiler.frontend.onnx_graph import GraphIndex, PatternError, Weight, attr
 from primal_compiler.frontend.onnx_guard import check_accounted, embed_scale, folded_positions
 from primal_compiler.frontend.onnx_mlp import assign_mlp
-from primal_compiler.frontend.onnx_params import ONNX_DEFAULT_EPS, NormRef, norm_ref, rope_frequencies
+from primal_compiler.frontend.onnx_alibi import alibi_slopes
+from primal_compiler.frontend.onnx_params import ONNX_DEFAULT_EPS, NormRef, embedding_norm, norm_ref, rope_frequencies
 from primal_compiler.frontend.onnx_project import Projection, find_weight_matmuls, pair_lora
 from primal_compiler.frontend.onnx_quant import dequantize_graph, weight_formats
 from primal_compiler.frontend.onnx_rotary import table_rope
-from primal_compiler.ir.model import SIZE_LIMITS, Attention, DecoderLayer, Linear, LoRA, Model, Positional, Role
+from primal_compiler.ir.model import (
+    SIZE_LIMITS, Attention, DecoderLayer, Linear, LoRA, Model, NormKind, Positional, Role,
+)
 
 TIE_SAMPLES = 16
 DEFAULT_ROPE_THETA = 10000.0  # Llama's base, used when no inverse-frequency constant is found
@@ -150,6 +153,11 @@ def _recognise(model: onnx.ModelProto, path: Path) -> Recognised:
     stops = set(_embedding_gathers(g)) | set(_residual_adds(g))
     norms: dict[tuple[int, int], NormRef] = {}
     norm_regions: list[set[int]] = []
+    embed_norm = embedding_norm(g, embed[0])
+    if embed_norm is not None:  # Bloom: the residual stream starts after it
+        stops.add(embed_norm)
+        norm_regions.append({embed_norm})
+        norms[(-1, 0)] = norm_ref(g, {embed_norm}, hidden)
     for n, layer in enumerate(layers):
         dec.geometry(layer)
         attn_in, mlp_in = g.canonical(layer.attn[0].x), g.canonical(layer.mlp_in[0].x)
@@ -175,7 +183,12 @@ def _recognise(model: onnx.ModelProto, path: Path) -> Recognised:
         norms[(len(layers), 0)] = norm_ref(g, norm_regions[-1], hidden)
     final_norm = final_norm or layers[-1].norm
     eps = next((r.eps for r in norms.values() if r.eps is not None), None)
-    positional, npos, max_pos = _positional(g, pos, layers[0].head_dim)
+    layer_kind = g.nodes[embed_norm].op_type in ("LayerNormalization", "SkipLayerNormalization") if embed_norm else None
+    if embed_norm is not None and (NormKind.LAYER if layer_kind else NormKind.RMS) != final_norm:
+        raise PatternError(f"unsupported embedding norm at node {g_name(g, embed_norm)}: not the model's norm kind")
+    slopes = alibi_slopes(g, dec.barriers, [x.core.anchor for x in layers], layers[0].num_heads)
+    positional, npos, max_pos = (Positional.ALIBI, 0, 0) if slopes and pos is None else \
+        _positional(g, pos, layers[0].head_dim)
     rope = rope_frequencies(g, layers[0].head_dim) if positional == Positional.ROPE else None
     scale, scale_node = embed_scale(g, embed[0])
     norm_params = {x for r in norms.values() for x in (r.weight, r.bias) if x is not None}
@@ -202,6 +215,8 @@ def _recognise(model: onnx.ModelProto, path: Path) -> Recognised:
             rope_dim=rope.dim if rope is not None and rope.dim < layers[0].head_dim else 0,
             qkv_layout=_qkv_layout(layers),
             rope_interleaved=rope is not None and rope.interleaved,
+            alibi_slopes=slopes if positional == Positional.ALIBI else (),
+            embed_norm=embed_norm is not None,
             embed_scale=scale,
             weight_quant=weight_formats(g.quant, [p.weight for x in layers for p in x.projections] + [lm_head.weight]),
         )

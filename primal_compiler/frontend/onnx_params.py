@@ -44,6 +44,23 @@ class NormRef:
     offset: float = 0.0  # the scale is ``weight + offset`` (Gemma's RMSNorm multiplies by 1 + w)
 
 
+def embedding_norm(g: GraphIndex, gather: int) -> int | None:
+    """The fused norm node that is the token embedding's only consumer (Bloom's ``word_embeddings_layernorm``:
+    the residual stream starts after it), or None."""
+    tensor = g.nodes[gather].output[0]
+    for _ in range(8):
+        users = [i for i in g.consumers.get(tensor, ()) if g.nodes[i].op_type not in ("Shape", "Size")]
+        if len(users) != 1:
+            return None
+        node = g.nodes[users[0]]
+        if node.op_type in NORM_OPS:
+            return users[0]
+        if node.op_type not in ("Identity", "Cast"):
+            return None
+        tensor = node.output[0]
+    return None
+
+
 def norm_ref(g: GraphIndex, region: set[int], hidden: int) -> NormRef:
     """The scale, bias and epsilon of the norm whose nodes are ``region``; a region holding two norms (an
     embedding norm before the first layer's) is a :class:`PatternError` naming the second."""
@@ -240,7 +257,7 @@ def read_tables(found, where: str):
         pos = (pos.T if found.pos_table.transposed else pos).reshape(-1, hidden)
     norms = {}
     for key, ref in found.norms.items():
-        label = "final norm" if key[0] == found.model.num_layers else f"layer {key[0]} norm {key[1]}"
+        label = {found.model.num_layers: "final norm", -1: "embedding norm"}.get(key[0], f"layer {key[0]} norm {key[1]}")
         w = tensor(ref.weight, f"{label} scale").reshape(-1) + np.float32(ref.offset) if ref.weight else None
         b = tensor(ref.bias, f"{label} bias").reshape(-1) if ref.bias else None
         norms[key] = (w, b)

@@ -7,12 +7,14 @@
   macro is not fired and the output is zero.
 * ``DMAC QK`` scores the queries of its KV group (``QVEC``, the step's
   positions from the controller) against the K chunk in slot ``arg >> 8``,
-  causally and within the last ``context`` positions; ``DMAC PV`` turns the
+  causally and within the last ``context`` positions, adding ALiBi's
+  ``slope_h * key position`` when the model has it; ``DMAC PV`` turns the
   scores into an (o, m, l) partial over the V chunk in slot ``arg >> 8``,
   merged into the one already there with ``ACCUMULATE``.
 * ``ACT`` applies ``arg`` (ActFn) to ``src_buf`` into ``dst_buf``. The
   parameters an activation unit holds come with the record's ``layer`` and
-  buffers: the norm of ``X`` is the layer's first norm, of ``MID`` its
+  buffers: the norm of ``X`` is the layer's first norm (in place, in layer
+  0 of a model with ``embed_norm``: the embedding norm), of ``MID`` its
   second (in a parallel block, of ``RESID``, the layer input, its second or
   its only one), in the LM head the final norm; ``BIAS`` adds the slice of the
   projection's bias that the ROOT buffer's column block holds; ``GELU``
@@ -105,6 +107,10 @@ def dmac(m: Machine, r: tuple) -> None:
         keys, key_pos, _ = m.kv_slot(pos, slot, 0, layer)
         live = ops.live_keys(m.step_positions(), key_pos, m.kv.context)
         s = ops.scores(src[:, : grp * hd].reshape(t, grp, hd), keys, live)
+        if m.model.alibi_slopes:  # ALiBi: slope_h * key position, the group's heads from its QVEC index
+            g = r[SRC_BUF] & 0xFFF
+            slopes = np.array(m.model.alibi_slopes[g * grp : (g + 1) * grp], np.float32)
+            s = (s + slopes[None, :, None] * key_pos.astype(np.float32)[None, None, :]).astype(np.float32)
         if m.log is not None:
             m.used_kv(pos, slot, live.any(axis=0))
         m.write(pos, r[DST_BUF], s.reshape(t, -1))
@@ -158,6 +164,8 @@ def _norm(m: Machine, r: tuple, fn: ActFn) -> None:
     ir = m.model.layers[layer] if layer < m.model.num_layers else None
     if ir is not None and ir.parallel:  # a parallel block norms its input: X and, for the MLP, RESID
         which = {buf(BufKind.HIDDEN, HiddenBuf.X): 0, buf(BufKind.HIDDEN, HiddenBuf.RESID): ir.num_norms - 1}.get(src)
+    if layer == 0 and src == r[DST_BUF] == buf(BufKind.HIDDEN, HiddenBuf.X) and m.model.embed_norm:
+        layer, which = -1, 0  # the embedding norm, in place on the first layer's input (Bloom)
     if which is None or (layer == m.model.num_layers and which):
         raise m.fail(f"a norm of {buf_name(src)} has no parameters in layer {layer}")
     scale, bias = m.params.norms[(layer, which)]

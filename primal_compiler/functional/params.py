@@ -40,7 +40,8 @@ class Params:
     the same way, ``b`` already carrying its LoRA scale (one adapter, the
     file's own or the one directory given, unless several are).
     ``norms`` is keyed ``(layer, 0)`` (before attention), ``(layer, 1)``
-    (before the MLP) and ``(num_layers, 0)`` (final norm): (scale, bias).
+    (before the MLP), ``(num_layers, 0)`` (final norm) and ``(-1, 0)`` (the
+    embedding norm, when the model has one): (scale, bias).
     """
 
     w: dict[tuple[int, Role], np.ndarray]
@@ -147,12 +148,13 @@ def _keep_codes(stored: dict, key: tuple[int, Role], got) -> None:
 
 def _norms(model: Model, found: dict, where: str) -> dict[tuple[int, int], tuple[np.ndarray, np.ndarray | None]]:
     keys = [(n, k) for n, layer in enumerate(model.layers) for k in range(layer.num_norms)] + [(model.num_layers, 0)]
+    keys += [(-1, 0)] if model.embed_norm else []
     out = {}
     for key in keys:
-        label = "final norm" if key[0] == model.num_layers else f"layer {key[0]} norm {key[1]}"
+        label = {model.num_layers: "final norm", -1: "embedding norm"}.get(key[0], f"layer {key[0]} norm {key[1]}")
         scale, bias = found.get(key, (None, None))
         h = model.hidden_size
-        layer_norm = (model.norm if key[0] == model.num_layers else model.layers[key[0]].norm) == NormKind.LAYER
+        layer_norm = (model.norm if key[0] in (-1, model.num_layers) else model.layers[key[0]].norm) == NormKind.LAYER
         out[key] = (_expect(where, f"{label} scale", scale, (h,)),
                     _expect(where, f"{label} bias", bias, (h,)) if layer_norm else None)
     return out

@@ -87,6 +87,7 @@ class Activation(StrEnum):
 class Positional(StrEnum):
     ROPE = "rope"
     LEARNED = "learned"
+    ALIBI = "alibi"  # a per-head linear bias slope_h * (key position) added to the attention scores (Bloom)
 
 
 @dataclass(frozen=True)
@@ -278,6 +279,8 @@ class Model:
     # RoPE rotates adjacent pairs (2i, 2i + 1) of each head (GPT-J's rotate_every_two); False: dimension i
     # with i + rot / 2 (rotate_half). The crossbars store pairs adjacent either way (``ir.columns``)
     rope_interleaved: bool = False
+    alibi_slopes: tuple[float, ...] = ()  # ALiBi: one slope per query head, as the file computes them
+    embed_norm: bool = False  # the token embeddings pass a norm of the model's kind before the first layer (Bloom)
 
     def __post_init__(self) -> None:
         if not self.layers:
@@ -297,6 +300,11 @@ class Model:
         if self.rope_inv_freq and (len(self.rope_inv_freq) != half
                                    or not all(math.isfinite(f) and f > 0 for f in self.rope_inv_freq)):
             raise ValueError(f"model {self.name!r}: rope_inv_freq must hold {half} positive finite frequencies")
+        object.__setattr__(self, "alibi_slopes", tuple(float(f) for f in self.alibi_slopes))
+        heads = self.layers[0].attention.num_heads
+        if (self.positional == Positional.ALIBI) != bool(self.alibi_slopes) or self.alibi_slopes and (
+                len(self.alibi_slopes) != heads or not all(math.isfinite(f) for f in self.alibi_slopes)):
+            raise ValueError(f"model {self.name!r}: ALiBi positions need {heads} finite alibi_slopes, and only they")
         if not (math.isfinite(self.embed_scale) and self.embed_scale > 0):
             raise ValueError(f"model {self.name!r}: embed_scale must be positive and finite, got {self.embed_scale}")
         self._check_sizes()
@@ -351,7 +359,7 @@ class Model:
             self.embed_params
             + self.pos_embed_params
             + sum(layer.base_params(self.hidden_size) for layer in self.layers)
-            + _norm_params(self.norm, self.hidden_size)
+            + _norm_params(self.norm, self.hidden_size) * (2 if self.embed_norm else 1)
             + self.lm_head_params
         )
 

@@ -26,6 +26,7 @@ def inspect_model(model, target, program: Program | None = None) -> dict:
         "rope_frequencies": "read from the graph" if model.rope_inv_freq else "geometric in rope_theta",
         "rope_dim": model.rope_dim or attn.head_dim,
         "rope_pairs": "adjacent (rotate_every_two)" if model.rope_interleaved else "halves (rotate_half)",
+        "alibi_slopes": list(model.alibi_slopes), "embed_norm": model.embed_norm,
         "embed_scale": model.embed_scale, "tie_word_embeddings": model.tie_word_embeddings,
         "base_params": model.base_params, "lora_params": model.lora_params,
         "lora_targets": [r.value for r in model.lora_targets],
@@ -127,7 +128,9 @@ def render_inspect(info: dict) -> str:
            + (f", the first {info['rope_dim']} of {info['head_dim']} dimensions" if info["rope_dim"] < info["head_dim"]
               else "") + (", adjacent pairs" if info["rope_pairs"].startswith("adjacent") else "") + ")"
            if info["positional"] == "rope" else "")
-        + (f", embeddings scaled by {info['embed_scale']:g}" if info["embed_scale"] != 1.0 else ""),
+        + (f" (slopes {info['alibi_slopes'][0]:g} .. {info['alibi_slopes'][-1]:g})" if info["alibi_slopes"] else "")
+        + (f", embeddings scaled by {info['embed_scale']:g}" if info["embed_scale"] != 1.0 else "")
+        + (f", embeddings normed by a {info['norm']}" if info["embed_norm"] else ""),
         f"  parameters: base {info['base_params']:,}  LoRA {info['lora_params']:,} "
         f"on {','.join(info['lora_targets']) or 'none'}",
         f"  precision: base {p['base_weight_bits']}b, LoRA {p['lora_weight_bits']}b, "

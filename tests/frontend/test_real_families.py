@@ -16,7 +16,7 @@ import pytest
 
 from primal_compiler.errors import InputError
 from primal_compiler.frontend.onnx_import import load_onnx
-from primal_compiler.ir.model import Activation, Role
+from primal_compiler.ir.model import Activation, Positional, Role
 from tests.frontend.families import llama3_inv_freq
 
 FAMILIES = Path(__file__).resolve().parents[1] / "fixtures" / "onnx" / "families"
@@ -30,8 +30,8 @@ def sidecar(name: str) -> dict:
 
 
 def test_the_set_has_the_families_and_stays_small():
-    assert READ == ["falcon", "gemma", "gpt_neox", "gptj", "llama3", "phi2", "phi3", "qwen2"]
-    assert REFUSED == ["bloom", "falcon_grouped", "gemma2", "qwen3"]
+    assert READ == ["bloom", "falcon", "gemma", "gpt_neox", "gptj", "llama3", "phi2", "phi3", "qwen2"]
+    assert REFUSED == ["falcon_grouped", "gemma2", "qwen3"]
     assert sum(p.stat().st_size for p in FAMILIES.glob("*.onnx")) < 2 * 1024 * 1024
 
 
@@ -72,6 +72,9 @@ def test_each_family_keeps_what_makes_it_different():
     falcon = load_onnx(FAMILIES / "falcon.onnx")  # multi-query qkv cut along its heads axis: q | k | v as stored
     assert falcon.layers[0].linear(Role.QKV).out_features == 48 and falcon.qkv_layout == ""
     assert all(x.parallel and x.num_norms == 1 for x in falcon.layers)
+    bloom = load_onnx(FAMILIES / "bloom.onnx")  # ALiBi, a norm on the embeddings, qkv as [heads, 3, head_dim]
+    assert bloom.positional == Positional.ALIBI and bloom.embed_norm and bloom.qkv_layout == "per-head"
+    assert bloom.alibi_slopes == (0.25, 0.0625, 0.015625, 0.00390625)  # 2 ** (-8 (h + 1) / heads)
 
 
 @pytest.mark.parametrize("name", READ)
@@ -216,3 +219,47 @@ def test_a_second_norm_before_the_first_layer_is_refused_not_read_as_its_norm(tm
     onnx.save(model, tmp_path / "embln.onnx")
     with pytest.raises(InputError, match="unsupported norms at nodes emb_ln_node and .*: two norms in a row"):
         load_onnx(tmp_path / "embln.onnx")
+
+
+def test_bloom_without_alibi_or_its_embedding_norm_would_be_wrong():
+    """The replay adds slope_h * key position to the scores and norms the embeddings; a program without either
+    misses onnxruntime. With ALiBi, every QK score costs one more multiply-accumulate than head_dim."""
+    pytest.importorskip("onnxruntime")
+    from dataclasses import replace
+
+    from primal_compiler.functional import compile_for_replay, replay_functional
+    from primal_compiler.isa.opcodes import DmacOp, Opcode
+    from primal_compiler.report.check import ort_greedy
+    from primal_compiler.target import load_primal_target
+
+    path, target, prompt = FAMILIES / "bloom.onnx", load_primal_target("primal-7nm"), [5, 17, 3, 60]
+    want = ort_greedy(path, prompt, 3)
+    scale = np.abs(want).max()
+    model = load_onnx(path)
+    errors = []
+    for m in (model, replace(model, alibi_slopes=(1e-9,) * 4), replace(model, embed_norm=False)):
+        program = compile_for_replay(m, target, len(prompt), 3, "fast")
+        got = replay_functional(program, target, str(path), prompt=prompt, generate=3)
+        errors.append(float(np.abs(got.logits - want).max() / scale))
+    assert errors[0] < 1e-5 and min(errors[1:]) > 1e-3, errors
+    r = compile_for_replay(model, target, len(prompt), 3, "fast").stream.records
+    dmac = r[r["op"] == Opcode.DMAC]
+    qk, pv = (dmac["count"][(dmac["arg"] & 0xFF) == op].astype(np.int64).sum() for op in (DmacOp.QK, DmacOp.PV))
+    assert qk * 8 == pv * 9  # head_dim 8: 9 MACs per score against 8 per weighted value
+
+
+def test_a_bias_on_the_scores_that_is_not_alibi_is_refused(tmp_path):
+    """Bloom's key positions squared (a Mul of the position term by itself) is no linear bias: refused."""
+    import onnx
+    from onnx import helper
+
+    model = onnx.load(FAMILIES / "bloom.onnx")
+    g = model.graph
+    cumsum = next(n for n in g.node if n.op_type == "CumSum")
+    sub = next(n for n in g.node if cumsum.output[0] in n.input)
+    for node in g.node:
+        node.input[:] = ["squared" if x == sub.output[0] else x for x in node.input]
+    g.node.insert(list(g.node).index(sub) + 1, helper.make_node("Mul", [sub.output[0], sub.output[0]], ["squared"]))
+    onnx.save(model, tmp_path / "squared.onnx")
+    with pytest.raises(InputError, match=r"unsupported bias on the attention scores at node .*: not ALiBi's"):
+        load_onnx(tmp_path / "squared.onnx")

@@ -1,0 +1,122 @@
+"""ALiBi (Bloom): a per-head linear bias on the attention scores, found in the graph and evaluated, never assumed.
+
+ALiBi adds ``slope_h * j`` to the score of every query with key ``j`` in
+head ``h`` (Bloom computes ``j`` as ``cumsum(attention_mask) - 1``; a row
+constant such as ``- slope_h * i`` would not change the softmax). A term
+added to the scores that does not depend on the token embedding is a mask
+unless its inputs hold a ``CumSum`` or a float constant of one value per
+head; such a term is evaluated with ONNX's reference evaluator on a
+five-token prompt with every position attended, and must equal
+``slope_h * j`` for every head, query and key, up to a constant per query
+(which the softmax ignores), with the same slopes in every layer. Anything else is a :class:`PatternError` naming the node.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+from onnx import helper
+
+from primal_compiler.frontend.onnx_graph import GraphIndex, PatternError
+
+#: Tokens of the prompt the bias is evaluated on.
+PROBE_TOKENS = 5
+
+
+def alibi_slopes(g: GraphIndex, barriers: frozenset[int], anchors: list[int], heads: int) -> tuple[float, ...]:
+    """The slopes of the ALiBi bias every layer adds to its scores (Softmax nodes ``anchors``), or ``()``."""
+    hidden = _depends_on_tokens(g)
+    found: dict[tuple[float, ...], str] = {}
+    missing = []
+    for anchor in anchors:
+        side, _ = g.backward([g.nodes[anchor].input[0]], barriers)
+        slopes = None
+        for i in sorted(side):
+            node = g.nodes[i]
+            if node.op_type != "Add":
+                continue
+            for x in node.input:
+                closure, _ = g.backward([x], frozenset())
+                if closure & hidden or not _biased(g, closure, heads):
+                    continue
+                slopes = _evaluate(g, closure, x, heads, node.name or f"#{i}")
+        if slopes is None:
+            missing.append(g.nodes[anchor].name or f"#{anchor}")
+        else:
+            found.setdefault(slopes, g.nodes[anchor].name or f"#{anchor}")
+    if not found:
+        return ()
+    if missing or len(found) > 1:
+        raise PatternError(f"unsupported ALiBi: the attention at {', '.join(missing) or 'some layers'} has "
+                           "another bias than the rest")
+    return next(iter(found))
+
+
+def _depends_on_tokens(g: GraphIndex) -> set[int]:
+    """Nodes that depend on the token ids through the embedding (the hidden state), not only on the mask."""
+    gathers = [n.output[0] for n in g.nodes if n.op_type == "Gather" and g.weight(n.input[0]) is not None]
+    reached, _ = g.forward(gathers, frozenset())
+    return reached
+
+
+def _biased(g: GraphIndex, closure: set[int], heads: int) -> bool:
+    """The term reads a CumSum of the mask or a float constant of one value per head: a candidate bias."""
+    for i in closure:
+        node = g.nodes[i]
+        if node.op_type == "CumSum":
+            return True
+        for x in node.input:
+            value = g.const(x, limit=max(heads, 1))
+            if value is not None and value.dtype.kind == "f" and value.size == heads > 1:
+                return True
+    return False
+
+
+def _evaluate(g: GraphIndex, closure: set[int], tensor: str, heads: int, name: str) -> tuple[float, ...]:
+    from onnx.reference import ReferenceEvaluator
+
+    bias = _run(ReferenceEvaluator, g, _all_producers(g, tensor), tensor)
+    if bias is None or bias.size % (heads * PROBE_TOKENS):
+        raise PatternError(f"unsupported bias on the attention scores at node {name}: it cannot be evaluated")
+    values = bias.astype(np.float64).reshape(heads, -1, PROBE_TOKENS)
+    values = values - values[:, :, :1]  # a constant per query does not change its softmax
+    slopes = values[:, :1, 1:2]
+    want = slopes * np.arange(PROBE_TOKENS)[None, None, :]
+    if not np.allclose(values, want, rtol=1e-6, atol=1e-6) or not (slopes != 0).all():
+        raise PatternError(f"unsupported bias on the attention scores at node {name}: not ALiBi's slope_h * "
+                           "(key position) for each head")
+    return tuple(float(s) for s in slopes.reshape(-1).astype(np.float32))
+
+
+def _all_producers(g: GraphIndex, tensor: str) -> set[int]:
+    """Every node ``tensor`` depends on, shape computations included (the walks of ``GraphIndex`` skip them)."""
+    seen: set[int] = set()
+    todo = [tensor]
+    while todo:
+        i = g.producer.get(todo.pop())
+        if i is not None and i not in seen:
+            seen.add(i)
+            todo.extend(x for x in g.nodes[i].input if x)
+    return seen
+
+
+def _run(evaluator, g: GraphIndex, closure: set[int], tensor: str) -> np.ndarray | None:
+    """``tensor`` computed from the graph's inputs by the nodes ``closure``, for a probe prompt of ones."""
+    nodes = [g.nodes[i] for i in sorted(closure)]
+    used = {x for n in nodes for x in n.input if x}
+    inits = [g.inits[x] for x in sorted(used) if x in g.inits]
+    inputs = [i for i in g.model.graph.input if i.name in used and i.name not in g.inits]
+    feeds = {}
+    for i in inputs:
+        elem = i.type.tensor_type.elem_type
+        if i.name != "attention_mask" and "position" not in i.name and "input_ids" not in i.name:
+            return None  # e.g. past key values: not evaluated
+        value = np.arange(PROBE_TOKENS) if "position" in i.name else np.ones(PROBE_TOKENS)
+        feeds[i.name] = value.reshape(1, -1).astype(helper.tensor_dtype_to_np_dtype(elem))
+    graph = helper.make_graph(nodes, "bias", inputs, [helper.make_value_info(tensor, onnx.TypeProto())], inits)
+    model = helper.make_model(graph, opset_imports=list(g.model.opset_import))
+    try:
+        return np.asarray(evaluator(model).run(None, feeds)[0])
+    except Exception:  # noqa: BLE001 - a term the reference evaluator cannot run is refused by the caller
+        return None
+
