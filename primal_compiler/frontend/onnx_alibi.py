@@ -1,11 +1,11 @@
 """ALiBi (Bloom): a per-head linear bias on the attention scores, found in the graph and evaluated, never assumed.
 
 ALiBi adds ``slope_h * j`` to the score of every query with key ``j`` in
-head ``h`` (Bloom computes ``j`` as ``cumsum(attention_mask) - 1``; a row
-constant such as ``- slope_h * i`` would not change the softmax). A term
-added to the scores that does not depend on the token embedding is a mask
-unless its inputs hold a ``CumSum`` or a float constant of one value per
-head; such a term is evaluated with ONNX's reference evaluator on a
+head ``h`` (Bloom computes ``j`` as ``cumsum(attention_mask) - 1``, MPT
+slices a precomputed ``slope_h * (j - positions + 1)`` table; a constant
+per query does not change the softmax). A term added to the scores that
+does not depend on the token embedding is a mask unless its inputs hold a
+``CumSum`` or a float constant of one value or row per head; such a term is evaluated with ONNX's reference evaluator on a
 five-token prompt with every position attended, and must equal
 ``slope_h * j`` for every head, query and key, up to a constant per query
 (which the softmax ignores), with the same slopes in every layer. Anything else is a :class:`PatternError` naming the node.
@@ -19,6 +19,7 @@ from onnx import helper
 
 from primal_compiler.frontend.onnx_graph import GraphIndex, PatternError
 
+FLOATS = (onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16, onnx.TensorProto.DOUBLE)
 #: Tokens of the prompt the bias is evaluated on.
 PROBE_TOKENS = 5
 
@@ -60,14 +61,16 @@ def _depends_on_tokens(g: GraphIndex) -> set[int]:
 
 
 def _biased(g: GraphIndex, closure: set[int], heads: int) -> bool:
-    """The term reads a CumSum of the mask or a float constant of one value per head: a candidate bias."""
+    """The term reads a CumSum of the mask, or a float constant of one value or row per head (Bloom's slopes,
+    MPT's precomputed ``[heads, 1, positions]`` table): a candidate bias."""
     for i in closure:
         node = g.nodes[i]
         if node.op_type == "CumSum":
             return True
         for x in node.input:
-            value = g.const(x, limit=max(heads, 1))
-            if value is not None and value.dtype.kind == "f" and value.size == heads > 1:
+            tensor = g.constant_tensor(x)
+            dims = [int(d) for d in tensor.dims if d != 1] if tensor is not None else []
+            if heads > 1 and dims and dims[0] == heads and tensor.data_type in FLOATS:
                 return True
     return False
 

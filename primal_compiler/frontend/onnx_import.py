@@ -69,7 +69,9 @@ from primal_compiler.frontend.onnx_graph import GraphIndex, PatternError, Weight
 from primal_compiler.frontend.onnx_guard import check_accounted, embed_scale, folded_positions
 from primal_compiler.frontend.onnx_mlp import assign_mlp
 from primal_compiler.frontend.onnx_alibi import alibi_slopes
-from primal_compiler.frontend.onnx_params import ONNX_DEFAULT_EPS, NormRef, embedding_norm, norm_ref, rope_frequencies
+from primal_compiler.frontend.onnx_params import (
+    ONNX_DEFAULT_EPS, NormRef, embedding_norm, norm_bias, norm_ref, rope_frequencies,
+)
 from primal_compiler.frontend.onnx_project import Projection, find_weight_matmuls, pair_lora
 from primal_compiler.frontend.onnx_quant import dequantize_graph, weight_formats
 from primal_compiler.frontend.onnx_rotary import table_rope
@@ -217,6 +219,7 @@ def _recognise(model: onnx.ModelProto, path: Path) -> Recognised:
             rope_interleaved=rope is not None and rope.interleaved,
             alibi_slopes=slopes if positional == Positional.ALIBI else (),
             embed_norm=embed_norm is not None,
+            norm_bias=norm_bias(norms, final_norm),
             embed_scale=scale,
             weight_quant=weight_formats(g.quant, [p.weight for x in layers for p in x.projections] + [lm_head.weight]),
         )

@@ -27,6 +27,7 @@ import numpy as np
 from primal_compiler.errors import InputError
 from primal_compiler.frontend.onnx_graph import GraphIndex, PatternError, attr
 from primal_compiler.frontend.onnx_rotary import check_partial, interleaved, table_rope
+from primal_compiler.ir.model import NormKind
 
 NORM_OPS = {"LayerNormalization": (1, 2), "SimplifiedLayerNormalization": (1, None), "RMSNormalization": (1, None),
             "SkipLayerNormalization": (2, 3), "SkipSimplifiedLayerNormalization": (2, None)}
@@ -59,6 +60,14 @@ def embedding_norm(g: GraphIndex, gather: int) -> int | None:
             return None
         tensor = node.output[0]
     return None
+
+
+def norm_bias(norms: dict[tuple[int, int], NormRef], kind: NormKind) -> bool:
+    """Whether the LayerNorms add a bias: all of them or none (MPT), else a PatternError."""
+    has = {r.bias is not None for r in norms.values()}
+    if kind == NormKind.LAYER and len(has) > 1:
+        raise PatternError("unsupported model: some of its LayerNorms add a bias, others do not")
+    return kind != NormKind.LAYER or has != {False}
 
 
 def norm_ref(g: GraphIndex, region: set[int], hidden: int) -> NormRef:

@@ -155,6 +155,10 @@ def _norms(model: Model, found: dict, where: str) -> dict[tuple[int, int], tuple
         scale, bias = found.get(key, (None, None))
         h = model.hidden_size
         layer_norm = (model.norm if key[0] in (-1, model.num_layers) else model.layers[key[0]].norm) == NormKind.LAYER
+        if layer_norm and not model.norm_bias:  # a LayerNorm without a bias (MPT) adds zeros
+            if bias is not None:
+                raise InputError(where, f"{label} has a bias, the program's model has none")
+            bias = np.zeros(h, np.float32)
         out[key] = (_expect(where, f"{label} scale", scale, (h,)),
                     _expect(where, f"{label} bias", bias, (h,)) if layer_norm else None)
     return out

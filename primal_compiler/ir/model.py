@@ -281,6 +281,7 @@ class Model:
     rope_interleaved: bool = False
     alibi_slopes: tuple[float, ...] = ()  # ALiBi: one slope per query head, as the file computes them
     embed_norm: bool = False  # the token embeddings pass a norm of the model's kind before the first layer (Bloom)
+    norm_bias: bool = True  # LayerNorms add a bias (False: scale only, MPT); RMSNorm never has one
 
     def __post_init__(self) -> None:
         if not self.layers:
@@ -360,8 +361,17 @@ class Model:
             + self.pos_embed_params
             + sum(layer.base_params(self.hidden_size) for layer in self.layers)
             + _norm_params(self.norm, self.hidden_size) * (2 if self.embed_norm else 1)
+            - self._unbiased_norms * self.hidden_size
             + self.lm_head_params
         )
+
+    @property
+    def _unbiased_norms(self) -> int:
+        """LayerNorms counted with a bias by ``_norm_params`` that have none (``norm_bias`` False)."""
+        if self.norm_bias:
+            return 0
+        return sum(x.num_norms for x in self.layers if x.norm == NormKind.LAYER) + (
+            (1 + self.embed_norm) if self.norm == NormKind.LAYER else 0)
 
     @property
     def lora_params(self) -> int:
