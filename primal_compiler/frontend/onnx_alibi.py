@@ -5,10 +5,12 @@ head ``h`` (Bloom computes ``j`` as ``cumsum(attention_mask) - 1``, MPT
 slices a precomputed ``slope_h * (j - positions + 1)`` table; a constant
 per query does not change the softmax). A term added to the scores that
 does not depend on the token embedding is a mask unless its inputs hold a
-``CumSum`` or a float constant of one value or row per head; such a term is evaluated with ONNX's reference evaluator on a
-five-token prompt with every position attended, and must equal
-``slope_h * j`` for every head, query and key, up to a constant per query
-(which the softmax ignores), with the same slopes in every layer. Anything else is a :class:`PatternError` naming the node.
+``CumSum`` or a float constant of one value or row per head; such a term
+is evaluated with ONNX's reference evaluator on a five-token prompt with
+every position attended, and must equal ``slope_h * j`` for every head,
+query and key, up to a constant per query (which the softmax ignores),
+with the same slopes in every layer. Anything else is a
+:class:`PatternError` naming the node.
 """
 
 from __future__ import annotations

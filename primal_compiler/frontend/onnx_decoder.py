@@ -73,7 +73,9 @@ class Layer:
     num_norms: int = 0
     activation: Activation | None = None
     parallel: bool = False  # the MLP reads the layer input, as the attention does
-    qkv_per_head: bool = False  # a fused qkv whose columns run head by head, [q_h | k_h | v_h] (GPT-NeoX)
+    # a fused qkv's column order (``Model.qkv_layout``): "per-head" [q_h | k_h | v_h] (GPT-NeoX, Bloom),
+    # "per-group" [q heads of group j | k_j | v_j] (Falcon's new decoder architecture), "" q | k | v
+    qkv_layout: str = ""
 
     @property
     def projections(self) -> list[Projection]:

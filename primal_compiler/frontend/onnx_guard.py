@@ -46,8 +46,8 @@ KNOWN_OPS = frozenset({
     "RotaryEmbedding", "Tanh", "Erf", "Sigmoid", "Relu", "Gelu", "FastGelu", "BiasGelu",
 })
 #: Ops allowed only inside a recognised norm (before a layer's attention or MLP, or the LM head).
-NORM_ONLY = frozenset({"LayerNormalization", "SimplifiedLayerNormalization", "RMSNormalization", "SkipLayerNormalization",
-                       "SkipSimplifiedLayerNormalization", "ReduceMean"})
+NORM_ONLY = frozenset({"LayerNormalization", "SimplifiedLayerNormalization", "RMSNormalization",
+                       "SkipLayerNormalization", "SkipSimplifiedLayerNormalization", "ReduceMean"})
 #: Ops allowed only inside an MLP activation.
 ACTIVATION_ONLY = frozenset({"Tanh", "Erf", "Sigmoid", "Relu", "Gelu", "FastGelu", "BiasGelu"})
 

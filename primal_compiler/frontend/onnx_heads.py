@@ -51,12 +51,12 @@ class HeadGeometry:
         if per_head is None and first.role == Role.QKV:
             per_head = self._per_head_select(first, core)
         if per_head is not None:
-            layer.qkv_per_head, layer.head_dim = True, per_head
+            layer.qkv_layout, layer.head_dim = "per-head", per_head
             layer.num_heads = layer.num_kv_heads = first.out_features // (3 * per_head)
             return
         axis_split = self._heads_axis_split(first, core) if first.role == Role.QKV else None
         if axis_split is not None:
-            q_size, kv_size = axis_split
+            q_size, kv_size, layer.qkv_layout = axis_split
         elif first.role == Role.QKV:
             q_size, kv_size = self._fused_split(first, core)
         else:
@@ -127,9 +127,7 @@ class HeadGeometry:
             groups, inner, size = g.tail_ints(node.input[1], 3)
             if inner and size and 0 < inner * size < p.out_features and p.out_features % (inner * size) == 0 \
                     and groups in (-1, p.out_features // (inner * size)):
-                raise PatternError(f"unsupported fused qkv at node {node.name or i}: its columns are grouped as "
-                                   f"[..., {p.out_features // (inner * size)}, {inner}, {size}] (per kv head, as in "
-                                   "Falcon's new decoder architecture, or per head)")
+                return self._grouped(node, i, paths, p.out_features // (inner * size), inner, size)
             n, hd = g.tail_ints(node.input[1], 2)
             if not n or not hd or n * hd != p.out_features:
                 continue
@@ -142,13 +140,24 @@ class HeadGeometry:
             if picked != want:
                 raise PatternError(f"unsupported fused qkv at node {node.name or i}: its {n} heads of {hd} are cut "
                                    f"into q {picked[0]}, k {picked[1]}, v {picked[2]}, not q first, then k, then v")
-            return len(q) * hd, kv * hd
+            return len(q) * hd, kv * hd, ""
         return None
 
-    def _heads_picked(self, tensor: str, path: set[int], n: int) -> list[int] | None:
-        """The heads (indices on the second-to-last axis of ``tensor``, ``n`` of them) that the node of ``path``
-        consuming it selects: a Slice on that axis, or a GatherND of constant indices after a Transpose that
-        brings the axis first; None when no such node is found."""
+    def _grouped(self, node, i: int, paths: list[set[int]], groups: int, inner: int, hd: int) -> tuple[int, int, str]:
+        """A qkv reshaped to ``[..., groups, inner, head_dim]`` (Falcon's new decoder architecture): each group
+        holds ``inner - 2`` query heads, then its key and its value head, picked along the ``inner`` axis."""
+        picked = [self._heads_picked(node.output[0], path, inner, axis=3) for path in paths]
+        want = [list(range(inner - 2)), [inner - 2], [inner - 1]]
+        if inner < 3 or picked != want:
+            raise PatternError(f"unsupported fused qkv at node {node.name or i}: its columns are grouped as "
+                               f"[..., {groups}, {inner}, {hd}] and cut into q {picked[0]}, k {picked[1]}, "
+                               f"v {picked[2]} of each group, not the group's query heads, then a key, then a value")
+        return groups * (inner - 2) * hd, groups * hd, "per-group"
+
+    def _heads_picked(self, tensor: str, path: set[int], n: int, axis: int = 2) -> list[int] | None:
+        """The heads (indices on the second-to-last axis of ``tensor``, ``axis`` of a 4-D or 5-D shape, ``n``
+        of them) that the node of ``path`` consuming it selects: a Slice on that axis, or a GatherND of
+        constant indices after a Transpose that brings the axis first; None when no such node is found."""
         g = self.g
         for i in g.consumers.get(tensor, ()):
             node = g.nodes[i]
@@ -159,11 +168,11 @@ class HeadGeometry:
                 start, end, axes = (g.const(x) if x else None for x in inputs[1:4])
                 steps = g.const(inputs[4]) if inputs[4] else None
                 if (start is None or end is None or axes is None or axes.size != 1
-                        or int(axes.reshape(-1)[0]) not in (-2, 2)
+                        or int(axes.reshape(-1)[0]) not in (-2, axis)
                         or (steps is not None and int(steps.reshape(-1)[0]) != 1)):
                     return None
                 return list(range(n))[slice(int(start.reshape(-1)[0]), int(end.reshape(-1)[0]))]
-            if node.op_type == "Transpose" and (attr(node, "perm") or [None])[0] == 2:
+            if node.op_type == "Transpose" and (attr(node, "perm") or [None])[0] == axis:
                 for j in g.consumers.get(node.output[0], ()):
                     gather = g.nodes[j]
                     index = g.const(gather.input[1]) if gather.op_type == "GatherND" and j in path else None

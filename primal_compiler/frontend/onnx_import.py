@@ -366,10 +366,10 @@ def _tied(g: GraphIndex, table, lm_head: Projection) -> bool:
 
 
 def _qkv_layout(layers: list[Layer]) -> str:
-    kinds = {layer.qkv_per_head for layer in layers}
+    kinds = {layer.qkv_layout for layer in layers}
     if len(kinds) > 1:
-        raise PatternError("unsupported model: some layers' fused qkv runs head by head, others' does not")
-    return "per-head" if kinds == {True} else ""
+        raise PatternError(f"unsupported model: its layers' fused qkv columns run in different orders {sorted(kinds)}")
+    return kinds.pop()
 
 
 def _source(model: onnx.ModelProto) -> str:

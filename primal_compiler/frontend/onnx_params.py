@@ -266,7 +266,8 @@ def read_tables(found, where: str):
         pos = (pos.T if found.pos_table.transposed else pos).reshape(-1, hidden)
     norms = {}
     for key, ref in found.norms.items():
-        label = {found.model.num_layers: "final norm", -1: "embedding norm"}.get(key[0], f"layer {key[0]} norm {key[1]}")
+        named = {found.model.num_layers: "final norm", -1: "embedding norm"}
+        label = named.get(key[0], f"layer {key[0]} norm {key[1]}")
         w = tensor(ref.weight, f"{label} scale").reshape(-1) + np.float32(ref.offset) if ref.weight else None
         b = tensor(ref.bias, f"{label} bias").reshape(-1) if ref.bias else None
         norms[key] = (w, b)

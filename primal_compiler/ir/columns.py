@@ -3,7 +3,9 @@
 Two layouts differ from the file's column order:
 
 * a fused qkv whose columns run head by head (``Model.qkv_layout ==
-  "per-head"``, GPT-NeoX, ``[q_h | k_h | v_h]`` for each head h) is stored
+  "per-head"``, GPT-NeoX and Bloom, ``[q_h | k_h | v_h]`` for each head h)
+  or group by group (``"per-group"``, Falcon's new decoder architecture,
+  the group's query heads then its key and value head) is stored
   q | k | v, the IR's order;
 * every rotary query and key head is stored with its rotation pairs next to
   each other: dimension ``i`` of a head, for ``i < rot / 2``, is followed by
@@ -46,6 +48,12 @@ def stored_order(model: Model, layer: int, role: Role) -> np.ndarray | None:
     if role == Role.QKV and model.qkv_layout == "per-head":
         order = np.concatenate([h * 3 * hd + part * hd + np.arange(hd)
                                 for part in range(3) for h in range(att.num_heads)])
+    elif role == Role.QKV and model.qkv_layout == "per-group":
+        grp = att.num_heads // att.num_kv_heads
+        width = (grp + 2) * hd  # one group's columns
+        q = [j * width + h * hd + np.arange(hd) for j in range(att.num_kv_heads) for h in range(grp)]
+        kv = [j * width + (grp + part) * hd + np.arange(hd) for part in range(2) for j in range(att.num_kv_heads)]
+        order = np.concatenate(q + kv)
     if model.positional == Positional.ROPE and not model.rope_interleaved:
         heads = {Role.Q: att.num_heads, Role.K: att.num_kv_heads, Role.QKV: att.num_heads + att.num_kv_heads}[role]
         within = pair_order(hd, model.rope_dim or hd)

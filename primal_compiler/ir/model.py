@@ -273,7 +273,8 @@ class Model:
     embed_scale: float = 1.0  # token embeddings are multiplied by it before the first layer (Gemma: sqrt(hidden))
     weight_quant: tuple[WeightQuant, ...] = ()  # the file's own weight quantization, one entry per format
     rope_dim: int = 0  # dimensions of each head that RoPE rotates (the first ones); 0 = the whole head
-    # "per-head": a fused qkv weight's columns run head by head, [q_h | k_h | v_h] (GPT-NeoX); the IR's
+    # "per-head": a fused qkv weight's columns run head by head, [q_h | k_h | v_h] (GPT-NeoX); "per-group":
+    # kv group by group, [its query heads | k_j | v_j] (Falcon's new decoder architecture); the IR's
     # QKV is q | k | v, and the functional replay puts the file's columns in that order. "": q | k | v already
     qkv_layout: str = ""
     # RoPE rotates adjacent pairs (2i, 2i + 1) of each head (GPT-J's rotate_every_two); False: dimension i
@@ -291,8 +292,9 @@ class Model:
         if not (self.norm_eps > 0 and self.rope_theta > 1):
             raise ValueError(f"model {self.name!r}: norm_eps must be > 0 and rope_theta > 1")
         object.__setattr__(self, "rope_inv_freq", tuple(float(f) for f in self.rope_inv_freq))  # JSON gives a list
-        if self.qkv_layout not in ("", "per-head"):
-            raise ValueError(f"model {self.name!r}: qkv_layout must be '' or 'per-head', got {self.qkv_layout!r}")
+        if self.qkv_layout not in ("", "per-head", "per-group"):
+            raise ValueError(f"model {self.name!r}: qkv_layout must be '', 'per-head' or 'per-group', "
+                             f"got {self.qkv_layout!r}")
         head_dim = self.layers[0].attention.head_dim
         if self.rope_dim and (self.rope_dim % 2 or not 0 < self.rope_dim <= head_dim):
             raise ValueError(f"model {self.name!r}: rope_dim must be even and in 2..head_dim {head_dim}, "

@@ -30,8 +30,9 @@ def sidecar(name: str) -> dict:
 
 
 def test_the_set_has_the_families_and_stays_small():
-    assert READ == ["bloom", "falcon", "gemma", "gpt_neox", "gptj", "llama3", "mpt", "phi2", "phi3", "qwen2"]
-    assert REFUSED == ["falcon_grouped", "gemma2", "qwen3"]
+    assert READ == ["bloom", "falcon", "falcon_grouped", "gemma", "gpt_neox", "gptj", "llama3", "mpt", "phi2", "phi3",
+                    "qwen2"]
+    assert REFUSED == ["gemma2", "qwen3"]
     assert sum(p.stat().st_size for p in FAMILIES.glob("*.onnx")) < 2 * 1024 * 1024
 
 
@@ -72,6 +73,9 @@ def test_each_family_keeps_what_makes_it_different():
     falcon = load_onnx(FAMILIES / "falcon.onnx")  # multi-query qkv cut along its heads axis: q | k | v as stored
     assert falcon.layers[0].linear(Role.QKV).out_features == 48 and falcon.qkv_layout == ""
     assert all(x.parallel and x.num_norms == 1 for x in falcon.layers)
+    grouped = load_onnx(FAMILIES / "falcon_grouped.onnx")  # [kv groups, 2 queries + k + v, head_dim]
+    assert grouped.qkv_layout == "per-group" and grouped.attention.num_kv_heads == 2
+    assert all(x.parallel and x.num_norms == 2 for x in grouped.layers)  # ln_attn and ln_mlp
     bloom = load_onnx(FAMILIES / "bloom.onnx")  # ALiBi, a norm on the embeddings, qkv as [heads, 3, head_dim]
     assert bloom.positional == Positional.ALIBI and bloom.embed_norm and bloom.qkv_layout == "per-head"
     assert bloom.alibi_slopes == (0.25, 0.0625, 0.015625, 0.00390625)  # 2 ** (-8 (h + 1) / heads)
@@ -184,21 +188,26 @@ def test_a_position_table_that_is_not_sin_cos_is_refused(tmp_path, edit, message
     assert message in str(err.value) and "\n" not in str(err.value)
 
 
-def test_a_heads_axis_qkv_cut_in_another_order_is_refused(tmp_path):
-    """Falcon picks its key head at index -2 and its value head at -1 of the heads axis; swapped, the columns
-    are no longer q | k | v, and the frontend says so instead of reading them as such."""
+@pytest.mark.parametrize("name,message", [
+    ("falcon", r"its 6 heads of 8 are cut into q \[0, 1, 2, 3\], k \[5\], v \[4\]"),
+    ("falcon_grouped", r"its columns are grouped as \[\.\.\., 2, 4, 8\] and cut into q \[0, 1\], k \[3\], "
+                       r"v \[2\] of each group"),
+])
+def test_a_heads_axis_qkv_cut_in_another_order_is_refused(tmp_path, name, message):
+    """Falcon picks its key head at index -2 and its value head at -1 of the heads axis (of each group, with
+    the new decoder architecture); swapped, the columns are no longer where the IR puts k and v, and the
+    frontend says so instead of reading them as such."""
     import onnx
     from onnx import numpy_helper
 
-    model = onnx.load(FAMILIES / "falcon.onnx")
+    model = onnx.load(FAMILIES / f"{name}.onnx")
     gathers = {n.input[1] for n in model.graph.node if n.op_type == "GatherND"}
     for t in model.graph.initializer:
         if t.name in gathers:
             value = numpy_helper.to_array(t)
             t.CopyFrom(numpy_helper.from_array(np.where(value == -2, -1, -2).astype(value.dtype), t.name))
     onnx.save(model, tmp_path / "swapped.onnx")
-    with pytest.raises(InputError, match=r"unsupported fused qkv at node .*: its 6 heads of 8 are cut into q "
-                                         r"\[0, 1, 2, 3\], k \[5\], v \[4\]"):
+    with pytest.raises(InputError, match="unsupported fused qkv at node .*: " + message):
         load_onnx(tmp_path / "swapped.onnx")
 
 
