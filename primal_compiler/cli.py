@@ -244,8 +244,8 @@ def build_parser() -> argparse.ArgumentParser:
         sp.add_argument("--target", default="primal-7nm", help="bundled target name or a .toml path")
 
     adapter_help = "a PEFT adapter directory: its config sets the LoRA (replacing the file's; --lora must agree)"
-    many = ("; repeat it for a multi-adapter program (adapter ids 0, 1, ... in order, same targets and ranks; "
-            "one request per adapter unless codegen{requests} says otherwise)")
+    many = ("; repeat it for a multi-adapter program (adapter ids 0, 1, ... in order; smaller ranks and missing "
+            "roles padded with zeros; one request per adapter unless codegen{requests} says otherwise)")
     sp = sub.add_parser("inspect", help="print the recognised model structure and its hardware needs")
     model_args(sp)
     sp.add_argument("--adapter", action="append", default=None, help=adapter_help + "; also describes the adapter")

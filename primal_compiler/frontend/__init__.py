@@ -16,9 +16,10 @@ def load_model(spec: str, lora: str | None = None, adapter: str | Sequence[str] 
 
     ``adapter`` (a PEFT adapter directory) sets the LoRA from its config instead, replacing the file's;
     a ``lora`` given with it must agree (see :func:`~primal_compiler.frontend.peft.attach_adapter`).
-    Several directories (adapter ids 0, 1, ... of a multi-adapter program) must give the same roles and
-    ranks, which one placement of LoRA tiles serves; their alphas may differ (each CONFIG writes its
-    adapter's scaled B). The model carries the first one's.
+    Several directories (adapter ids 0, 1, ... of a multi-adapter program) share one placement of LoRA
+    tiles: every role any of them adapts, at the largest rank any gives it (with the alpha of the first
+    that gives that rank). An adapter of a smaller rank, or without a role, is stored padded with zeros,
+    which computes its own update exactly; alphas may differ (each CONFIG writes its adapter's scaled B).
     """
     if spec.lower() in BUILTIN:
         model = load_builtin(spec)
@@ -33,13 +34,7 @@ def load_model(spec: str, lora: str | None = None, adapter: str | Sequence[str] 
         from primal_compiler.frontend.peft import attach_adapter, read_adapter
 
         adapters = [read_adapter(d, model) for d in dirs]
-        shape = {role: x.rank for role, x in adapters[0].loras.items()}
-        for other in adapters[1:]:
-            if {role: x.rank for role, x in other.loras.items()} != shape:
-                raise InputError(other.config, f"gives {other.spec!r}, {adapters[0].config} gives "
-                                               f"{adapters[0].spec!r}: the adapters of one program need the same "
-                                               "targets and ranks")
-        return attach_adapter(model, adapters[0], lora)
+        return attach_adapter(model, adapters, lora)
     if lora:
         model = attach_lora(model, lora)
     return model

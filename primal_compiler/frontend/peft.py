@@ -181,16 +181,26 @@ def read_adapter(path: str | Path, model: Model) -> Adapter:
     return Adapter(where, loras, shapes)
 
 
-def attach_adapter(model: Model, adapter: Adapter, lora: str | None = None) -> Model:
-    """``model`` with exactly the adapter's LoRA (the model file's own LoRA is replaced).
+def attach_adapter(model: Model, adapters: Adapter | list[Adapter], lora: str | None = None) -> Model:
+    """``model`` with exactly the adapters' LoRA (the model file's own LoRA is replaced): one adapter's, or
+    for several every role any adapts at the largest rank any gives it (alpha of the first giving it).
 
     An explicit ``lora`` spec must attach the same ranks and alphas to the same roles; if it does not,
     the :class:`InputError` names both.
     """
-    if lora and lora_of(attach_lora(set_lora(model, {}), lora)) != adapter.loras:
-        raise InputError("--lora", f"{lora!r} disagrees with {adapter.config}, which gives {adapter.spec!r}; "
+    adapters = adapters if isinstance(adapters, list) else [adapters]
+    loras: dict[Role, LoRA] = {}
+    for adapter in adapters:
+        for role, x in adapter.loras.items():
+            if role not in loras or x.rank > loras[role].rank:
+                loras[role] = x
+    loras = {role: loras[role] for role in LAYER_ROLES if role in loras}
+    if lora and lora_of(attach_lora(set_lora(model, {}), lora)) != loras:
+        given = (f"{adapters[0].config}, which gives" if len(adapters) == 1
+                 else f"the {len(adapters)} adapters, which together give")
+        raise InputError("--lora", f"{lora!r} disagrees with {given} {lora_text(loras)!r}; "
                                    "drop --lora (--adapter sets it) or make them agree")
-    return set_lora(model, adapter.loras)
+    return set_lora(model, loras)
 
 
 def _target_modules(where: str, value: Any, present: set[Role]) -> tuple[str, ...]:

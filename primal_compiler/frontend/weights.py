@@ -294,8 +294,9 @@ def load_peft_adapter(path: str | Path) -> ModelWeights:
 # --------------------------------------------------------------------------- checks
 
 
-def check_lora(weights: ModelWeights, model: Model) -> None:
-    """Raise :class:`InputError` unless ``weights`` has exactly the model's LoRA factors, shaped as it expects."""
+def check_lora(weights: ModelWeights, model: Model, padded: bool = False) -> None:
+    """Raise :class:`InputError` unless ``weights`` has exactly the model's LoRA factors, shaped as it expects;
+    ``padded`` (one of several adapters) also accepts a subset of the roles and ranks up to the model's."""
     where = weights.source
     if weights.model is not None and weights.model.num_layers != model.num_layers:
         have = weights.model.num_layers
@@ -306,7 +307,7 @@ def check_lora(weights: ModelWeights, model: Model) -> None:
     }
     have_roles = set(weights.lora_roles)
     want_roles = set(model.lora_targets)
-    if have_roles != want_roles:
+    if have_roles != want_roles and not (padded and have_roles <= want_roles):
         if weights.kind == "adapter":
             names = sorted({p.module.rsplit(".", 1)[-1] for p in lora.values()})
             what = f"adapter targets {', '.join(names)}"
@@ -322,11 +323,14 @@ def check_lora(weights: ModelWeights, model: Model) -> None:
             raise InputError(where, f"has LoRA on layer {layer} {role.value}, the model has none there")
     for (layer, role), lin in expected.items():
         got = lora.get((layer, role))
+        if got is None and padded and role not in have_roles:
+            continue  # stored as zeros
         if got is None:
             raise InputError(where, f"has no LoRA weights for layer {layer} {role.value}, which has LoRA in the model")
+        rank = got.a.shape[1] if padded and got.a.ndim == 2 and 0 < got.a.shape[1] <= lin.lora.rank else lin.lora.rank
         for part, value, shape in (
-            ("lora_A", got.a, (lin.in_features, lin.lora.rank)),
-            ("lora_B", got.b, (lin.lora.rank, lin.out_features)),
+            ("lora_A", got.a, (lin.in_features, rank)),
+            ("lora_B", got.b, (rank, lin.out_features)),
         ):
             if value.shape != shape:
                 what = f"layer {layer} {role.value} {part}"

@@ -14,7 +14,9 @@ bias, LoRA factor, embedding table and norm the program's model has must be
 present with the shape it expects, and nothing else may carry LoRA; any
 mismatch is a one-line :class:`InputError` naming the file. The LoRA scale
 (alpha / rank) is folded into B, as the adapter's CONFIG writes it. Several
-adapter directories give adapter ids 0, 1, ... (a CONFIG names the one it loads).
+adapter directories give adapter ids 0, 1, ... (a CONFIG names the one it loads);
+one of a smaller rank, or without a role the program adapts, is padded with
+zeros to the program's LoRA.
 """
 
 from __future__ import annotations
@@ -88,7 +90,7 @@ def load_params(model: Model, weights_path: str | Path,
     sources = [load_peft_adapter(d) for d in dirs] or [onnx]
     for src in sources:
         if model.lora_targets or src.lora:
-            check_lora(src, model)
+            check_lora(src, model, padded=len(sources) > 1)
     w, bias, stored = {}, {}, {}
     lora = tuple(({}, {}) for _ in sources)
     L, h = model.num_layers, model.hidden_size
@@ -106,9 +108,7 @@ def load_params(model: Model, weights_path: str | Path,
                 raise InputError(where, f"{label} has a bias, the program's model has none")
             if lin.lora is not None:
                 for src, (a, b) in zip(sources, lora):
-                    p = src.get(n, lin.role)
-                    a[key] = np.ascontiguousarray(p.a, dtype=np.float32)
-                    b[key] = np.ascontiguousarray(p.b * np.float32(p.scale), dtype=np.float32)
+                    a[key], b[key] = _padded(src.get(n, lin.role), lin)
     head = onnx.get(L, Role.LM_HEAD)
     w[(L, Role.LM_HEAD)] = _expect(where, "LM head weight", head.w if head else None, (h, model.vocab_size))
     _keep_codes(stored, (L, Role.LM_HEAD), head)
@@ -139,6 +139,19 @@ def _in_stored_order(model: Model, w: dict, bias: dict, stored: dict, lora: tupl
             for _, b in lora:
                 if key in b:
                     b[key] = np.ascontiguousarray(b[key][:, order])
+
+
+def _padded(p, lin) -> tuple[np.ndarray, np.ndarray]:
+    """An adapter's A and scaled B for ``lin``, padded with zeros to the program's rank (zeros where the
+    adapter does not adapt ``lin``): the update ``x A B`` is the adapter's own."""
+    rank = lin.lora.rank
+    a = np.zeros((lin.in_features, rank), np.float32)
+    b = np.zeros((rank, lin.out_features), np.float32)
+    if p is not None and p.a is not None:
+        r = p.a.shape[1]
+        a[:, :r] = p.a
+        b[:r] = p.b * np.float32(p.scale)
+    return a, b
 
 
 def _keep_codes(stored: dict, key: tuple[int, Role], got) -> None:

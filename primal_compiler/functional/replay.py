@@ -28,12 +28,16 @@ from pathlib import Path
 import numpy as np
 
 from primal_compiler.errors import InputError
+from primal_compiler.frontend.weights import load_peft_adapter
 from primal_compiler.functional import compute, routers
 from primal_compiler.functional.machine import OP, Machine
 from primal_compiler.functional.params import load_params
 from primal_compiler.functional.precision import PRECISIONS, HardwareSpec, Numerics
 from primal_compiler.ir.model import Positional
+from primal_compiler.ir.tiles import Macro
 from primal_compiler.isa.opcodes import ActFn, Flag, Opcode
+from primal_compiler.transforms.lora_sparsity import zero_tiles
+from primal_compiler.transforms.lower_tiles import geometry
 
 HANDLERS = {**routers.HANDLERS, **compute.HANDLERS}
 
@@ -111,6 +115,20 @@ def _check_program(program, target, where: str, prompt: list[int], generate: int
                                      f"{model.max_position_embeddings} learned positions")
 
 
+def _check_masks(program, target, adapter_dir) -> None:
+    """Every LoRA block the program masks (``lora-sparsity``) is all zero in each adapter directory given: a
+    mask taken from another adapter would drop this one's update, so it is an InputError naming the directory."""
+    t = program.tiles
+    masked = (t.macro == Macro.SRAM) & (t.zero == 1)
+    dirs = [adapter_dir] if isinstance(adapter_dir, (str, Path)) else list(adapter_dir or ())
+    for d in dirs if masked.any() else ():
+        held = zero_tiles(t, load_peft_adapter(d), geometry(program, target), program.model, padded=True) == 0
+        wrong = int((masked & held).sum())
+        if wrong:
+            raise InputError(str(d), f"the program masks {wrong} LoRA block(s) that this adapter holds nonzero "
+                                     "values in (its lora-sparsity read another adapter's zeros)")
+
+
 def replay_functional(program, target, weights_path: str | Path,
                       adapter_dir: str | Path | Sequence[str | Path] | None = None, *,
                       prompt, generate: int = 1, precision: str = "exact", where: str | None = None,
@@ -143,6 +161,7 @@ def replay_functional(program, target, weights_path: str | Path,
         raise InputError("force", f"token ids must be in 0..{program.model.vocab_size - 1}, got {forced}")
     plan = _plan(program, where, prompt, generate)
     params = load_params(program.model, weights_path, adapter_dir)
+    _check_masks(program, target, adapter_dir)
     start_time = time.perf_counter()
     numerics = Numerics(precision, HardwareSpec.of(target, program.model.precision))
     m = Machine(program, target, params, numerics, where, producers=producers)

@@ -24,7 +24,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from primal_compiler.errors import InputError
-from primal_compiler.frontend.weights import ModelWeights, check_lora, load_onnx_weights, load_peft_adapter
+from primal_compiler.frontend.weights import (
+    ModelWeights, ProjectionWeights, check_lora, load_onnx_weights, load_peft_adapter,
+)
 from primal_compiler.ir.columns import stored_order
 from primal_compiler.ir.model import Model
 from primal_compiler.ir.tiles import ROLE_CODES, Macro, Part, TileTable
@@ -99,7 +101,8 @@ def block_nonzero(matrix: np.ndarray, block_rows: int, block_cols: int) -> np.nd
     return padded.reshape(nb, block_rows, kb, block_cols).any(axis=(1, 3))
 
 
-def zero_tiles(tiles: TileTable, weights: ModelWeights, geo: Geometry, model: Model) -> np.ndarray:
+def zero_tiles(tiles: TileTable, weights: ModelWeights, geo: Geometry, model: Model,
+               padded: bool = False) -> np.ndarray:
     """The ``zero`` column: 1 for SRAM tiles whose block is all zero, 0 for every other tile.
 
     One block reduction per LoRA factor of each layer, then one gather for
@@ -121,6 +124,10 @@ def zero_tiles(tiles: TileTable, weights: ModelWeights, geo: Geometry, model: Mo
         layer, rest = divmod(k, nroles * len(Part))
         role, part = ROLE_CODES[rest // len(Part)], Part(rest % len(Part))
         p = weights.get(layer, role)
+        if (p is None or p.a is None) and padded:
+            lin = model.layers[layer].linear(role)
+            p = ProjectionWeights(a=np.zeros((lin.in_features, 1), np.float32),
+                                  b=np.zeros((1, lin.out_features), np.float32))
         if p is None or p.a is None:
             raise InputError(where, f"no LoRA weights for layer {layer} {role.value}, which has LoRA tiles")
         if part == Part.LORA_A:
@@ -134,8 +141,11 @@ def zero_tiles(tiles: TileTable, weights: ModelWeights, geo: Geometry, model: Mo
         start += nz.size
         flags.append(nz.ravel())
     brow, bcol = tiles.brow[sram].astype(np.int64), tiles.bcol[sram].astype(np.int64)
-    if (brow >= heights[inverse]).any() or (bcol >= widths[inverse]).any():
+    past = (brow >= heights[inverse]) | (bcol >= widths[inverse])
+    if past.any() and not padded:
         raise InputError(where, "the tile table was cut with another geometry than the target's SRAM macros")
-    nonzero = np.concatenate(flags)[offsets[inverse] + brow * widths[inverse] + bcol]
+    row, col = np.minimum(brow, heights[inverse] - 1), np.minimum(bcol, widths[inverse] - 1)
+    at = offsets[inverse] + row * widths[inverse] + col
+    nonzero = np.concatenate(flags)[at] & ~past
     zero[sram] = ~nonzero
     return zero

@@ -75,11 +75,21 @@ def test_a_program_loading_more_adapters_than_given_is_refused(replay_target, ad
         replay_functional(program, replay_target, fixture(BASE), [str(adapters[0])], prompt=PROMPT)
 
 
-def test_adapters_of_other_ranks_cannot_share_a_program(adapters):
-    with pytest.raises(InputError) as err:
-        load_model(fixture(BASE), adapter=[str(adapters[0]), str(adapters[2])])
-    assert err.value.where == str(adapters[2] / "adapter_config.json")
-    assert "gives 'q,v:16:16'" in err.value.problem and "need the same targets and ranks" in err.value.problem
+def test_adapters_of_other_ranks_and_targets_share_a_program_padded_with_zeros(tmp_path, replay_target, adapters):
+    """q,v rank 8, q,v rank 16 and o alone at rank 4: the program places q,v,o at ranks 16, 16 and 4, each
+    adapter is stored padded with zeros, and each request decodes as its adapter alone does."""
+    from primal_compiler.ir.model import Role
+
+    model = load_model(fixture(BASE), "o:4")
+    write_adapter(tmp_path / "o4", model, roles=(Role.O,), rank=4, alpha=8.0, names={Role.O: "self_attn.o_proj"})
+    dirs = [adapters[0], adapters[2], tmp_path / "o4"]
+    both = load_model(fixture(BASE), adapter=[str(d) for d in dirs])
+    assert {lin.role: lin.lora.rank for lin in both.layers[0].linears if lin.lora} == {Role.Q: 16, Role.V: 16,
+                                                                                      Role.O: 4}
+    _, together = _replay(replay_target, dirs)
+    assert together.request_tokens == [_replay(replay_target, [d])[1].tokens for d in dirs]
+    _, alone = _replay(replay_target, dirs[1:2])
+    np.testing.assert_allclose(_replay(replay_target, [dirs[1], dirs[0]])[1].logits, alone.logits, atol=1e-6)
 
 
 def test_the_command_line_compiles_and_inspects_several_adapters(tmp_path, adapters, capsys):
@@ -136,3 +146,21 @@ def test_lora_sparsity_masks_the_blocks_the_crossbars_hold_not_the_files(tmp_pat
     got = replay_functional(program, replay_target, str(path), str(tmp_path / "ad"), prompt=PROMPT, generate=2)
     want = ort_greedy(tmp_path / "merged.onnx", PROMPT, 2)
     assert np.abs(got.logits - want).max() / np.abs(want).max() < 1e-5
+
+
+def test_masks_read_from_one_adapter_are_refused_for_another(tmp_path, replay_target, adapters):
+    """lora-sparsity takes its zero blocks from one adapter; a program serving a second adapter that holds
+    values there would drop that adapter's update, so the replay refuses it, naming the directory."""
+    from primal_compiler.ir.model import Role
+
+    model = load_model(fixture(BASE), "q,v:8")
+    write_adapter(tmp_path / "zq", model, zero=lambda layer, role, a, b: b.fill(0.0) if role == Role.Q else None)
+    dirs = [str(tmp_path / "zq"), str(adapters[0])]
+    pipeline = PLACE.format(opts="", context=32).replace(",blocking,", f",blocking,lora-sparsity{{adapter={dirs[0]}}},")
+    program = compile_for_replay(load_model(fixture(BASE), adapter=dirs), replay_target, len(PROMPT), 2, pipeline,
+                                 adapters=2)
+    assert (program.tiles.zero == 1).any()
+    with pytest.raises(InputError, match=r"adapters0/a: the program masks \d+ LoRA block\(s\) that this adapter"):
+        replay_functional(program, replay_target, fixture(BASE), dirs, prompt=PROMPT, generate=2)
+    alone = compile_for_replay(load_model(fixture(BASE), adapter=dirs[0]), replay_target, len(PROMPT), 2, pipeline)
+    replay_functional(alone, replay_target, fixture(BASE), dirs[0], prompt=PROMPT, generate=2)  # its own zeros
