@@ -217,6 +217,7 @@ def _recognise(model: onnx.ModelProto, path: Path) -> Recognised:
             rope_dim=rope.dim if rope is not None and rope.dim < layers[0].head_dim else 0,
             qkv_layout=_qkv_layout(layers),
             rope_interleaved=rope is not None and rope.interleaved,
+            rope_attention_scale=rope.attention_scale if rope is not None else 1.0,
             alibi_slopes=slopes if positional == Positional.ALIBI else (),
             embed_norm=embed_norm is not None,
             norm_bias=norm_bias(norms, final_norm),

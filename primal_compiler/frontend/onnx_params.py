@@ -20,6 +20,7 @@ embeddings, norm scales and biases) as float32.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -150,6 +151,7 @@ class Rope:
     geometric: bool  # inv_freq == theta ** (-2i / dim) (no scaling scheme)
     dim: int  # the rotated dimensions of a head: head_dim, or fewer (partial rotary, ``onnx_rotary``)
     interleaved: bool = False  # adjacent pairs rotate (GPT-J's rotate_every_two), not halves
+    attention_scale: float = 1.0  # the factor both tables are multiplied by (YaRN's attention factor)
 
 
 def rope_frequencies(g: GraphIndex, head_dim: int) -> Rope | None:
@@ -159,12 +161,13 @@ def rope_frequencies(g: GraphIndex, head_dim: int) -> Rope | None:
     export one), so the replay computes what the file computes. A constant of fewer frequencies, when
     it is the only one, is partial rotary (GPT-NeoX, Phi-2): the first ``2 x`` its size dimensions of
     each head rotate, which ``onnx_rotary.check_partial`` verifies in the graph. A :class:`PatternError`
-    names the node when a ``Cos``/``Sin`` depends on no such constant (a precomputed table) or on
-    several (LongRoPE's two factor sets), when two tables differ, or when the cosines are scaled by a
-    constant other than 1 (YaRN's attention factor).
+    names the node when a ``Cos``/``Sin`` depends on no such constant or on several (LongRoPE's two
+    factor sets), or when two tables differ. A factor both the cosines and the sines are multiplied by
+    is YaRN's attention factor (``attention_scale``); one that scales only some of them is refused.
     """
     half = head_dim // 2
     tables: dict[tuple[float, ...], str] = {}
+    scales: list[tuple[float, str, str]] = []
     for node in g.nodes:
         if node.op_type not in ("Cos", "Sin"):
             continue
@@ -191,7 +194,7 @@ def rope_frequencies(g: GraphIndex, head_dim: int) -> Rope | None:
                                f"on no constant of head_dim/2 = {half} inverse frequencies, nor on one of fewer (partial "
                                "rotary); a precomputed cos/sin table is not read")
         tables.setdefault(found, node.name or node.op_type)
-        _check_unscaled(g, node)
+        scales.append((*_table_scale(g, node), node.op_type))
     if not tables:
         return _from_table(g, head_dim)
     if len(tables) > 1:
@@ -201,7 +204,7 @@ def rope_frequencies(g: GraphIndex, head_dim: int) -> Rope | None:
     if not (np.isfinite(inv).all() and (inv > 0).all() and 0 < inv[1] < inv[0]):
         raise PatternError(f"unsupported RoPE at node {next(iter(tables.values()))}: its inverse frequencies "
                            "are not positive and decreasing")
-    return _rope(g, inv, head_dim, frozenset())
+    return _rope(g, inv, head_dim, frozenset(), _one_scale(scales))
 
 
 def _from_table(g: GraphIndex, head_dim: int) -> Rope | None:
@@ -215,18 +218,19 @@ def _from_table(g: GraphIndex, head_dim: int) -> Rope | None:
     return _rope(g, inv, head_dim, table.gathered)
 
 
-def _rope(g: GraphIndex, inv: np.ndarray, head_dim: int, gathered: frozenset[str]) -> Rope:
+def _rope(g: GraphIndex, inv: np.ndarray, head_dim: int, gathered: frozenset[str], scale: float = 1.0) -> Rope:
     dim = 2 * len(inv)
     if dim < head_dim:
         check_partial(g, dim, head_dim, gathered)
     theta = float(f"{(inv[1] / inv[0]) ** (-dim / 2):.6g}")  # float32 frequencies hold ~7 digits
     expected = inv[0] * theta ** (-2.0 * np.arange(len(inv)) / dim)
     geometric = inv[0] == 1.0 and bool(np.allclose(inv, expected, rtol=1e-4, atol=0))
-    return Rope(tuple(float(v) for v in inv), theta, geometric, dim, interleaved(g))
+    return Rope(tuple(float(v) for v in inv), theta, geometric, dim, interleaved(g), scale)
 
 
-def _check_unscaled(g: GraphIndex, node) -> None:
-    """The cosines (sines) reach the rotation unscaled: a Mul/Div by a constant other than 1 is refused."""
+def _table_scale(g: GraphIndex, node) -> tuple[float, str]:
+    """The constant a cosine (sine) table is multiplied by on its way to the rotation (YaRN's attention
+    factor), 1.0 when none, and the node that does it; a division by a constant is refused."""
     frontier = list(node.output)
     for _ in range(6):
         users = [g.nodes[i] for t in frontier for i in g.consumers.get(t, ())]
@@ -234,9 +238,22 @@ def _check_unscaled(g: GraphIndex, node) -> None:
             if u.op_type in ("Mul", "Div"):
                 value = next((g.scalar(x) for x in u.input if g.scalar(x) is not None), None)
                 if value is not None and value != 1.0:
-                    raise PatternError(f"unsupported RoPE scaling at node {u.name or u.op_type} ({u.op_type} of the "
-                                       f"{node.op_type} table by {value:g}, e.g. YaRN's attention factor)")
+                    if u.op_type == "Div" or not (math.isfinite(value) and value > 0):
+                        raise PatternError(f"unsupported RoPE scaling at node {u.name or u.op_type} ({u.op_type} of "
+                                           f"the {node.op_type} table by {value:g})")
+                    return float(value), u.name or u.op_type
         frontier = [o for u in users if u.op_type in ("Cast", "Unsqueeze", "Identity", "CastLike") for o in u.output]
+    return 1.0, ""
+
+
+def _one_scale(scales: list[tuple[float, str, str]]) -> float:
+    """The one factor every Cos and Sin table is scaled by (YaRN's attention factor scales both alike)."""
+    values = {v for v, _, _ in scales}
+    if len(values) > 1:
+        value, name, op = next(x for x in scales if x[0] != 1.0)
+        raise PatternError(f"unsupported RoPE scaling at node {name} (Mul of the {op} table by {value:g}, but not "
+                           "of every Cos and Sin table by it; YaRN's attention factor scales both)")
+    return values.pop() if values else 1.0
 
 
 def read_tables(found, where: str):

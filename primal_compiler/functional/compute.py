@@ -198,7 +198,7 @@ def _rope(m: Machine, x: np.ndarray, r: tuple) -> np.ndarray:
     if ((partner < 0) | (partner >= width))[rotated].any():
         raise m.fail(f"a rotation pair straddles the {buf_name(r[SRC_BUF])} column block")
     partner = np.where(rotated, partner, np.arange(width))
-    return ops.rope(x, m.step_positions(), freq, partner, leading, m.inv_freq)
+    return ops.rope(x, m.step_positions(), freq, partner, leading, m.inv_freq, m.model.rope_attention_scale)
 
 
 def _bias(m: Machine, r: tuple, x: np.ndarray) -> np.ndarray:

@@ -56,14 +56,15 @@ def inverse_frequencies(theta: float, head_dim: int) -> np.ndarray:
 
 
 def rope(x: np.ndarray, positions: np.ndarray, freq: np.ndarray, partner: np.ndarray, leading: np.ndarray,
-         inv_freq: np.ndarray) -> np.ndarray:
+         inv_freq: np.ndarray, scale: float = 1.0) -> np.ndarray:
     """Rotate columns of ``x`` (T x E) in pairs: ``freq`` is each column's frequency index (-1: not
     rotated), ``partner`` the column it pairs with, ``leading`` whether it is the pair's first (which
-    takes ``- partner * sin``); ``positions`` has T entries."""
+    takes ``- partner * sin``); ``positions`` has T entries; ``scale`` multiplies the rotated columns'
+    cosines and sines (YaRN's attention factor)."""
     rotated = freq >= 0
     angle = positions.astype(np.float32)[:, None] * inv_freq[np.where(rotated, freq, 0)][None, :]
-    cos = np.where(rotated, np.cos(angle), 1.0).astype(np.float32)
-    sin = np.where(rotated, np.sin(angle), 0.0).astype(np.float32)
+    cos = np.where(rotated, np.cos(angle) * np.float32(scale), 1.0).astype(np.float32)
+    sin = np.where(rotated, np.sin(angle) * np.float32(scale), 0.0).astype(np.float32)
     sign = np.where(leading, -1.0, 1.0).astype(np.float32)
     return (x * cos + sign * x[:, partner] * sin).astype(np.float32)
 

@@ -280,6 +280,7 @@ class Model:
     # RoPE rotates adjacent pairs (2i, 2i + 1) of each head (GPT-J's rotate_every_two); False: dimension i
     # with i + rot / 2 (rotate_half). The crossbars store pairs adjacent either way (``ir.columns``)
     rope_interleaved: bool = False
+    rope_attention_scale: float = 1.0  # both RoPE tables are multiplied by it (YaRN's attention factor)
     alibi_slopes: tuple[float, ...] = ()  # ALiBi: one slope per query head, as the file computes them
     embed_norm: bool = False  # the token embeddings pass a norm of the model's kind before the first layer (Bloom)
     norm_bias: bool = True  # LayerNorms add a bias (False: scale only, MPT); RMSNorm never has one
@@ -308,6 +309,8 @@ class Model:
         if (self.positional == Positional.ALIBI) != bool(self.alibi_slopes) or self.alibi_slopes and (
                 len(self.alibi_slopes) != heads or not all(math.isfinite(f) for f in self.alibi_slopes)):
             raise ValueError(f"model {self.name!r}: ALiBi positions need {heads} finite alibi_slopes, and only they")
+        if not (math.isfinite(self.rope_attention_scale) and self.rope_attention_scale > 0):
+            raise ValueError(f"model {self.name!r}: rope_attention_scale must be positive and finite")
         if not (math.isfinite(self.embed_scale) and self.embed_scale > 0):
             raise ValueError(f"model {self.name!r}: embed_scale must be positive and finite, got {self.embed_scale}")
         self._check_sizes()

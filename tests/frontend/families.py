@@ -23,7 +23,7 @@ from onnx import TensorProto, helper, numpy_helper
 MLPS = ("swiglu", "fused_split", "fused_slice", "geglu_tanh", "geglu_erf", "gelu_op_tanh", "gelu_op_erf",
         "quick_gelu", "relu_squared")
 EXTRAS = (None, "residual_scale", "residual_shift", "unknown_op", "stream_tanh", "softcap", "attn_scale",
-          "rope_factor", "two_tables")
+          "rope_factor", "two_tables", "yarn")
 
 
 def llama3_inv_freq(head_dim: int, theta: float = 500000.0, factor: float = 8.0, low: float = 1.0,
@@ -49,7 +49,8 @@ def family_decoder(mlp: str = "swiglu", *, layers: int = 2, hidden: int = 32, he
 
     ``inv_freq`` defaults to theta 10000. ``extra`` (one of :data:`EXTRAS`) adds a constant multiplier or
     a constant on the residual stream, an unknown op (``Sin``) or a ``Tanh`` on it, Gemma-2 style logit
-    soft-capping, a second attention scale, a factor on the RoPE cosines, or two RoPE tables. ``attn_std``
+    soft-capping, a second attention scale, a factor on the RoPE cosines alone or on both tables (YaRN's
+    attention factor), or two RoPE tables. ``attn_std``
     and ``mlp_std`` set the spread of the attention and MLP weights (larger: sharper attention, gate values
     where GELU's forms differ); ``lora`` puts an unmerged adapter on a fused gate/up projection.
     ``parallel`` computes attention and MLP from the same layer input, ``h + attn(n1(h)) + mlp(n(h))``:
@@ -103,9 +104,11 @@ def family_decoder(mlp: str = "swiglu", *, layers: int = 2, hidden: int = 32, he
     emb = node("Concat", [freqs, freqs], "emb", axis=-1)
     axes1 = const("axes1", [1], np.int64)
     cos = node("Unsqueeze", [node("Cos", [emb], "cos"), axes1], "cos_u")
-    if extra == "rope_factor":  # YaRN's attention factor on the cosines
+    if extra in ("rope_factor", "yarn"):  # YaRN's attention factor: on the cosines alone, or on both tables
         cos = node("Mul", [cos, const("rope_factor", 1.1)], "cos_scaled")
     sin = node("Unsqueeze", [node("Sin", [emb], "sin"), axes1], "sin_u")
+    if extra == "yarn":
+        sin = node("Mul", [sin, "rope_factor"], "sin_scaled")
     # causal mask [S, S] cut from a constant
     mask = np.triu(np.full((64, 64), -1e9, np.float32), 1)
     seq = node("Gather", [node("Shape", ["input_ids"], "ids_shape"), const("idx1", [1], np.int64)], "seq")

@@ -30,8 +30,8 @@ def sidecar(name: str) -> dict:
 
 
 def test_the_set_has_the_families_and_stays_small():
-    assert READ == ["bloom", "falcon", "falcon_grouped", "gemma", "gpt_neox", "gptj", "llama3", "mpt", "phi2", "phi3",
-                    "qwen2"]
+    assert READ == ["bloom", "falcon", "falcon_grouped", "gemma", "gpt_neox", "gptj", "llama3", "llama_yarn", "mpt",
+                    "phi2", "phi3", "qwen2"]
     assert REFUSED == ["gemma2", "qwen3"]
     assert sum(p.stat().st_size for p in FAMILIES.glob("*.onnx")) < 2 * 1024 * 1024
 
@@ -79,6 +79,9 @@ def test_each_family_keeps_what_makes_it_different():
     bloom = load_onnx(FAMILIES / "bloom.onnx")  # ALiBi, a norm on the embeddings, qkv as [heads, 3, head_dim]
     assert bloom.positional == Positional.ALIBI and bloom.embed_norm and bloom.qkv_layout == "per-head"
     assert bloom.alibi_slopes == (0.25, 0.0625, 0.015625, 0.00390625)  # 2 ** (-8 (h + 1) / heads)
+    yarn = load_onnx(FAMILIES / "llama_yarn.onnx")  # YaRN: its frequencies, and both tables x its attention factor
+    assert yarn.rope_attention_scale == pytest.approx(0.1 * math.log(4.0) + 1.0, rel=1e-6)
+    assert all(m.rope_attention_scale == 1.0 for m in (qwen2, phi3, gemma, llama3, phi2, neox, gptj))
     mpt = load_onnx(FAMILIES / "mpt.onnx")  # ALiBi sliced from a precomputed table, LayerNorms without bias
     assert mpt.alibi_slopes == bloom.alibi_slopes and not mpt.norm_bias and not mpt.embed_norm
     assert bloom.norm_bias and all(m.norm_bias for m in (qwen2, phi3, gemma, llama3, phi2, neox, gptj, falcon))

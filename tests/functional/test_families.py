@@ -34,6 +34,7 @@ CASES = {
     "parallel_two_norms": ("swiglu", {"parallel": "two"}),  # GPT-NeoX
     "partial_rotary": ("swiglu", {"rotary_dim": 4, "attn_std": 1.0}),
     "partial_rotary_parallel": ("geglu_tanh", {"rotary_dim": 4, "parallel": "shared", "attn_std": 1.0}),  # Phi-2
+    "yarn_attention_factor": ("swiglu", {"extra": "yarn", "attn_std": 1.0}),  # cos and sin both x 1.1
     # heads of 24 on 16x16 crossbars straddle column and O input blocks (Phi-3-mini's 96 on 256 columns)
     "heads_straddle_blocks": ("swiglu", {"hidden": 48, "heads": 2, "kv_heads": 1, "attn_std": 1.0}),
     "heads_straddle_fused_qkv_partial": ("fused_split", {"hidden": 48, "heads": 2, "kv_heads": 1, "rotary_dim": 10,
@@ -71,6 +72,7 @@ def test_the_replay_matches_onnxruntime(name, family, replay_target):
     (("geglu_tanh", GEMMA), ("geglu_tanh", {**GEMMA, "embed_scale": None})),
     (("geglu_tanh", GEMMA), ("geglu_tanh", {**GEMMA, "norm_offset": False})),
     (("swiglu", {"inv_freq": llama3_inv_freq(8), "attn_std": 1.0}), ("swiglu", {"attn_std": 1.0})),
+    (("swiglu", {"extra": "yarn", "attn_std": 1.0}), ("swiglu", {"attn_std": 1.0})),  # YaRN's factor
 ])
 def test_each_variation_moves_the_logits_beyond_the_tolerance(family, with_it, without):
     a, b = (ort_greedy(family(mlp, **kw), PROMPT, 4) for mlp, kw in (with_it, without))
