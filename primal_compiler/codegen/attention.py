@@ -28,7 +28,7 @@ from primal_compiler.codegen.routes import LayerRoutes
 from primal_compiler.ir.model import DecoderLayer, Role
 from primal_compiler.ir.tiles import ROLE_INDEX
 from primal_compiler.isa.opcodes import BufKind, DmacOp, Flag, Opcode, ReduceOp, buf
-from primal_compiler.mapping.traffic import part_root, root_offset
+from primal_compiler.mapping.traffic import part_root, root_offset, root_pieces
 
 
 def reduce_arg(op: ReduceOp, src: int, dst: int) -> int:
@@ -71,17 +71,6 @@ class AttentionEmitter:
         return part_root(self.ir, part, element, self.geo.rram_cols), root_offset(self.ir, part, element,
                                                                                   self.geo.rram_cols)
 
-    def _pieces(self, part: str, lo: int, hi: int) -> list[tuple[str, int, int, int]]:
-        """Elements ``lo .. hi-1`` of q, k or v cut where a root's column block ends: (root, offset in the
-        root, first element, elements) per piece, in order."""
-        out, e = [], lo
-        while e < hi:
-            root, off = self._col(part, e)
-            n = min(hi - e, self.geo.rram_cols - off)
-            out.append((root, off, e, n))
-            e += n
-        return out
-
     def emit(self, start: int, tokens: int, seqs: range) -> Block:
         """Records of sequences ``seqs`` for queries at positions ``start .. start+tokens-1``.
 
@@ -120,7 +109,8 @@ class AttentionEmitter:
         for kind, part, tag in ((0, "k", BufKind.KV_K), (1, "v", BufKind.KV_V)):
             ct, pe, slot = self._units(seq, g, written, kind)
             token_slot = slot * kv.chunk_tokens + first % kv.chunk_tokens
-            for root, off, e, n in self._pieces(part, g * self.hd, (g + 1) * self.hd):  # a head split over two roots
+            pieces = root_pieces(self.ir, part, g * self.hd, (g + 1) * self.hd, self.geo.rram_cols)
+            for root, off, e, n in pieces:  # a head split over two roots: two pieces
                 src = self.r.hub_pos(root)
                 d2d = np.where(ct != src[0], Flag.D2D, 0)
                 b.add_columns(len(written), op=Opcode.KV_APPEND, ct=src[0], pe=src[1], dst_ct=ct, dst_pe=pe,
@@ -132,7 +122,7 @@ class AttentionEmitter:
         ct, pe, _ = self._units(seq, g, chunks, 0)
         members = np.unique(np.stack([ct, pe], 1), axis=0)
         g0 = g * self.grp * self.hd
-        for root, off, e, n in self._pieces("q", g0, g0 + self.grp * self.hd):
+        for root, off, e, n in root_pieces(self.ir, "q", g0, g0 + self.grp * self.hd, self.geo.rram_cols):
             src = self.r.hub_pos(root)
             grp = b.add_group(members[:, 0], members[:, 1])
             d2d = Flag.D2D if (members[:, 0] != src[0]).any() else 0

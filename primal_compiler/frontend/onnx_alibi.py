@@ -31,6 +31,7 @@ def alibi_slopes(g: GraphIndex, barriers: frozenset[int], anchors: list[int], he
     hidden = _depends_on_tokens(g)
     found: dict[tuple[float, ...], str] = {}
     missing = []
+    evaluated: dict[str, tuple[float, ...]] = {}  # layers usually add the same tensor
     for anchor in anchors:
         side, _ = g.backward([g.nodes[anchor].input[0]], barriers)
         slopes = None
@@ -42,7 +43,12 @@ def alibi_slopes(g: GraphIndex, barriers: frozenset[int], anchors: list[int], he
                 closure, _ = g.backward([x], frozenset())
                 if closure & hidden or not _biased(g, closure, heads):
                     continue
-                slopes = _evaluate(g, closure, x, heads, node.name or f"#{i}")
+                if slopes is not None:
+                    raise PatternError(f"unsupported attention at node {node.name or f'#{i}'}: a second bias on "
+                                       "the scores besides ALiBi's")
+                if x not in evaluated:
+                    evaluated[x] = _evaluate(g, x, heads, node.name or f"#{i}")
+                slopes = evaluated[x]
         if slopes is None:
             missing.append(g.nodes[anchor].name or f"#{anchor}")
         else:
@@ -77,7 +83,7 @@ def _biased(g: GraphIndex, closure: set[int], heads: int) -> bool:
     return False
 
 
-def _evaluate(g: GraphIndex, closure: set[int], tensor: str, heads: int, name: str) -> tuple[float, ...]:
+def _evaluate(g: GraphIndex, tensor: str, heads: int, name: str) -> tuple[float, ...]:
     from onnx.reference import ReferenceEvaluator
 
     bias = _run(ReferenceEvaluator, g, _all_producers(g, tensor), tensor)

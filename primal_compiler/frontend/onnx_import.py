@@ -18,7 +18,11 @@ optimum exports with or without ``past_key_values``; Llama/Mistral style
 as Gemm, learned positions) and OPT (q/k/v with biases, learned positions
 with an index offset); Phi-3's fused gate/up projection (``onnx_decoder``),
 Gemma's GeGLU, embedding scale and ``1 + w`` RMSNorm, any RoPE frequency
-table (Llama-3's scaling); parallel attention + MLP blocks (``onnx_mlp``); unmerged PEFT LoRA adapters. Every node on the
+table (Llama-3's scaling, YaRN's attention factor), GPT-J's rotation from a
+precomputed table (``onnx_rotary``), ALiBi (``onnx_alibi``), an embedding
+norm and LayerNorms without bias (Bloom, MPT), fused qkv head by head or
+group by group (``onnx_heads``), parallel attention + MLP blocks
+(``onnx_mlp``); unmerged PEFT LoRA adapters. Every node on the
 hidden-state path must belong to a recognised pattern (``onnx_guard``).
 
 Embeddings and LM head. The token embedding is the Gather on a
@@ -70,16 +74,15 @@ from primal_compiler.frontend.onnx_guard import check_accounted, embed_scale, fo
 from primal_compiler.frontend.onnx_mlp import assign_mlp
 from primal_compiler.frontend.onnx_alibi import alibi_slopes
 from primal_compiler.frontend.onnx_params import (
-    ONNX_DEFAULT_EPS, NormRef, embedding_norm, norm_bias, norm_ref, rope_frequencies,
+    ONNX_DEFAULT_EPS, NormRef, embedding_norm, norm_bias, norm_ref, rope_frequencies, tied_head,
 )
 from primal_compiler.frontend.onnx_project import Projection, find_weight_matmuls, pair_lora
 from primal_compiler.frontend.onnx_quant import dequantize_graph, weight_formats
-from primal_compiler.frontend.onnx_rotary import table_rope
+from primal_compiler.frontend.onnx_rotary import table_gather
 from primal_compiler.ir.model import (
     SIZE_LIMITS, Attention, DecoderLayer, Linear, LoRA, Model, NormKind, Positional, Role,
 )
 
-TIE_SAMPLES = 16
 DEFAULT_ROPE_THETA = 10000.0  # Llama's base, used when no inverse-frequency constant is found
 _ROLE_ORDER = (Role.Q, Role.K, Role.V, Role.QKV, Role.O, Role.GATE, Role.UP, Role.FC1, Role.DOWN, Role.FC2)
 
@@ -197,7 +200,7 @@ def _recognise(model: onnx.ModelProto, path: Path) -> Recognised:
     embed_nodes = {embed[0]} | ({scale_node} if scale_node is not None else set())
     check_accounted(dec, layers, lm_head, norm_regions, norm_params, embed_nodes)
     ir_layers = tuple(_to_ir(i, layer) for i, layer in enumerate(layers))
-    tied = _tied(g, emb_table, lm_head)
+    tied = tied_head(g, emb_table, lm_head.weight)
     try:
         ir = Model(
             name=path.stem,
@@ -337,33 +340,10 @@ def _positional(g: GraphIndex, pos, head_dim: int) -> tuple[Positional, int, int
         or {("", "Sin"), ("", "Cos")} <= ops
         or ("", "RotaryEmbedding") in ops
         or ("com.microsoft", "RotaryEmbedding") in ops
-        or table_rope(g, head_dim) is not None  # a precomputed sin | cos table (GPT-J)
+        or table_gather(g, head_dim) is not None  # a precomputed sin | cos table (GPT-J), read by rope_frequencies
     ):
         return Positional.ROPE, 0, 0
     raise PatternError("unsupported position encoding: neither a learned position table nor rotary embeddings")
-
-
-def _tied(g: GraphIndex, table, lm_head: Projection) -> bool:
-    if lm_head.weight == table.name:
-        return True
-    head = g.inits.get(lm_head.weight)
-    emb = g.inits.get(table.name)
-    if head is None or emb is None or head.data_type != emb.data_type:
-        return False
-    vocab, hidden = int(emb.dims[0]), int(emb.dims[1])
-    head_dims = [int(d) for d in head.dims]
-    if head_dims not in ([hidden, vocab], [vocab, hidden]):
-        return False
-    transposed = head_dims == [hidden, vocab]
-    samples = []
-    for k in range(TIE_SAMPLES):
-        r, c = (k * 7919 + 3) % vocab, (k * 104729 + 5) % hidden
-        a = g.element(table.name, r * hidden + c)
-        b = g.element(lm_head.weight, c * vocab + r if transposed else r * hidden + c)
-        if a is None or b is None or a != b:
-            return False
-        samples.append(a)
-    return len(set(samples)) > 1
 
 
 def _qkv_layout(layers: list[Layer]) -> str:

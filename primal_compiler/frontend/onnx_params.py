@@ -33,6 +33,7 @@ from primal_compiler.ir.model import NormKind
 NORM_OPS = {"LayerNormalization": (1, 2), "SimplifiedLayerNormalization": (1, None), "RMSNormalization": (1, None),
             "SkipLayerNormalization": (2, 3), "SkipSimplifiedLayerNormalization": (2, None)}
 EPS_CONSUMERS = {"Sqrt", "Reciprocal", "Pow", "Div"}
+TIE_SAMPLES = 16  # elements compared to tell a copy of the embedding table from an independent LM head
 ONNX_DEFAULT_EPS = 1e-5  # the default ``epsilon`` of every ONNX normalization op
 
 
@@ -254,6 +255,31 @@ def _one_scale(scales: list[tuple[float, str, str]]) -> float:
         raise PatternError(f"unsupported RoPE scaling at node {name} (Mul of the {op} table by {value:g}, but not "
                            "of every Cos and Sin table by it; YaRN's attention factor scales both)")
     return values.pop() if values else 1.0
+
+
+def tied_head(g: GraphIndex, table, head: str) -> bool:
+    """Whether the LM head initializer ``head`` is the embedding ``table`` itself or a copy of it (16 samples,
+    ``onnx_import``'s module docstring)."""
+    if head == table.name:
+        return True
+    tensor = g.inits.get(head)
+    emb = g.inits.get(table.name)
+    if tensor is None or emb is None or tensor.data_type != emb.data_type:
+        return False
+    vocab, hidden = int(emb.dims[0]), int(emb.dims[1])
+    head_dims = [int(d) for d in tensor.dims]
+    if head_dims not in ([hidden, vocab], [vocab, hidden]):
+        return False
+    transposed = head_dims == [hidden, vocab]
+    samples = []
+    for k in range(TIE_SAMPLES):
+        r, c = (k * 7919 + 3) % vocab, (k * 104729 + 5) % hidden
+        a = g.element(table.name, r * hidden + c)
+        b = g.element(head, c * vocab + r if transposed else r * hidden + c)
+        if a is None or b is None or a != b:
+            return False
+        samples.append(a)
+    return len(set(samples)) > 1
 
 
 def read_tables(found, where: str):

@@ -170,22 +170,32 @@ class TableRope:
     gathered: frozenset[str]  # the gathered rows, where the tables' uses start
 
 
-def table_rope(g: GraphIndex, head_dim: int) -> TableRope | None:
-    """The table of the graph's rotary embedding, or None when it has none; a table whose rows are not
-    ``sin | cos`` of ``p f``, or whose halves multiply the wrong operands, is a :class:`PatternError`. An
-    unreadable table (absent external data) gives empty ``inv_freq``."""
-    for node in g.nodes:
+def table_gather(g: GraphIndex, head_dim: int) -> tuple[int, object, list[int], object] | None:
+    """(node, tensor, dims, split) of a constant ``[positions, rot]`` table gathered and split in two halves
+    along its last axis (the form of GPT-J's ``embed_positions``), its values unread; None without one."""
+    for i, node in enumerate(g.nodes):
         tensor = g.constant_tensor(node.input[0]) if node.op_type in ("Gather", "GatherElements") else None
         dims = [int(d) for d in tensor.dims] if tensor is not None else []
         if len(dims) < 2 or any(d != 1 for d in dims[:-2]) or dims[-1] % 4 or not 4 <= dims[-1] <= head_dim:
             continue
-        halves = [g.nodes[i] for i in g.consumers.get(node.output[0], ()) if g.nodes[i].op_type == "Split"]
-        if len(halves) != 1 or len(halves[0].output) != 2 or attr(halves[0], "axis", 0) not in (-1, len(dims) - 1):
-            continue
-        inv = _frequencies(g, tensor, dims[-2], dims[-1] // 2, node.name or node.op_type)
-        _check_halves(g, halves[0])
-        return TableRope(inv, dims[-2], frozenset(node.output))
+        halves = [g.nodes[j] for j in g.consumers.get(node.output[0], ()) if g.nodes[j].op_type == "Split"]
+        if len(halves) == 1 and len(halves[0].output) == 2 and attr(halves[0], "axis", 0) in (-1, len(dims) - 1):
+            return i, tensor, dims, halves[0]
     return None
+
+
+def table_rope(g: GraphIndex, head_dim: int) -> TableRope | None:
+    """The table of the graph's rotary embedding, or None when it has none; a table whose rows are not
+    ``sin | cos`` of ``p f``, or whose halves multiply the wrong operands, is a :class:`PatternError`. An
+    unreadable table (absent external data) gives empty ``inv_freq``."""
+    found = table_gather(g, head_dim)
+    if found is None:
+        return None
+    i, tensor, dims, split = found
+    node = g.nodes[i]
+    inv = _frequencies(g, tensor, dims[-2], dims[-1] // 2, node.name or node.op_type)
+    _check_halves(g, split)
+    return TableRope(inv, dims[-2], frozenset(node.output))
 
 
 def _frequencies(g: GraphIndex, tensor, rows: int, half: int, name: str) -> tuple[float, ...]:

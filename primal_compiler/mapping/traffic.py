@@ -135,12 +135,7 @@ class _Builder:
 
     def pieces(self, part: str, lo: int, hi: int) -> list[tuple[str, int]]:
         """(root, elements) of elements ``lo .. hi-1`` of q, k or v, cut where a root's column block ends."""
-        out, e, cols = [], lo, self.geo.rram_cols
-        while e < hi:
-            n = min(hi - e, cols - root_offset(self.layer, part, e, cols))
-            out.append((self.part_root(part, e), n))
-            e += n
-        return out
+        return [(root, n) for root, _, _, n in root_pieces(self.layer, part, lo, hi, self.geo.rram_cols)]
 
     def o_input(self, i: int) -> str:
         attn = self.layer.attention
@@ -195,6 +190,18 @@ def part_root(layer: DecoderLayer, part: str, element: int, cols: int) -> str:
         return f"root:{Role.QKV}:{_blk(offset + element, cols)}"
     role = {"q": Role.Q, "k": Role.K, "v": Role.V}[part]
     return f"root:{role}:{_blk(element, cols)}"
+
+
+def root_pieces(layer: DecoderLayer, part: str, lo: int, hi: int, cols: int) -> list[tuple[str, int, int, int]]:
+    """Elements ``lo .. hi-1`` of q, k or v cut where a root's column block ends: (root, offset in the root,
+    first element, elements) per piece, in order (a head straddling two blocks is two pieces)."""
+    out, e = [], lo
+    while e < hi:
+        off = root_offset(layer, part, e, cols)
+        n = min(hi - e, cols - off)
+        out.append((part_root(layer, part, e, cols), off, e, n))
+        e += n
+    return out
 
 
 def root_offset(layer: DecoderLayer, part: str, element: int, cols: int) -> int:
