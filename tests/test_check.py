@@ -164,3 +164,16 @@ def test_a_prompt_outside_the_vocabulary_or_a_missing_file_is_a_plain_error(tmp_
     assert code == 2 and err == "primal: --prompt: token ids must be in 0..95, got [1, 96]\n"
     code, _, err = run(["check", str(tmp_path / "none.onnx")], capsys)
     assert code == 2 and "REFUSED" not in err
+
+
+def test_a_file_rewritten_in_place_gets_a_new_onnxruntime_session(tmp_path):
+    """ONNX Runtime sessions are kept per file version: a file rewritten at the same path is not answered by
+    the session of its old contents (a stale reference once made a correct replay look 0.2 off)."""
+    from tests.frontend.families import family_decoder
+
+    path = tmp_path / "m.onnx"
+    onnx.save(family_decoder("swiglu", seed=1), path)
+    first = ort_greedy(path, [1, 2, 3], 2)
+    onnx.save(family_decoder("swiglu", seed=2), path)
+    second = ort_greedy(path, [1, 2, 3], 2)
+    assert np.abs(first - second).max() > 1e-3

@@ -54,10 +54,16 @@ TOLERANCE_FP16 = 1e-3
 _HALF = ("tensor(float16)", "tensor(bfloat16)")
 
 
-@lru_cache(maxsize=None)
 def _session(path: str, as_written: bool = True):
     """ONNX Runtime on the file as written (the float-activation twin of a dynamically quantized file,
-    optimizations off), or as ONNX Runtime runs it by default (``as_written=False``)."""
+    optimizations off), or as ONNX Runtime runs it by default (``as_written=False``); one session per
+    version of the file (a file rewritten in place gets a new one)."""
+    stat = Path(path).stat()
+    return _session_of(path, stat.st_mtime_ns, stat.st_size, as_written)
+
+
+@lru_cache(maxsize=None)
+def _session_of(path: str, mtime_ns: int, size: int, as_written: bool):
     import onnxruntime as ort
 
     from primal_compiler.frontend.onnx_reference import float_activation_twin
