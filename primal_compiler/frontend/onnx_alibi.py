@@ -5,11 +5,12 @@ head ``h`` (Bloom computes ``j`` as ``cumsum(attention_mask) - 1``, MPT
 slices a precomputed ``slope_h * (j - positions + 1)`` table; a constant
 per query does not change the softmax). A term added to the scores that
 does not depend on the token embedding is a mask unless its inputs hold a
-``CumSum`` or a float constant of one value or row per head; such a term
-is evaluated with ONNX's reference evaluator on a five-token prompt with
-every position attended, and must equal ``slope_h * j`` for every head,
-query and key, up to a constant per query (which the softmax ignores),
-with the same slopes in every layer. Anything else is a
+``CumSum`` or a float constant of one value or row per head (``[heads,
+1, ...]``); such a term is evaluated with ONNX's reference evaluator on a
+five-token prompt with every position attended. One that is 0 wherever a
+key is attended is a mask; any other must equal ``slope_h * j`` for every
+head, query and attended key, up to a constant per query (which the
+softmax ignores), with the same slopes in every layer. Anything else is a
 :class:`PatternError` naming the node.
 """
 
@@ -31,7 +32,7 @@ def alibi_slopes(g: GraphIndex, barriers: frozenset[int], anchors: list[int], he
     hidden = _depends_on_tokens(g)
     found: dict[tuple[float, ...], str] = {}
     missing = []
-    evaluated: dict[str, tuple[float, ...]] = {}  # layers usually add the same tensor
+    evaluated: dict[str, tuple[float, ...] | None] = {}  # layers usually add the same tensor
     for anchor in anchors:
         side, _ = g.backward([g.nodes[anchor].input[0]], barriers)
         slopes = None
@@ -43,11 +44,13 @@ def alibi_slopes(g: GraphIndex, barriers: frozenset[int], anchors: list[int], he
                 closure, _ = g.backward([x], frozenset())
                 if closure & hidden or not _biased(g, closure, heads):
                     continue
+                if x not in evaluated:
+                    evaluated[x] = _evaluate(g, x, heads, node.name or f"#{i}")
+                if evaluated[x] is None:  # a mask
+                    continue
                 if slopes is not None:
                     raise PatternError(f"unsupported attention at node {node.name or f'#{i}'}: a second bias on "
                                        "the scores besides ALiBi's")
-                if x not in evaluated:
-                    evaluated[x] = _evaluate(g, x, heads, node.name or f"#{i}")
                 slopes = evaluated[x]
         if slopes is None:
             missing.append(g.nodes[anchor].name or f"#{anchor}")
@@ -77,23 +80,35 @@ def _biased(g: GraphIndex, closure: set[int], heads: int) -> bool:
             return True
         for x in node.input:
             tensor = g.constant_tensor(x)
-            dims = [int(d) for d in tensor.dims if d != 1] if tensor is not None else []
-            if heads > 1 and dims and dims[0] == heads and tensor.data_type in FLOATS:
+            dims = [int(d) for d in tensor.dims] if tensor is not None else []
+            while dims and dims[0] == 1:
+                dims.pop(0)
+            per_head = dims and dims[0] == heads and (len(dims) == 1 or dims[1] == 1)  # [heads, 1, ...]
+            if heads > 1 and per_head and tensor.data_type in FLOATS:
                 return True
     return False
 
 
-def _evaluate(g: GraphIndex, tensor: str, heads: int, name: str) -> tuple[float, ...]:
+def _evaluate(g: GraphIndex, tensor: str, heads: int, name: str) -> tuple[float, ...] | None:
+    """ALiBi's slopes from the term's values on the probe prompt; None when it is a mask only (0 where a key
+    is attended, a huge negative number where it is not, which the replay's causal mask already does)."""
     from onnx.reference import ReferenceEvaluator
 
     bias = _run(ReferenceEvaluator, g, _all_producers(g, tensor), tensor)
-    if bias is None or bias.size % (heads * PROBE_TOKENS):
+    if bias is None:
         raise PatternError(f"unsupported bias on the attention scores at node {name}: it cannot be evaluated")
-    values = bias.astype(np.float64).reshape(heads, -1, PROBE_TOKENS)
+    bias = bias.astype(np.float64)
+    attended = bias > -1e30  # masked keys (-inf, float32's lowest) carry no bias
+    if not (bias[attended] != 0).any():
+        return None
+    if bias.size % (heads * PROBE_TOKENS):
+        raise PatternError(f"unsupported bias on the attention scores at node {name}: not one row per head")
+    values = np.where(attended, bias, np.nan).reshape(heads, -1, PROBE_TOKENS)
     values = values - values[:, :, :1]  # a constant per query does not change its softmax
     slopes = values[:, :1, 1:2]
-    want = slopes * np.arange(PROBE_TOKENS)[None, None, :]
-    if not np.allclose(values, want, rtol=1e-6, atol=1e-6) or not (slopes != 0).all():
+    want = np.broadcast_to(slopes * np.arange(PROBE_TOKENS)[None, None, :], values.shape)
+    seen = ~np.isnan(values)
+    if not np.allclose(values[seen], want[seen], rtol=1e-6, atol=1e-6) or not (slopes != 0).all():
         raise PatternError(f"unsupported bias on the attention scores at node {name}: not ALiBi's slope_h * "
                            "(key position) for each head")
     return tuple(float(s) for s in slopes.reshape(-1).astype(np.float32))

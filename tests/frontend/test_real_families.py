@@ -278,3 +278,17 @@ def test_a_bias_on_the_scores_that_is_not_alibi_is_refused(tmp_path):
     onnx.save(model, tmp_path / "squared.onnx")
     with pytest.raises(InputError, match=r"unsupported bias on the attention scores at node .*: not ALiBi's"):
         load_onnx(tmp_path / "squared.onnx")
+
+
+def test_a_term_that_is_zero_on_every_attended_key_is_a_mask_not_alibi(tmp_path):
+    """Bloom's bias with its slopes zeroed is 0 wherever a key is attended: read as a mask (the replay's own
+    causal mask), so the model has no position encoding left and is refused for that, not as a bad ALiBi."""
+    import onnx
+    from onnx import numpy_helper
+
+    model = onnx.load(FAMILIES / "bloom.onnx")
+    slopes = next(t for t in model.graph.initializer if list(t.dims) == [4, 1])
+    slopes.CopyFrom(numpy_helper.from_array(np.zeros((4, 1), np.float32), slopes.name))
+    onnx.save(model, tmp_path / "zero_slopes.onnx")
+    with pytest.raises(InputError, match="unsupported position encoding: neither"):
+        load_onnx(tmp_path / "zero_slopes.onnx")
