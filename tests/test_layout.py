@@ -2,7 +2,8 @@
 
 * every module of ``primal_compiler/`` stays under :data:`LINE_BUDGET` lines;
 * only ``frontend/`` imports ``onnx`` (the rest of the compiler sees the IR, never a graph);
-* ``executor/`` imports nothing from ``transforms/`` or ``frontend/`` (it replays a stream and a target).
+* ``executor/`` imports nothing from ``transforms/`` or ``frontend/`` (it replays a stream and a target);
+* ``ruff check`` with the rule set of ``pyproject.toml`` finds nothing in the code, tests and benchmarks.
 
 Imports are read from the syntax tree, so an import inside a function counts as much as one at the top.
 """
@@ -10,6 +11,8 @@ Imports are read from the syntax tree, so an import inside a function counts as 
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -56,3 +59,10 @@ def test_the_executor_imports_no_compiler_stage():
     offenders = {str(p.relative_to(ROOT)): sorted(m for m in imports(p.read_text()) if m.startswith(stages))
                  for p in MODULES if _stage(p) == "executor"}
     assert {k: v for k, v in offenders.items() if v} == {}
+
+
+def test_ruff_finds_nothing():
+    """pyflakes' rules and syntax errors (``[tool.ruff.lint]``): unused imports and names, undefined names."""
+    done = subprocess.run([sys.executable, "-m", "ruff", "check", "--no-cache", "primal_compiler", "tests",
+                           "benchmarks"], cwd=ROOT.parent, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr

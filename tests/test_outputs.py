@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import errno
 import json
-import os
 import shutil
 import signal
 import subprocess
@@ -140,10 +139,10 @@ def test_unwritable_parent_and_free_space(tmp_path, monkeypatch):
 
 def test_a_full_disk_is_one_line_and_leaves_nothing(tmp_path):
     with pytest.raises(InputError, match="no space left on device"):
-        with outdir.output_directory(tmp_path / "out", "test") as tmp:
+        with outdir.output_directory(tmp_path / "out", "test"):
             raise OSError(errno.ENOSPC, "No space left on device")
     with pytest.raises(InputError, match="no space left on device"):
-        with outdir.output_file(tmp_path / "f") as f:
+        with outdir.output_file(tmp_path / "f"):
             raise OSError(errno.ENOSPC, "No space left on device")
     assert list(tmp_path.iterdir()) == []
 

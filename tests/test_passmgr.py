@@ -221,7 +221,6 @@ def test_toml_pipeline_schema_errors_are_one_line(tmp_path, text, message):
 def test_pipeline_files_are_read_as_regular_utf8_files(tmp_path, monkeypatch):
     import os
 
-    import primal_compiler.passmgr as passmgr
 
     bad = tmp_path / "bad.toml"
     bad.write_bytes(b'[[pass]]\nname = "\xff"\n')

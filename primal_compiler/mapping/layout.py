@@ -19,10 +19,9 @@ import numpy as np
 
 from primal_compiler.errors import InputError
 from primal_compiler.ir.model import Model
-from primal_compiler.ir.tiles import ROLE_CODES, Macro, Part, TileTable
+from primal_compiler.ir.tiles import ROLE_CODES, Macro, TileTable
 from primal_compiler.mapping.instance import Instance
-from primal_compiler.mapping.lower import layer_templates
-from primal_compiler.mapping.traffic import FlowClass, layer_flows
+from primal_compiler.mapping.traffic import layer_flows
 
 
 @dataclass(frozen=True, eq=False)

@@ -62,7 +62,6 @@ def _union(key, begin, end):
     reach = np.maximum.accumulate(e)
     new = np.ones(len(b), dtype=bool)
     new[1:] = b[1:] > reach[:-1]
-    grp = np.cumsum(new) - 1
     first = np.flatnonzero(new)
     out_end = np.maximum.reduceat(e, first) - key[first] * big
     return key[first], begin[first], out_end
