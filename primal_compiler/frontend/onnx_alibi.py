@@ -19,6 +19,7 @@ from __future__ import annotations
 import numpy as np
 import onnx
 from onnx import helper
+from onnx.reference import ReferenceEvaluator
 
 from primal_compiler.frontend.onnx_graph import GraphIndex, PatternError
 
@@ -92,9 +93,7 @@ def _biased(g: GraphIndex, closure: set[int], heads: int) -> bool:
 def _evaluate(g: GraphIndex, tensor: str, heads: int, name: str) -> tuple[float, ...] | None:
     """ALiBi's slopes from the term's values on the probe prompt; None when it is a mask only (0 where a key
     is attended, a huge negative number where it is not, which the replay's causal mask already does)."""
-    from onnx.reference import ReferenceEvaluator
-
-    bias = _run(ReferenceEvaluator, g, _all_producers(g, tensor), tensor)
+    bias = _run(g, _all_producers(g, tensor), tensor)
     if bias is None:
         raise PatternError(f"unsupported bias on the attention scores at node {name}: it cannot be evaluated")
     bias = bias.astype(np.float64)
@@ -126,7 +125,7 @@ def _all_producers(g: GraphIndex, tensor: str) -> set[int]:
     return seen
 
 
-def _run(evaluator, g: GraphIndex, closure: set[int], tensor: str) -> np.ndarray | None:
+def _run(g: GraphIndex, closure: set[int], tensor: str) -> np.ndarray | None:
     """``tensor`` computed from the graph's inputs by the nodes ``closure``, for a probe prompt of ones."""
     nodes = [g.nodes[i] for i in sorted(closure)]
     used = {x for n in nodes for x in n.input if x}
@@ -142,7 +141,7 @@ def _run(evaluator, g: GraphIndex, closure: set[int], tensor: str) -> np.ndarray
     graph = helper.make_graph(nodes, "bias", inputs, [helper.make_value_info(tensor, onnx.TypeProto())], inits)
     model = helper.make_model(graph, opset_imports=list(g.model.opset_import))
     try:
-        return np.asarray(evaluator(model).run(None, feeds)[0])
+        return np.asarray(ReferenceEvaluator(model).run(None, feeds)[0])
     except Exception:  # noqa: BLE001 - a term the reference evaluator cannot run is refused by the caller
         return None
 

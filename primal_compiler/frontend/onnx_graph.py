@@ -361,3 +361,18 @@ def _constant_attr_value(node: onnx.NodeProto) -> np.ndarray | None:
             value = onnx.helper.get_attribute_value(a)
             return np.array(value) if len(value) <= SMALL_CONST else None
     return None
+
+
+def slice_bounds(g: GraphIndex, node, axes: tuple[int, ...]) -> tuple[int, int, int] | None:
+    """(start, end, step) of a one-axis ``Slice`` along one of ``axes``, from its constant inputs (step 1 when
+    absent); None for anything else."""
+    inputs = list(node.input) + [""] * 5
+    starts, ends, axis, steps = (g.const(x) if x else None for x in inputs[1:5])
+    if starts is None or ends is None or starts.size != 1 or ends.size != 1:
+        return None
+    if axis is None or axis.size != 1 or int(axis.reshape(-1)[0]) not in axes:
+        return None
+    if steps is not None and steps.size != 1:
+        return None
+    step = 1 if steps is None else int(steps.reshape(-1)[0])
+    return int(starts.reshape(-1)[0]), int(ends.reshape(-1)[0]), step

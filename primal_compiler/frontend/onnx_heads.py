@@ -4,16 +4,15 @@
 the attention op's attributes, a ``Reshape`` of the query into heads, or a
 fused qkv projection's ``Split``/``Slice`` widths. A fused qkv reshaped to
 ``[..., heads, 3 * head_dim]`` and split in three along that last axis
-(GPT-NeoX's ``query_key_value``) runs its columns head by head; the layer is
-marked ``qkv_per_head`` so the weights can be put in q | k | v order. A
+(GPT-NeoX's ``query_key_value``), or to ``[..., heads, 3, head_dim]`` with
+q, k and v taken by a ``Gather`` of index 0, 1 and 2 (Bloom's), runs its
+columns head by head: the layer's ``qkv_layout`` is ``"per-head"``. A
 fused qkv reshaped to ``[..., q_heads + 2 kv_heads, head_dim]`` and cut
 along that heads axis (Falcon's multi-query ``query_key_value``: the query
 ``[..., :-2, :]``, the key and value heads picked by index) is q | k | v
-already; the heads each part selects are checked, and a qkv grouped per kv
-head (``[..., kv_heads, group + 2, head_dim]``, Falcon's new decoder
-architecture) is refused. Bloom's ``[..., heads, 3, head_dim]``, with q, k
-and v taken by a ``Gather`` of index 0, 1 and 2, runs head by head as
-NeoX's does.
+already; one grouped per kv head (``[..., kv_heads, group + 2, head_dim]``,
+Falcon's new decoder architecture) is ``"per-group"``. The heads each part
+selects are checked; ``ir.columns`` puts the weights in q | k | v order.
 """
 
 from __future__ import annotations
@@ -21,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from primal_compiler.frontend.onnx_graph import PatternError, attr
+from primal_compiler.frontend.onnx_graph import PatternError, attr, slice_bounds
 from primal_compiler.frontend.onnx_project import Projection
 from primal_compiler.ir.model import Role
 
@@ -114,8 +113,8 @@ class HeadGeometry:
             return last // 3
         return None
 
-    def _heads_axis_split(self, p: Projection, core: Core) -> tuple[int, int] | None:
-        """(q size, kv size) of a fused qkv reshaped to ``[..., heads, head_dim]`` and cut along the heads
+    def _heads_axis_split(self, p: Projection, core: Core) -> tuple[int, int, str] | None:
+        """(q size, kv size, ``qkv_layout``) of a fused qkv reshaped to ``[..., heads, head_dim]`` and cut along the heads
         axis (Falcon's multi-query layout), checking the heads each of q, k and v selects; None for another
         layout."""
         g = self.g
@@ -164,14 +163,8 @@ class HeadGeometry:
             if i not in path:
                 continue
             if node.op_type == "Slice":
-                inputs = list(node.input) + [""] * 5
-                start, end, axes = (g.const(x) if x else None for x in inputs[1:4])
-                steps = g.const(inputs[4]) if inputs[4] else None
-                if (start is None or end is None or axes is None or axes.size != 1
-                        or int(axes.reshape(-1)[0]) not in (-2, axis)
-                        or (steps is not None and int(steps.reshape(-1)[0]) != 1)):
-                    return None
-                return list(range(n))[slice(int(start.reshape(-1)[0]), int(end.reshape(-1)[0]))]
+                found = slice_bounds(g, node, (-2, axis))
+                return list(range(n))[slice(*found[:2])] if found is not None and found[2] == 1 else None
             if node.op_type == "Transpose" and (attr(node, "perm") or [None])[0] == axis:
                 for j in g.consumers.get(node.output[0], ()):
                     gather = g.nodes[j]

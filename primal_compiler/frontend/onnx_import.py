@@ -188,8 +188,9 @@ def _recognise(model: onnx.ModelProto, path: Path) -> Recognised:
         norms[(len(layers), 0)] = norm_ref(g, norm_regions[-1], hidden)
     final_norm = final_norm or layers[-1].norm
     eps = next((r.eps for r in norms.values() if r.eps is not None), None)
-    layer_kind = g.nodes[embed_norm].op_type in ("LayerNormalization", "SkipLayerNormalization") if embed_norm else None
-    if embed_norm is not None and (NormKind.LAYER if layer_kind else NormKind.RMS) != final_norm:
+    if embed_norm is not None and final_norm != (
+            NormKind.LAYER if g.nodes[embed_norm].op_type in ("LayerNormalization", "SkipLayerNormalization")
+            else NormKind.RMS):
         raise PatternError(f"unsupported embedding norm at node {g_name(g, embed_norm)}: not the model's norm kind")
     slopes = alibi_slopes(g, dec.barriers, [x.core.anchor for x in layers], layers[0].num_heads)
     positional, npos, max_pos = (Positional.ALIBI, 0, 0) if slopes and pos is None else \

@@ -74,7 +74,7 @@ def norm_bias(norms: dict[tuple[int, int], NormRef], kind: NormKind) -> bool:
 
 def norm_ref(g: GraphIndex, region: set[int], hidden: int) -> NormRef:
     """The scale, bias and epsilon of the norm whose nodes are ``region``; a region holding two norms (an
-    embedding norm before the first layer's) is a :class:`PatternError` naming the second."""
+    embedding norm before the first layer's) is a :class:`PatternError` naming both."""
     fused = [i for i in sorted(region) if g.nodes[i].op_type in NORM_OPS]
     means = [i for i in sorted(region) if g.nodes[i].op_type == "ReduceMean"]
     if len(fused) > 1 or (fused and means) or len(means) > 2:

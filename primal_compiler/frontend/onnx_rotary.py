@@ -34,7 +34,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from primal_compiler.errors import InputError
-from primal_compiler.frontend.onnx_graph import GraphIndex, PatternError, attr
+from primal_compiler.frontend.onnx_graph import GraphIndex, PatternError, attr, slice_bounds
 
 #: Axes that mean "the last one" of a [batch, heads, seq, head_dim] tensor.
 LAST = (-1, 3)
@@ -44,17 +44,7 @@ TO_END = 1 << 31
 
 def _slice_last(g: GraphIndex, node) -> tuple[int, int, int] | None:
     """(start, end, step) of a ``Slice`` along the last axis, from its constant inputs; else None."""
-    inputs = list(node.input) + [""] * 5
-    values = [g.const(x) if x else None for x in inputs[1:5]]
-    starts, ends, axes, steps = values
-    if starts is None or ends is None or starts.size != 1 or ends.size != 1:
-        return None
-    if axes is None or axes.size != 1 or int(axes.reshape(-1)[0]) not in LAST:
-        return None
-    if steps is not None and steps.size != 1:
-        return None
-    step = 1 if steps is None else int(steps.reshape(-1)[0])
-    return int(starts.reshape(-1)[0]), int(ends.reshape(-1)[0]), step
+    return slice_bounds(g, node, LAST)
 
 
 def _bounds(g: GraphIndex, node) -> tuple[int, int] | None:
@@ -166,7 +156,6 @@ class TableRope:
     """RoPE read from a precomputed ``sin | cos`` table gathered by position (GPT-J's ``embed_positions``)."""
 
     inv_freq: tuple[float, ...]  # rot / 2 frequencies
-    positions: int  # rows of the table
     gathered: frozenset[str]  # the gathered rows, where the tables' uses start
 
 
@@ -195,7 +184,7 @@ def table_rope(g: GraphIndex, head_dim: int) -> TableRope | None:
     node = g.nodes[i]
     inv = _frequencies(g, tensor, dims[-2], dims[-1] // 2, node.name or node.op_type)
     _check_halves(g, split)
-    return TableRope(inv, dims[-2], frozenset(node.output))
+    return TableRope(inv, frozenset(node.output))
 
 
 def _frequencies(g: GraphIndex, tensor, rows: int, half: int, name: str) -> tuple[float, ...]:
@@ -221,9 +210,9 @@ def _frequencies(g: GraphIndex, tensor, rows: int, half: int, name: str) -> tupl
 def _check_halves(g: GraphIndex, split) -> None:
     """The sine half multiplies only negated (rotated) operands, the cosine half only plain ones."""
     for out, rotated in zip(split.output, (True, False)):
+        mine = _table_closure(g, frozenset({out}))
         for i in _table_uses(g, frozenset({out})):
             node = g.nodes[i]
-            mine = _table_closure(g, frozenset({out}))
             other = next(x for x in node.input if x not in mine)
             if _negated(g, other) != rotated:
                 part = "sine" if rotated else "cosine"
