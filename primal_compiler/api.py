@@ -196,10 +196,12 @@ def load_compiled(path: Path, target_name: str | None):
 
 def replay_report(meta: dict, arrays: dict, stream, target, where: str, validate: bool = True,
                   baselines: Selection = DEFAULT_BASELINES, control: str | None = None,
-                  critical_path: bool = False) -> dict:
+                  critical_path: bool = False, memory: str = "report") -> dict:
     """Replay a program (under ``control``, default the target's) and collect its metrics, hop validation,
     the seed's H100 baseline and the GPU baseline family; with ``critical_path``, also
-    ``metrics["critical_path"]``: where request 0's TTFT and ITL go (``executor.critical``)."""
+    ``metrics["critical_path"]``: where request 0's TTFT and ITL go (``executor.critical``). ``memory``
+    ``"strict"``: an InputError naming the record, CT, PE and buffer of the first scratchpad overflow;
+    ``"report"``: overflows are reported in ``metrics["memory"]`` only."""
     from primal_compiler.baselines.family import family_for_program
     from primal_compiler.executor.critical import critical_path as breakdown
     from primal_compiler.executor.metrics import metrics
@@ -207,6 +209,10 @@ def replay_report(meta: dict, arrays: dict, stream, target, where: str, validate
     from primal_compiler.executor.validate import validate_hops
 
     rp = replay(meta, arrays, stream, target, where, control)
+    if memory == "strict" and rp.memory is not None:
+        from primal_compiler.executor.memory import check
+
+        check(rp.memory, stream.records, where)
     report = {"format": "primal-run", "package_version": __version__, "program": where, "model": meta.get("model"),
               "target": target.name, "pipeline": meta.get("pipeline"), "metrics": metrics(rp)}
     if critical_path:

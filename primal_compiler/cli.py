@@ -185,7 +185,8 @@ def cmd_run(args) -> None:
             meta, arrays, stream = load_program(where, target)
             print(f"wrote {args.output}/ (program.primal, placement, summary.json, records.json)", file=sys.stderr)
     report = api.replay_report(meta, arrays, stream, target, where, validate=not args.no_validate,
-                               baselines=chosen, control=args.control, critical_path=args.critical_path)
+                               baselines=chosen, control=args.control, critical_path=args.critical_path,
+                               memory=args.memory)
     print(json.dumps(report, indent=2, sort_keys=True) if args.json else render_run(report))
 
 
@@ -279,6 +280,9 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--no-validate", action="store_true", help="skip checking stream hops against the mapping")
     sp.add_argument("--control", choices=("distributed", "central"), default=None,
                     help="who dispatches records: a sequencer per CT, or the NMC alone (default: the target's system.control)")
+    sp.add_argument("--memory", choices=("report", "strict"), default="report",
+                    help="a scratchpad overflow: reported beside the figures (default), or an error naming the record, "
+                         "CT, PE and buffer (docs/executor.md, Memory)")
     sp.add_argument("--critical-path", action="store_true",
                     help="also break request 0's TTFT and ITL down along their critical paths (where the time goes)")
     sp.add_argument("--json", action="store_true", help="print one JSON object")

@@ -164,9 +164,9 @@ class LayerEmitter:
         self.route([f for f in flows if f.cls == FlowClass.REDUCE])
         self.route(b_out)
         if self.model.lm_head_bias if self.head else self.ir.linear(role).bias:
-            for name, pos in self.roots(role):
+            for name, pos, n in self.roots(role):
                 tag = buf(BufKind.ROOT, _hub_index(name))
-                self.act(pos, ActFn.BIAS, tag, tag, self.geo_cols)
+                self.act(pos, ActFn.BIAS, tag, tag, n)
 
     def lora_smac(self, mine, part: Part, role: Role) -> None:
         t = self.t
@@ -180,10 +180,11 @@ class LayerEmitter:
             flags = Flag.SKIPPED if self.zero[r] == 1 else 0
             self.b.add(op=Opcode.SMAC_SRAM, ct=ct, pe=pe, src_buf=src, dst_buf=dst, arg=0, flags=flags)
 
-    def roots(self, role: Role) -> list[tuple[str, tuple[int, int]]]:
+    def roots(self, role: Role) -> list[tuple[str, tuple[int, int], int]]:
+        """(hub, position, elements) of each root of ``role``: a column block, the last one partial."""
         out = self.model.vocab_size if self.head else self.ir.linear(role).out_features
-        n = -(-out // self.geo_cols)
-        return [(f"root:{role}:{j}", self.r.hub_pos(f"root:{role}:{j}")) for j in range(n)]
+        c = self.geo_cols
+        return [(f"root:{role}:{j}", self.r.hub_pos(f"root:{role}:{j}"), min(c, out - j * c)) for j in range(-(-out // c))]
 
     def stage(self, name: str) -> list:
         return [f for f in self.r.flows if f.stage == name]
@@ -202,9 +203,9 @@ class LayerEmitter:
             self.matrix(role, self.stage(str(role)))
         if self.model.positional == Positional.ROPE:
             for role in [r for r in qkv if r in (Role.Q, Role.K, Role.QKV)]:
-                for name, pos in self.roots(role):
+                for name, pos, n in self.roots(role):
                     tag = buf(BufKind.ROOT, _hub_index(name))
-                    self.act(pos, ActFn.ROPE, tag, tag, self.geo_cols)
+                    self.act(pos, ActFn.ROPE, tag, tag, n)
         return self.b
 
     def post(self) -> Block:
@@ -228,15 +229,15 @@ class LayerEmitter:
             self.matrix(Role.GATE, self.stage(str(Role.GATE)))
             self.matrix(Role.UP, self.stage(str(Role.UP)))
             self.route(self.stage("act"))
-            for (gname, _), (uname, upos) in zip(self.roots(Role.GATE), self.roots(Role.UP)):
+            for (gname, _, _), (uname, upos, n) in zip(self.roots(Role.GATE), self.roots(Role.UP)):
                 self.act(upos, ActFn.SWIGLU, buf(BufKind.ROOT, _hub_index(gname)),
-                         buf(BufKind.ROOT, _hub_index(uname)), self.geo_cols)
+                         buf(BufKind.ROOT, _hub_index(uname)), n)
             self.matrix(Role.DOWN, self.stage(str(Role.DOWN)))
         else:
             self.matrix(Role.FC1, self.stage(str(Role.FC1)))
-            for name, pos in self.roots(Role.FC1):
+            for name, pos, n in self.roots(Role.FC1):
                 tag = buf(BufKind.ROOT, _hub_index(name))
-                self.act(pos, MLP_FN[self.ir.activation], tag, tag, self.geo_cols)
+                self.act(pos, MLP_FN[self.ir.activation], tag, tag, n)
             self.matrix(Role.FC2, self.stage(str(Role.FC2)))
         self.route(self.stage("out"))
         self.act(self.r.hub_pos("out"), ActFn.RESIDUAL_ADD, HIDDEN(HiddenBuf.RESID), HIDDEN(HiddenBuf.OUT), h)

@@ -210,14 +210,15 @@ def _sweep(loc, rec, lo, hi, wr, initial, width):  # pragma: no cover - compiled
     return out_c[:n], out_p[:n], bad
 
 
-def predecessors(stream, where: str = "program") -> tuple[np.ndarray, np.ndarray]:
-    """(ptr, pred): predecessors of record i are pred[ptr[i]:ptr[i+1]], each < i, sorted, distinct.
+def predecessors(stream, where: str = "program", f: Footprints | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """(ptr, pred): predecessors of record i are pred[ptr[i]:ptr[i+1]], each < i, sorted, distinct
+    (``f``: the stream's :func:`footprints`, when the caller has them).
 
     InputError naming ``where``, the record, its CT, PE and buffer when a record reads a location
     (other than one with a defined initial state) that no earlier record wrote.
     """
     n = len(stream.records)
-    f = footprints(stream)
+    f = footprints(stream) if f is None else f
     key = f.key
     order = np.lexsort((f.write, f.rec, key))
     _, loc = np.unique(key[order], return_inverse=True)

@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from primal_compiler.executor import costs, power
+from primal_compiler.executor import costs, memory, power
 from primal_compiler.executor.replay import Replay
 from primal_compiler.executor.transfers import attention_legs
 from primal_compiler.isa.opcodes import CONTROLLER, ActFn, Opcode, step_ends
@@ -185,6 +185,7 @@ def metrics(rp: Replay, request: int = 0) -> dict:
         "max_hops": hops["max_hops"], "mean_hops": hops["mean_hops"], "weighted_hops": hops["weighted_hops"],
         "hops": hops,
         "kv_storage_utilisation": stored / capacity if capacity else 0.0,
+        "memory": memory.summary(rp.memory, rp.stream.records) if rp.memory is not None else None,
         "area_mm2": area_mm2(rp), "num_cts": rp.topo.num_cts,
         "records": {"total": len(rp.stream.records), "decode": int(len(sec["decode"])),
                     "prefill": int(len(sec["prefill"])), "adapter": int(len(sec["adapter"]))},

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from primal_compiler.errors import InputError
-from primal_compiler.executor import costs, deps, power, transfers
+from primal_compiler.executor import costs, deps, memory, power, transfers
 from primal_compiler.executor.control import Control, control
 from primal_compiler.executor.flow import WAIT_LIMIT
 from primal_compiler.executor.kernel import schedule
@@ -63,6 +63,7 @@ class Replay:
     timeline: power.Timeline
     stages: tuple[tuple[str, float], ...]
     link_wait: LinkWait
+    memory: memory.Memory | None  # scratchpad occupancy (None for a hand-written stream without a model)
 
     @property
     def transfers(self) -> transfers.Transfers:
@@ -153,7 +154,8 @@ def replay(meta: dict, arrays: dict, stream, target, where: str = "program", mod
     ctx = costs.Ctx(target, topo, stream.records, stream, tr, *_tile_shapes(arrays, topo))
     busy, unit, energy = costs.record_costs(ctx, where)
     mark("costs")
-    ptr, pred = deps.predecessors(stream, where)
+    prints = deps.footprints(stream)
+    ptr, pred = deps.predecessors(stream, where, prints)
     mark("deps")
     ctl = control(stream, target, topo.num_cts, where, mode)
     mark("control")
@@ -179,5 +181,7 @@ def replay(meta: dict, arrays: dict, stream, target, where: str = "program", mod
     end = int(finish.max()) if len(finish) else 0
     tl = power.timeline(stream.records, start, finish, topo.num_cts, end)
     mark("power")
+    mem = memory.occupancy(stream, prints, start, finish, ctx, meta, arrays) if "model_ir" in meta else None
+    mark("memory")
     return Replay(meta, arrays, stream, target, topo, ctx, ctl, ptr, pred, busy, unit, dispatch, start, finish, energy, tl,
-                  tuple(stages), LinkWait(wait, link_by, link_bound, link_mesh))
+                  tuple(stages), LinkWait(wait, link_by, link_bound, link_mesh), mem)

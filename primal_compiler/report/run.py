@@ -39,6 +39,28 @@ def render_critical_path(cp: dict) -> list[str]:
     return lines
 
 
+def human_bytes(n: float) -> str:
+    for unit, size in (("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= size:
+            return f"{n / size:.1f} {unit}"
+    return f"{n:.0f} B"
+
+
+def render_memory(mem: dict) -> list[str]:
+    """The scratchpad line, and a warning naming the worst PE when buffers do not fit."""
+    cap = mem["capacity_bytes"]
+    line = (f"scratchpad: peak {human_bytes(mem['peak_bytes'])} per PE of {human_bytes(cap)} (prefill "
+            f"{human_bytes(mem['peak_prefill_bytes'])}, decode {human_bytes(mem['peak_decode_bytes'])}, KV up to "
+            f"{human_bytes(mem['kv_bytes_max'])})")
+    if mem["fits"]:
+        return [line + "; every buffer fits"]
+    w = mem["worst"]
+    largest = ", ".join(f"{b['buffer']} {human_bytes(b['bytes'])} ({b['op']} record {b['record']})" for b in w["largest"])
+    return [line + f"; {mem['pes_over_capacity']:,} PEs over capacity",
+            f"  WARNING: these figures assume scratchpads that hold these buffers; worst CT {w['ct']} PE {w['pe']} "
+            f"{human_bytes(w['bytes'])}: {largest} (--memory strict refuses; docs/executor.md, Memory)"]
+
+
 def render_run(report: dict) -> str:
     """Human-readable table of :func:`primal_compiler.api.run_program`'s report."""
     m, g = report["metrics"], report.get("h100")
@@ -94,6 +116,8 @@ def render_run(report: dict) -> str:
                  f"to issue a step: bound by {bound}; program load {human_time(m['program_load_s'])} (once)")
     lines.append(f"prefill energy {m['prefill_energy_j']:.3f} J; exposed LoRA reconfiguration {human_time(m['reconfig_exposed_s'])}; "
                  f"KV storage-bandwidth utilisation {100 * m['kv_storage_utilisation']:.1f}%")
+    if m.get("memory"):
+        lines += render_memory(m["memory"])
     a = m["area_mm2"]
     lines.append("area: " + ", ".join(f"{k} {v:,.0f} mm2" for k, v in a.items() if k != "total")
                  + f"; total {a['total']:,.0f} mm2")

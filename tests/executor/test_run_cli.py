@@ -106,3 +106,15 @@ def test_run_functional_bad_input(capsys, extra, message):
     assert main(["run", FIXTURE, "--functional", "-p", SMALL] + extra) == 2
     err = capsys.readouterr().err
     assert message in err and err.count("\n") == 1
+
+
+def test_run_reports_scratchpad_overflow_and_strict_refuses_it(out_dir, capsys):
+    """Context 64 prefill of 63 tokens in one pass: the hubs' hidden vectors do not fit 16 KiB."""
+    assert main(["run", str(out_dir), "--json"]) == 0
+    mem = json.loads(capsys.readouterr().out)["metrics"]["memory"]
+    assert not mem["fits"] and mem["peak_bytes"] > mem["capacity_bytes"] == 16384 and mem["pes_over_capacity"] > 0
+    assert main(["run", str(out_dir)]) == 0
+    assert "WARNING: these figures assume scratchpads that hold these buffers" in capsys.readouterr().out
+    assert main(["run", str(out_dir), "--memory", "strict"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "program.primal: record " in err and "of 16,384 B" in err
