@@ -86,7 +86,8 @@ def program_file(program: Program, target) -> tuple[dict, dict[str, np.ndarray]]
         "num_layers": program.model.num_layers, "package_cols": program.layout.package_cols,
         "model_ir": model_to_dict(program.model),
         "kv": {"context": kv.context, "batch": kv.batch, "chunk_tokens": kv.chunk_tokens, "kv_heads": kv.kv_heads,
-               "head_dim": kv.head_dim, "kv_bytes": kv.kv_bytes, "banks": kv.banks, "chunk_slots": kv.chunk_slots},
+               "head_dim": kv.head_dim, "kv_bytes": kv.kv_bytes, "banks": kv.banks, "interleave": kv.interleave,
+               "chunk_slots": kv.chunk_slots},
     }
     arrays = {f"tile_{k}": v for k, v in t.columns().items()}
     arrays["ct_layer"] = program.layout.ct_layer.astype(np.int32)

@@ -10,12 +10,16 @@ and declared range before the pass's own rules (:meth:`Pass.check`), and any
 violation is an :class:`~primal_compiler.errors.InputError` naming the pass,
 the option and what is allowed; nothing else escapes parsing.
 
-A pass declares the facts it ``requires`` and ``provides``;
-``run(program, target)`` returns a new :class:`~primal_compiler.ir.program.Program`
-and never mutates its input. The manager checks each contract before running a
-pass (the error names the passes already run), times it, optionally verifies
-the IR afterwards, and appends a :class:`PassRecord` so a report can replay the
-pipeline. Pipelines print and parse as ``a,b{opt=1,flag=true},c`` and load from
+A pass declares the facts (:class:`~primal_compiler.ir.facts.Fact`) it
+``requires``, ``provides`` and ``invalidates``; ``run(program, target)``
+returns a new :class:`~primal_compiler.ir.program.Program` and never mutates
+its input. Before any pass runs the manager checks the whole pipeline's
+contracts: a pass needing a fact no earlier pass provides, or one an earlier
+pass invalidated, and a pipeline ending with a fact made stale (codegen, then
+a pass that moves the tiles), are errors naming the passes involved. It then
+runs each pass, drops the facts it invalidates, times it, optionally
+verifies every fact it provides (:mod:`primal_compiler.verify`), and appends
+a :class:`PassRecord` so a report can replay the pipeline. Pipelines print and parse as ``a,b{opt=1,flag=true},c`` and load from
 ``passes/*.toml``.
 """
 
@@ -31,6 +35,7 @@ from typing import Any, ClassVar, get_type_hints
 
 from primal_compiler.errors import InputError
 from primal_compiler.inputs import read_toml
+from primal_compiler.ir.facts import Fact, check_contracts
 from primal_compiler.resources import bundled
 from primal_compiler.target.loader import require_primal
 
@@ -71,12 +76,13 @@ def internal(default: Any = None) -> Any:
 
 @dataclass(frozen=True)
 class Pass:
-    """Base of every pass; subclasses set ``name``, ``requires``, ``provides`` and ``run``."""
+    """Base of every pass; subclasses set ``name``, ``requires``, ``provides``, ``invalidates`` and ``run``."""
 
     name: ClassVar[str] = ""
     summary: ClassVar[str] = ""
-    requires: ClassVar[frozenset[str]] = frozenset()
-    provides: ClassVar[frozenset[str]] = frozenset()
+    requires: ClassVar[frozenset[Fact]] = frozenset()
+    provides: ClassVar[frozenset[Fact]] = frozenset()
+    invalidates: ClassVar[frozenset[Fact]] = frozenset()
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -353,26 +359,22 @@ class PassManager:
         self.verify = verify
 
     def run(self, program: Any, target: Any) -> Any:
-        """``program`` after every pass; a target that is not a PRIMAL target is refused before any pass runs."""
+        """``program`` after every pass; a target that is not a PRIMAL target, or a pipeline whose contracts
+        do not hold (:func:`check_contracts`), is refused before any pass runs."""
         require_primal(target, f"target {getattr(target, 'name', target)}")
+        check_contracts(self.passes, program.facts, tuple(r.name for r in program.records))
         for p in self.passes:
-            missing = p.requires - program.facts
-            if missing:
-                done = ", ".join(r.name for r in program.records) or "none"
-                raise InputError(
-                    f"pass {p.name}",
-                    f"requires {', '.join(sorted(missing))}, which no earlier pass provided (passes run: {done})",
-                )
             start = time.perf_counter()
             out = p.run(program, target)
             seconds = time.perf_counter() - start
-            if self.verify:
-                out.verify()
-            details = out.pending_details
             out = out.evolve(
-                facts=out.facts | p.provides,
-                records=program.records + (PassRecord(p.name, p.spec(), seconds, details),),
+                facts=(out.facts - p.invalidates) | p.provides,
+                records=program.records + (PassRecord(p.name, p.spec(), seconds, out.pending_details),),
                 pending_details={},
             )
+            if self.verify:
+                from primal_compiler.verify import verify_provided
+
+                verify_provided(out, p)
             program = out
         return program

@@ -71,6 +71,71 @@ def test_records_replay_the_pipeline(tiny_model, small_target):
     assert {"tiles", "blocked", "placed"} <= prog.facts
 
 
+# --------------------------------------------------------------------------- contracts: stale facts, --verify
+
+FULL = "lower-tiles,blocking,zcurve-order,kv-ring{context=64},codegen,srpg"
+
+
+@pytest.fixture
+def nothing_runs(monkeypatch):
+    """Make every pass fail if it runs, so a refusal is shown to come before any pass."""
+    from primal_compiler.transforms.lower_tiles import LowerTiles
+
+    def boom(self, program, target):
+        raise RuntimeError("a pass ran")
+
+    monkeypatch.setattr(LowerTiles, "run", boom)
+
+
+@pytest.mark.parametrize("pipeline, message", [
+    (FULL + ",snake-order", r"pass snake-order: invalidates stream, which pass codegen provided, and no later pass "
+                            r"provides it again, so the program would end with a stale stream \(run codegen after "
+                            r"snake-order\)"),
+    ("lower-tiles,blocking,zcurve-order,kv-ring{context=64},blocking,codegen",
+     r"pass codegen: requires kv, which pass blocking invalidated after pass kv-ring provided it \(run kv-ring after "
+     r"blocking\)"),
+    ("lower-tiles,codegen", r"pass codegen: requires kv, placed, which no earlier pass provides \(earlier passes: "
+                            r"lower-tiles\)"),
+])
+def test_stale_or_missing_facts_are_refused_before_any_pass_runs(tiny_model, small_target, nothing_runs, pipeline,
+                                                                 message):
+    from primal_compiler.api import compile_model
+
+    with pytest.raises(InputError, match=message):
+        compile_model(tiny_model, small_target, pipeline, verify=True)
+
+
+def test_a_pass_drops_the_facts_it_invalidates_and_a_rerun_makes_them_fresh(tiny_model, small_target):
+    from primal_compiler.api import compile_model
+
+    prog = compile_model(tiny_model, small_target, "lower-tiles,blocking,ga-placement{population=8,generations=2},"
+                                                   "zcurve-order,kv-ring{context=64},codegen,srpg")
+    assert "searched" not in prog.facts and {"placed", "kv", "stream", "power-schedule"} <= prog.facts
+    again = compile_model(tiny_model, small_target, FULL + ",zcurve-order,codegen,srpg")
+    assert (again.stream.records == compile_model(tiny_model, small_target, FULL).stream.records).all()
+
+
+def test_verify_names_the_pass_whose_output_breaks_a_fact(tiny_model, small_target, monkeypatch):
+    from primal_compiler.api import compile_model
+    from primal_compiler.transforms.zcurve_order import ZcurveOrder
+
+    real = ZcurveOrder.run
+
+    def clash(self, program, target):  # two tiles on one PE
+        out = real(self, program, target)
+        pe = out.tiles.pe.copy()
+        pe[1] = pe[0]
+        ct = out.tiles.ct.copy()
+        ct[1] = ct[0]
+        return out.evolve(tiles=out.tiles.with_columns(pe=pe, ct=ct))
+
+    monkeypatch.setattr(ZcurveOrder, "run", clash)
+    compile_model(tiny_model, small_target, "lower-tiles,blocking,zcurve-order")  # unverified: accepted
+    with pytest.raises(InputError, match=r"pass zcurve-order: --verify: placed does not hold: two tiles share a PE "
+                                         r"\(passes run: lower-tiles, blocking, zcurve-order\)"):
+        compile_model(tiny_model, small_target, "lower-tiles,blocking,zcurve-order", verify=True)
+
+
 # --------------------------------------------------------------------------- declared ranges
 
 

@@ -13,7 +13,11 @@ CT by CT, and within a CT along a snake of the mesh, so K and V of a chunk sit
 on neighbouring routers. Unit ``u`` goes to router ``u % R`` (R routers in the
 layer), scratchpad chunk slot ``u // R``: the cache spreads over every router
 before any router takes a second chunk. Inside a chunk, token ``t`` is slot
-``t`` and goes to bank ``t % banks`` (adjacent tokens in different banks).
+``t``. With ``interleave = "token"`` (the seed's) it goes to bank
+``t % banks``, its whole vector in that bank (adjacent tokens in different
+banks); with ``"word"`` the chunk is stored contiguously and its bank words
+go round the banks in address order. The executor's DMAC cost reads the
+layout (``executor/costs.py``, ``bank_lanes``).
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ class KvMap:
     head_dim: int
     kv_bytes: int  # bytes per element
     banks: int
+    interleave: str  # one of isa.schema.KV_INTERLEAVES
     chunk_slots: int  # chunk slots per router scratchpad
     ct: np.ndarray  # uint16 global CT of each unit
     pe: np.ndarray  # uint16 router (PE) of each unit
@@ -82,7 +87,7 @@ def capacity(scratchpad_bytes: int, reserve_bytes: int, chunk_bytes: int) -> int
 def build_kv_map(
     layer_cts: list[np.ndarray], mesh: tuple[int, int], *, chunk_tokens: int, context: int, batch: int,
     kv_heads: int, head_dim: int, kv_bytes: int, scratchpad_bytes: int, reserve_bytes: int, banks: int,
-    where: str,
+    interleave: str, where: str,
 ) -> KvMap:
     """Place every layer's units; InputError naming the largest context x batch when they do not fit."""
     chunk_bytes = chunk_tokens * head_dim * kv_bytes
@@ -114,7 +119,7 @@ def build_kv_map(
         pes.append(snake[router % routers_per_ct])
         slots.append(u // R)
     cat = lambda parts: np.concatenate(parts).astype(np.uint16) if parts else np.zeros(0, np.uint16)
-    return KvMap(chunk_tokens, context, batch, kv_heads, head_dim, kv_bytes, banks, per_router,
+    return KvMap(chunk_tokens, context, batch, kv_heads, head_dim, kv_bytes, banks, interleave, per_router,
                  cat(cts), cat(pes), cat(slots))
 
 

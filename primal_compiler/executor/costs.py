@@ -19,6 +19,7 @@ records one at a time in stream order.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
@@ -46,6 +47,7 @@ class Ctx:
     rram_cols: np.ndarray
     sram_rows: np.ndarray
     sram_cols: np.ndarray
+    bank_lanes: int = 1  # DMAC lanes reading one scratchpad bank at once (:func:`bank_lanes`)
 
     def unit(self, kind: int, ct, pe) -> np.ndarray:
         pes = self.topo.num_cts * self.topo.pes
@@ -105,12 +107,46 @@ def _kv_read_bytes(c: Ctx, rec):
     return c.records["count"][rec].astype(np.int64) * c.target.router.dmac_bits // 8
 
 
+def bank_lanes(target, kv: dict) -> int:
+    """Most DMAC lanes whose reads of one word round one scratchpad bank serves.
+
+    The lanes (``router.dmac_macs_per_cycle``) work on consecutive tokens of a KV chunk in lock-step (QK
+    broadcasts one query element to every lane each cycle, lane u scoring token u; PV adds the lanes'
+    products of one value element in one tree), so in a word round lane u reads bank word w of token u.
+    With the kv-ring's ``"token"`` interleave token u's vector sits in bank ``u % banks``: the lanes
+    spread over every bank. With ``"word"`` a chunk is contiguous: word w of token u is in bank
+    ``(u * words_per_token + w) % banks``, so the lanes reach ``banks / gcd(words_per_token, banks)``
+    banks (one, for Llama's 256-byte heads over 8 banks).
+    """
+    r = target.router
+    lanes, banks = r.dmac_macs_per_cycle, r.scratchpad_banks
+    if kv.get("interleave", "token") == "token":
+        reach = banks
+    else:
+        words = -(-int(kv["head_dim"]) * int(kv["kv_bytes"]) * 8 // r.scratchpad_bank_width_bits)
+        reach = banks // math.gcd(words, banks)
+    return -(-lanes // min(reach, lanes))
+
+
 def dmac_cycles(c: Ctx, rec) -> tuple[np.ndarray, np.ndarray]:
-    """(compute cycles, scratchpad cycles) of DMAC records: one KV element read per MAC."""
+    """(compute cycles, scratchpad cycles) of DMAC records: one KV element read per MAC.
+
+    A bank serves one word (``scratchpad_bank_width_bits``: ``e`` KV elements) per cycle, and a lane
+    consumes a word in ``e`` MAC cycles. Each lane holds or has asked for at most ``D =
+    router.dmac_lane_buffer_words`` words, so a buffer slot comes round every ``e + k`` cycles (its word
+    consumed, then the ``k = c.bank_lanes`` lanes of the next word served by their bank) and a word round
+    takes ``max(e, (e + k) / D)`` cycles: the reads take ``(e + k) / (D e)`` times the compute cycles when
+    that exceeds 1 (bank conflicts; ``tests/executor/test_banks.py`` steps lanes and banks cycle by
+    cycle). The scratchpad time is the larger of that and the banks' total bytes per cycle.
+    """
     r = c.target.router
     count = c.records["count"][rec].astype(np.int64)
     port = r.scratchpad_banks * r.scratchpad_bank_width_bits // 8
-    return _ceil(count, r.dmac_macs_per_cycle), _ceil(_kv_read_bytes(c, rec), port)
+    compute = _ceil(count, r.dmac_macs_per_cycle)
+    e, slots = max(1, r.scratchpad_bank_width_bits // r.dmac_bits), r.dmac_lane_buffer_words
+    over = e + c.bank_lanes > slots * e
+    conflict = _ceil(compute * (e + c.bank_lanes), slots * e) if over else np.zeros_like(compute)
+    return compute, np.maximum(_ceil(_kv_read_bytes(c, rec), port), conflict)
 
 
 def _dmac(c: Ctx, rec):

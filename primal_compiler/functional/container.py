@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from primal_compiler.codegen.kvmap import KvMap
 from primal_compiler.errors import InputError
+from primal_compiler.ir.facts import Fact, facts
 from primal_compiler.ir.model_json import model_from_dict
 from primal_compiler.ir.program import Program
 from primal_compiler.ir.tiles import COLUMNS, TileTable
@@ -33,4 +34,4 @@ def program_from_container(meta: dict, arrays: dict, stream, where: str) -> Prog
     tiles = TileTable.from_columns(**{c: arrays[f"tile_{c}"] for c in COLUMNS})
     kv = KvMap(**meta["kv"], ct=arrays["kv_ct"], pe=arrays["kv_pe"], slot=arrays["kv_slot"])
     return Program(model=model, tiles=tiles, kv=kv, stream=stream,
-                   facts=frozenset({"tiles", "placed", "kv", "stream"}))
+                   facts=facts(Fact.TILES, Fact.PLACED, Fact.KV, Fact.STREAM))

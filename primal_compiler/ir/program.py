@@ -1,8 +1,8 @@
 """Program: everything the compiler knows about one model on one target.
 
 A Program is immutable; passes return evolved copies. ``facts`` are the
-names of the guarantees established so far (e.g. ``tiles``, ``blocked``,
-``placed``, ``kv``, ``stream``); ``records`` is the replayable history of passes.
+guarantees established so far (:class:`~primal_compiler.ir.facts.Fact`);
+``records`` is the replayable history of passes.
 """
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from primal_compiler.ir.facts import Fact
 from primal_compiler.ir.model import Model
 from primal_compiler.ir.tiles import TileTable
 
@@ -17,7 +18,7 @@ from primal_compiler.ir.tiles import TileTable
 @dataclass(frozen=True, eq=False)
 class Program:
     model: Model
-    facts: frozenset[str] = frozenset()
+    facts: frozenset[Fact] = frozenset()
     records: tuple = ()
     tiles: TileTable | None = None
     layout: Any = None  # primal_compiler.mapping.layout.Layout once blocked
@@ -28,10 +29,3 @@ class Program:
 
     def evolve(self, **changes: Any) -> Program:
         return replace(self, **changes)
-
-    def verify(self) -> None:
-        """Check structural invariants of whatever has been built so far; raise AssertionError."""
-        if self.tiles is not None:
-            from primal_compiler.mapping.verify import verify_tiles
-
-            verify_tiles(self)

@@ -43,6 +43,9 @@ from primal_compiler.mapping.lower import Geometry, lower_model
 COMPILED = "primal-program"  # meta ``format`` of a program written by primal compile
 INT_MAX = 2**31 - 1  # every count in the model IR and the KV layout fits an int32
 STRINGS = ("package_version", "model", "target", "target_hash", "pipeline")
+KV_INTERLEAVES = ("token", "word")
+"""How a KV chunk's tokens sit in a scratchpad's banks (``codegen/kvmap.py``): whole token vectors round the
+banks (the seed's interleave), or the chunk contiguous with its bank words round the banks."""
 KV_KEYS = ("context", "batch", "chunk_tokens", "kv_heads", "head_dim", "kv_bytes", "banks", "chunk_slots")
 TILES = {f"tile_{name}": np.dtype(dtype) for name, dtype in COLUMNS.items()}
 ARRAYS = {**TILES, **{name: np.dtype(dtype) for name, dtype in (
@@ -131,8 +134,10 @@ def _meta_issue(meta: Mapping[str, Any]) -> Issue | None:
         return bad("package_cols", f"expected an integer in 1..num_cts {meta['num_cts']}, got "
                                    f"{_show(meta.get('package_cols'))}")
     kv = meta.get("kv")
-    if not isinstance(kv, dict) or sorted(kv) != sorted(KV_KEYS):
-        return bad("kv", f"expected an object with exactly {', '.join(KV_KEYS)}, got {_show(kv)}")
+    if not isinstance(kv, dict) or sorted(kv) != sorted(KV_KEYS + ("interleave",)):
+        return bad("kv", f"expected an object with exactly {', '.join(KV_KEYS)}, interleave, got {_show(kv)}")
+    if kv["interleave"] not in KV_INTERLEAVES:
+        return bad("kv.interleave", f"expected one of {', '.join(KV_INTERLEAVES)}, got {_show(kv['interleave'])}")
     for key in KV_KEYS:
         if not _int(kv[key], 1):
             return bad(f"kv.{key}", f"expected an integer in 1..{INT_MAX}, got {_show(kv[key])}")

@@ -155,6 +155,7 @@ def render_passes() -> str:
         lines.append(f"{name}: {cls.summary}")
         req = ", ".join(sorted(cls.requires)) or "-"
         prov = ", ".join(sorted(cls.provides)) or "-"
-        lines.append(f"    requires: {req}; provides: {prov}")
+        inv = ", ".join(sorted(cls.invalidates)) or "-"
+        lines.append(f"    requires: {req}; provides: {prov}; invalidates: {inv}")
         lines += [f"    {line}" for line in option_lines(cls)]
     return "\n".join(lines)

@@ -190,6 +190,7 @@ class RouterSpec(Table):
     dmac_units: int = _f("count", "dynamic MAC units (activation x activation, accumulation, activation functions)", ge=1, le=MAX_MACRO_SIDE)
     dmac_ops_per_cycle: int = _f("count", "MACs per cycle of one DMAC unit", ge=1, le=MAX_MACRO_SIDE)
     dmac_bits: int = _f("bits", "operand width of the DMAC units", ge=1, le=32)
+    dmac_lane_buffer_words: int = _f("count", "scratchpad bank words a DMAC lane holds or has asked for at once (its operand buffer: fetching ahead spreads the lanes' reads over more banks)", ge=1, le=MAX_MACRO_SIDE)
     dmac_energy_pj_per_op: float = _f("pJ", "energy of one DMAC multiply-accumulate", gt=0)
     scratchpad_bytes: int = _f("bytes", "scratchpad capacity (KV cache slices, intermediates)", ge=1, le=MAX_SCRATCHPAD_BYTES)
     scratchpad_banks: int = _f("count", "scratchpad banks (adjacent tokens' K/V interleaved over them)", ge=1, le=MAX_MACRO_SIDE)

@@ -8,6 +8,7 @@ import numpy as np
 
 from primal_compiler.mapping.blocking import apply_placement, block_model
 from primal_compiler.mapping.hops import layout_hops
+from primal_compiler.ir.facts import Fact, facts
 from primal_compiler.passmgr import CONTEXT_RANGE, Pass, option
 from primal_compiler.transforms.lower_tiles import geometry
 
@@ -26,8 +27,9 @@ class Blocking(Pass):
 
     name = "blocking"
     summary = "assign tiles to CTs as column-shaped rectangles (32x32 blocking)"
-    requires = frozenset({"tiles"})
-    provides = frozenset({"blocked", "placed"})
+    requires = facts(Fact.TILES)
+    provides = facts(Fact.BLOCKED, Fact.PLACED)
+    invalidates = facts(Fact.SEARCHED, Fact.BOUNDED, Fact.KV, Fact.STREAM, Fact.POWER_SCHEDULE)
 
     context: int = option(2048, *CONTEXT_RANGE)
 

@@ -9,6 +9,7 @@ import numpy as np
 from primal_compiler.codegen.emit import emit_stream
 from primal_compiler.errors import InputError
 from primal_compiler.isa.opcodes import Opcode
+from primal_compiler.ir.facts import Fact, facts
 from primal_compiler.passmgr import CONTEXT_RANGE, Pass, option
 
 
@@ -48,8 +49,9 @@ class Codegen(Pass):
 
     name = "codegen"
     summary = "emit the IPCN instruction stream (adapter loads, prefill, decode steps)"
-    requires = frozenset({"placed", "kv"})
-    provides = frozenset({"stream"})
+    requires = facts(Fact.PLACED, Fact.KV)
+    provides = facts(Fact.STREAM)
+    invalidates = facts(Fact.POWER_SCHEDULE)
 
     prompt: int = option(0, 0, CONTEXT_RANGE[1] - 1)  # 0 = context - 1; one decoded token must fit after it
     requests: str = option("0")

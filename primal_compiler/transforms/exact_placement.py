@@ -8,6 +8,7 @@ from primal_compiler.mapping.blocking import apply_placement
 from primal_compiler.mapping.exact import solve_exact, star_bound
 from primal_compiler.mapping.hops import layout_hops, template_hops
 from primal_compiler.mapping.instance import hub_slots
+from primal_compiler.ir.facts import Fact, facts
 from primal_compiler.passmgr import Pass, option
 
 
@@ -22,8 +23,9 @@ class ExactPlacement(Pass):
 
     name = "exact-placement"
     summary = "CP-SAT optimum on small CTs and a lower bound on every CT"
-    requires = frozenset({"blocked"})
-    provides = frozenset({"placed", "bounded"})
+    requires = facts(Fact.BLOCKED)
+    provides = facts(Fact.PLACED, Fact.BOUNDED)
+    invalidates = facts(Fact.SEARCHED, Fact.STREAM, Fact.POWER_SCHEDULE)
 
     # CP-SAT's model has tiles x PEs booleans: 1 M for a full 32x32 CT, beyond what it proves.
     max_tiles: int = option(20, 0, 1024)

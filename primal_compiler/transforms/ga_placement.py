@@ -15,6 +15,7 @@ from primal_compiler.mapping.blocking import apply_placement
 from primal_compiler.mapping.ga import GaConfig, run_ga
 from primal_compiler.mapping.hops import layout_hops
 from primal_compiler.mapping.instance import hub_slots
+from primal_compiler.ir.facts import Fact, facts
 from primal_compiler.passmgr import SEED_RANGE, Pass, internal, option
 from primal_compiler.procs import worker_pool
 
@@ -41,8 +42,9 @@ class GaPlacement(Pass):
 
     name = "ga-placement"
     summary = "genetic-algorithm placement of tile groups (DEAP) with assignment polishing"
-    requires = frozenset({"blocked"})
-    provides = frozenset({"placed", "searched"})
+    requires = facts(Fact.BLOCKED)
+    provides = facts(Fact.PLACED, Fact.SEARCHED)
+    invalidates = facts(Fact.BOUNDED, Fact.STREAM, Fact.POWER_SCHEDULE)
 
     seed: int = option(0, *SEED_RANGE)
     # 4 individuals make a tournament; 1024 is 16x the thorough pipeline's 64 (fitness is scored

@@ -7,6 +7,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from primal_compiler.codegen.kvmap import build_kv_map, occupancy
+from primal_compiler.isa.schema import KV_INTERLEAVES
+from primal_compiler.ir.facts import Fact, facts
 from primal_compiler.passmgr import CONTEXT_RANGE, Pass, option
 from primal_compiler.target.table import MAX_SCRATCHPAD_BYTES
 
@@ -17,19 +19,25 @@ class KvRing(Pass):
 
     Chunks of ``chunk_tokens`` tokens (the seed: 2048 tokens = 64 chunks of
     32); ``reserve_bytes`` of every scratchpad stay free for intermediates.
+    ``bank_interleave``: ``"token"`` (the seed's: adjacent tokens in
+    different banks, each token's vector in one bank) or ``"word"`` (a chunk
+    stored contiguously, consecutive bank words in consecutive banks: the
+    ablation of the seed's interleave).
     Asking for more than fits is an error naming the largest context and
     batch that do. See :mod:`primal_compiler.codegen.kvmap` for the layout.
     """
 
     name = "kv-ring"
     summary = "KV-cache ring buffer over the router scratchpads (chunks, ring pointers, bank interleave)"
-    requires = frozenset({"placed"})
-    provides = frozenset({"kv"})
+    requires = facts(Fact.PLACED)
+    provides = facts(Fact.KV)
+    invalidates = facts(Fact.STREAM, Fact.POWER_SCHEDULE)
 
     context: int = option(2048, *CONTEXT_RANGE)
     batch: int = option(1, 1, 1024)  # 128x the seed's batch 8; the KV capacity check bounds it further
     chunk_tokens: int = option(32, *CONTEXT_RANGE)
     reserve_bytes: int = option(2048, 0, MAX_SCRATCHPAD_BYTES)  # at most the largest scratchpad a target may have
+    bank_interleave: str = option("token", choices=KV_INTERLEAVES)
 
     def check(self) -> None:
         if self.context % self.chunk_tokens:
@@ -44,7 +52,7 @@ class KvRing(Pass):
             layer_cts, mesh, chunk_tokens=self.chunk_tokens, context=self.context, batch=self.batch,
             kv_heads=attn.num_kv_heads, head_dim=attn.head_dim, kv_bytes=model.precision.kv_bits // 8,
             scratchpad_bytes=target.router.scratchpad_bytes, reserve_bytes=self.reserve_bytes,
-            banks=target.router.scratchpad_banks, where=self.name,
+            banks=target.router.scratchpad_banks, interleave=self.bank_interleave, where=self.name,
         )
         details = {"kv": occupancy(kv, layer_cts, mesh, target.router.scratchpad_bytes)}
         return program.evolve(kv=kv, pending_details=details)

@@ -31,6 +31,7 @@ from primal_compiler.ir.columns import stored_order
 from primal_compiler.ir.model import Model
 from primal_compiler.ir.tiles import ROLE_CODES, Macro, Part, TileTable
 from primal_compiler.mapping.lower import Geometry
+from primal_compiler.ir.facts import Fact, facts
 from primal_compiler.passmgr import SEED_RANGE, Pass, option
 from primal_compiler.transforms.lower_tiles import geometry
 
@@ -41,8 +42,9 @@ class LoraSparsity(Pass):
 
     name = "lora-sparsity"
     summary = "mask all-zero LoRA blocks, reading weights from an ONNX file or a PEFT adapter"
-    requires = frozenset({"tiles"})
-    provides = frozenset({"lora-sparsity"})
+    requires = facts(Fact.TILES)
+    provides = facts(Fact.LORA_SPARSITY)
+    invalidates = facts(Fact.STREAM, Fact.POWER_SCHEDULE)
 
     weights: str = option("")  # ONNX file holding the model with unmerged LoRA
     adapter: str = option("")  # PEFT adapter directory (adapter_config.json + adapter_model.safetensors)

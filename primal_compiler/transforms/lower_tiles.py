@@ -9,6 +9,7 @@ import numpy as np
 from primal_compiler.ir.model import Precision
 from primal_compiler.ir.tiles import Macro
 from primal_compiler.mapping.lower import Geometry, lower_model
+from primal_compiler.ir.facts import Fact, facts
 from primal_compiler.passmgr import Pass, option
 
 
@@ -22,7 +23,9 @@ class LowerTiles(Pass):
 
     name = "lower-tiles"
     summary = "lower matrices to RRAM/SRAM tiles with mixed precision"
-    provides = frozenset({"tiles"})
+    provides = facts(Fact.TILES)
+    invalidates = facts(Fact.LORA_SPARSITY, Fact.BLOCKED, Fact.PLACED, Fact.SEARCHED, Fact.BOUNDED, Fact.KV,
+                        Fact.STREAM, Fact.POWER_SCHEDULE)
 
     # 1..32 bits, the widths the IR's Precision admits (32 = FP32).
     base_bits: int = option(4, 1, 32)

@@ -9,6 +9,7 @@ from primal_compiler.mapping.blocking import apply_placement
 from primal_compiler.mapping.curves import CURVES
 from primal_compiler.mapping.hops import layout_hops
 from primal_compiler.mapping.instance import HUB_POLICIES, hub_slots
+from primal_compiler.ir.facts import Fact, facts
 from primal_compiler.passmgr import Pass, option
 
 
@@ -21,8 +22,9 @@ class OrderingPass(Pass):
     """
 
     curve: ClassVar[str] = ""
-    requires = frozenset({"blocked"})
-    provides = frozenset({"placed"})
+    requires = facts(Fact.BLOCKED)
+    provides = facts(Fact.PLACED)
+    invalidates = facts(Fact.SEARCHED, Fact.BOUNDED, Fact.STREAM, Fact.POWER_SCHEDULE)
 
     hubs: str = option("median", choices=HUB_POLICIES)
 

@@ -8,6 +8,7 @@ import numpy as np
 
 from primal_compiler.codegen.power import gate, pipeline_configs
 from primal_compiler.isa.opcodes import Opcode
+from primal_compiler.ir.facts import Fact, facts
 from primal_compiler.passmgr import Pass, option
 
 
@@ -24,8 +25,9 @@ class Srpg(Pass):
 
     name = "srpg"
     summary = "power-gate idle CTs and pipeline LoRA CONFIG writes behind compute"
-    requires = frozenset({"stream"})
-    provides = frozenset({"power-schedule"})
+    requires = facts(Fact.STREAM)
+    provides = facts(Fact.POWER_SCHEDULE)
+    invalidates = facts()
 
     gating: bool = option(True)
     pipeline_config: bool = option(True)

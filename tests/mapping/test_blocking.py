@@ -36,7 +36,7 @@ def test_fixed_ct_count_too_small_names_the_need(target):
 
 
 def test_blocking_without_tiles_names_passes_run(target):
-    with pytest.raises(InputError, match=r"pass blocking: requires tiles.*passes run: none"):
+    with pytest.raises(InputError, match=r"pass blocking: requires tiles.*earlier passes: none"):
         compile_model(load_model("tiny-llama"), target, "blocking")
 
 

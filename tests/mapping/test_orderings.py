@@ -7,8 +7,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from primal_compiler.ir.facts import Fact
 from primal_compiler.mapping.curves import CURVES
 from primal_compiler.passmgr import PassManager, parse_pipeline
+from primal_compiler.verify import VERIFIERS
 
 
 @settings(max_examples=60, deadline=None)
@@ -32,8 +34,8 @@ def test_spiral_and_zigzag_golden():
 
 @pytest.mark.parametrize("name", ["row-major", "snake", "spiral", "zigzag", "zcurve", "hilbert"])
 def test_ordering_pass_places_every_tile_once(tiny_blocked, small_target, name):
-    prog = PassManager(parse_pipeline(f"{name}-order")).run(tiny_blocked, small_target)
-    prog.verify()
+    prog = PassManager(parse_pipeline(f"{name}-order"), verify=True).run(tiny_blocked, small_target)
+    assert VERIFIERS[Fact.PLACED](prog) is None
     assert prog.records[-1].name == f"{name}-order"
     assert prog.records[-1].details["hops"]["max_hops"] > 0
 

@@ -1,0 +1,77 @@
+"""Facts: the guarantees passes establish about a Program, named once.
+
+A pass ``requires`` facts, ``provides`` facts and ``invalidates`` the facts
+its rewrite makes stale (placing tiles again invalidates the stream emitted
+for the old placement). The pass manager (:mod:`primal_compiler.passmgr`)
+checks a whole pipeline's contracts before any pass runs and drops the facts
+a pass invalidates; ``--verify`` checks every fact a pass provides with its
+verifier (:mod:`primal_compiler.verify`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from enum import StrEnum
+from typing import Any
+
+from primal_compiler.errors import InputError
+
+
+class Fact(StrEnum):
+    TILES = "tiles"  # weights lowered to macro tiles (lower-tiles)
+    LORA_SPARSITY = "lora-sparsity"  # all-zero LoRA blocks found and flagged on the tiles
+    BLOCKED = "blocked"  # tiles grouped into CTs and a layout (blocking)
+    PLACED = "placed"  # every PE-owning tile has a PE
+    SEARCHED = "searched"  # the placement came from the GA search
+    BOUNDED = "bounded"  # the placement is exact, with its proven bound
+    KV = "kv"  # the KV ring buffer is allocated (kv-ring)
+    STREAM = "stream"  # the instruction stream is emitted for this placement and KV layout (codegen)
+    POWER_SCHEDULE = "power-schedule"  # PG_ON / PG_OFF inserted into the stream (srpg)
+
+
+CARRIED = frozenset({Fact.TILES, Fact.BLOCKED, Fact.PLACED, Fact.KV, Fact.STREAM, Fact.POWER_SCHEDULE})
+"""Facts that stand for data the program keeps (tiles, layout, KV map, stream): one left invalidated at
+the end would be written out stale. The others are claims (how the placement was found, that LoRA
+sparsity was marked) that a later pass may simply make untrue."""
+
+
+def facts(*names: Fact) -> frozenset[Fact]:
+    """A frozen set of facts, for a pass's ``requires`` / ``provides`` / ``invalidates``."""
+    return frozenset(names)
+
+
+def check_contracts(passes: Sequence[Any], facts: frozenset[Fact], earlier: tuple[str, ...] = ()) -> None:
+    """Every pass's requirements hold when it would run, and the pipeline ends with no stale carried fact.
+
+    ``passes``: objects with ``name``, ``requires``, ``provides`` and ``invalidates``; ``facts``: what the
+    program holds before the first of them; ``earlier``: the passes that made it. An InputError names the
+    pass and, for a stale fact, the pass that provided it and the one that invalidated it.
+    """
+    have = {f: (-1, "an earlier compile") for f in facts}  # fact -> (position, who provided it)
+    stale: dict[Fact, tuple[int, str, str]] = {}  # fact -> (position, who provided it, the pass invalidating it)
+    names = list(earlier)
+    for i, p in enumerate(passes):
+        missing = p.requires - have.keys()
+        for f in sorted(missing & stale.keys()):
+            _, provider, killer = stale[f]
+            raise InputError(f"pass {p.name}", f"requires {f}, which pass {killer} invalidated after {provider} "
+                                               f"provided it (run {_rerun(provider)} after {killer})")
+        if missing:
+            raise InputError(f"pass {p.name}", f"requires {', '.join(sorted(missing))}, which no earlier pass "
+                                               f"provides (earlier passes: {', '.join(names) or 'none'})")
+        for f in p.invalidates & have.keys():
+            stale[f] = (*have.pop(f), p.name)
+        for f in p.provides:
+            have[f] = (i, f"pass {p.name}")
+            stale.pop(f, None)
+        names.append(p.name)
+    left = {f: v for f, v in stale.items() if f in CARRIED}
+    if left:  # name the one provided first: what the rest was built on
+        f, (_, provider, killer) = min(left.items(), key=lambda item: (item[1][0], item[0]))
+        raise InputError(f"pass {killer}", f"invalidates {f}, which {provider} provided, and no later pass "
+                                           f"provides it again, so the program would end with a stale {f} "
+                                           f"(run {_rerun(provider)} after {killer})")
+
+
+def _rerun(provider: str) -> str:
+    return provider.removeprefix("pass ") if provider.startswith("pass ") else "its pass"
