@@ -21,7 +21,8 @@ import threading
 import time
 from pathlib import Path
 
-from primal_compiler.api import program_file, replay_report
+from primal_compiler.compiled import program_file
+from primal_compiler.report.collect import replay_report
 from primal_compiler.frontend import load_model
 from primal_compiler.ir.program import Program
 from primal_compiler.passmgr import PassManager, resolve_pipeline

@@ -15,7 +15,8 @@ import argparse
 import resource
 import time
 
-from primal_compiler.api import compile_model, program_file
+from primal_compiler.api import compile_model
+from primal_compiler.compiled import program_file
 from primal_compiler.executor.metrics import metrics
 from primal_compiler.executor.replay import replay
 from primal_compiler.frontend import load_model

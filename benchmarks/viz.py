@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 from primal_compiler import api
+from primal_compiler import compiled
 from primal_compiler.frontend import load_model
 from primal_compiler.target import load_target
 from primal_compiler.viz import breakdown, data, hops, html, placement, power, trace, traffic
@@ -32,7 +33,7 @@ def main() -> None:
         t = time.perf_counter()
         program = api.compile_model(load_model("llama2-13b", "q,v:8"), target,
                                     "lower-tiles,blocking,zcurve-order,kv-ring,codegen,srpg")
-        api.write_compiled(program, target, out)
+        compiled.write_compiled(program, target, out)
         print(f"compile {time.perf_counter() - t:.1f} s")
     d = data.load(out)
     print(f"{d.meta['model']}: {d.num_cts} CTs, {len(d.stream.records):,} records; "

@@ -1,3 +1,85 @@
-"""primal-compiler: map transformer LLMs with LoRA adapters onto the PRIMAL PIM accelerator."""
+"""primal-compiler: map transformer LLMs with LoRA adapters onto the PRIMAL PIM accelerator.
+
+The library's public entry points (``tests/test_public_api.py`` pins them):
+
+* :func:`compile`: a model (a built-in name such as ``llama2-13b``, an ONNX
+  path, or a :class:`~primal_compiler.ir.model.Model`) with LoRA adapters,
+  through a pipeline, onto a target: the compiled Program;
+* :func:`run`: replay a compiled Program or a program file (``primal compile
+  -o OUT``) and collect the report ``primal run --json`` prints;
+* :func:`load_program`: a program file as the replayable Program (model,
+  tiles, KV map, stream);
+* :func:`load_target`: a bundled target by name, or a target TOML file.
+
+Importing the package imports none of the compiler; each function does.
+Every problem is an :class:`~primal_compiler.errors.InputError` naming its
+source.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from primal_compiler.ir.model import Model
+    from primal_compiler.ir.program import Program
 
 __version__ = "0.1.0"
+__all__ = ["__version__", "compile", "load_program", "load_target", "run"]
+
+
+def load_target(name: str | os.PathLike) -> Any:
+    """A bundled target (``primal-7nm``, ``h100``, ...) or a target TOML file, strictly validated."""
+    from primal_compiler.target import load_target as load
+
+    return load(str(name))
+
+
+def compile(model: str | os.PathLike | Model, lora: str | None = None, *, target: Any = "primal-7nm",
+            pipeline: str = "default", verify: bool = False) -> Program:
+    """``model`` with LoRA ``lora`` (``"q,v:8"``; ignored for a Model, which carries its own) compiled by
+    ``pipeline`` (a bundled name, a TOML path or pipeline text) for ``target`` (a name, a path or a loaded
+    PRIMAL target)."""
+    from primal_compiler.api import compile_model
+    from primal_compiler.frontend import load_model
+    from primal_compiler.ir.model import Model
+
+    loaded = model if isinstance(model, Model) else load_model(str(model), lora)
+    chosen = load_target(target) if isinstance(target, (str, os.PathLike)) else target
+    return compile_model(loaded, chosen, pipeline, verify=verify)
+
+
+def load_program(path: str | os.PathLike, target: Any = None) -> Program:
+    """The replayable Program of a program file or compile output directory, checked against ``target`` (a
+    name, a path or a loaded target; default the one the file names)."""
+    from pathlib import Path
+
+    from primal_compiler.functional.container import program_from_container
+    from primal_compiler.report.collect import load_compiled
+
+    meta, arrays, stream, _, where = load_compiled(Path(path), target)
+    return program_from_container(meta, arrays, stream, where)
+
+
+def run(program: Program | str | os.PathLike, target: Any = None, *, control: str | None = None,
+        memory: str = "report", critical_path: bool = False) -> dict:
+    """The run report (``primal run --json``) of a compiled Program (``target``: the one it was compiled
+    for) or of a program file or compile output directory (``target``: default the one it names)."""
+    from pathlib import Path
+
+    from primal_compiler.errors import InputError
+    from primal_compiler.report.collect import load_compiled, replay_report
+
+    if isinstance(program, (str, os.PathLike)):
+        meta, arrays, stream, chosen, where = load_compiled(Path(program), target)
+    else:
+        from primal_compiler.compiled import program_file
+
+        if target is None or program.layout is None or program.stream is None:
+            raise InputError("run", "a Program runs with its target and needs the placement and stream of a "
+                                    "compile (a program file runs by its path)")
+        chosen = load_target(target) if isinstance(target, (str, os.PathLike)) else target
+        (meta, arrays), stream, where = program_file(program, chosen), program.stream, program.model.name
+    return replay_report(meta, arrays, stream, chosen, where, control=control, critical_path=critical_path,
+                         memory=memory)

@@ -14,6 +14,8 @@ import argparse
 import math
 from typing import Callable, TypeVar
 
+from primal_compiler.errors import InputError
+
 T = TypeVar("T", int, float)
 
 
@@ -75,3 +77,14 @@ def _in_range(value: T, lo: float, hi: float, text: str) -> T:
 
 def _shown(text: str, limit: int = 40) -> str:
     return repr(text if len(text) <= limit else text[: limit - 3] + "...")
+
+
+def token_ids(text: str) -> list[int]:
+    """``--prompt 1,2,3`` as token ids; InputError naming ``--prompt`` otherwise."""
+    try:
+        ids = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise InputError("--prompt", f"expected comma-separated token ids, got {text!r}") from None
+    if not ids or min(ids) < 0:
+        raise InputError("--prompt", f"expected one or more non-negative token ids, got {text!r}")
+    return ids

@@ -18,6 +18,7 @@ import threading
 import traceback
 from pathlib import Path
 
+from primal_compiler.argtypes import token_ids
 from primal_compiler.errors import InputError, one_line
 from primal_compiler.outdir import check_destination, output_file
 
@@ -43,7 +44,7 @@ def cmd_inspect(args) -> None:
 
 
 def cmd_compile(args) -> None:
-    from primal_compiler import api
+    from primal_compiler import api, compiled
     from primal_compiler.frontend import load_model
     from primal_compiler.report.inspect import inspect_model, render_inspect
     from primal_compiler.report.hops import render_hops
@@ -54,7 +55,7 @@ def cmd_compile(args) -> None:
     target = _target(args.target)
     pipeline = api.with_adapters(args.pipeline, len(args.adapter or ()))
     program = api.compile_model(model, target, pipeline, verify=args.verify)
-    api.write_compiled(program, target, Path(args.output), args.force, inputs)
+    compiled.write_compiled(program, target, Path(args.output), args.force, inputs)
     print(render_inspect(inspect_model(program.model, target, program)))
     print()
     print(render_hops(api.last_details(program, "hops")))
@@ -87,16 +88,6 @@ def _is_program(spec: str) -> bool:
     return path.is_dir() or spec.endswith(".primal") or is_program_file(path)
 
 
-def _token_ids(text: str) -> list[int]:
-    try:
-        ids = [int(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise InputError("--prompt", f"expected comma-separated token ids, got {text!r}") from None
-    if not ids or min(ids) < 0:
-        raise InputError("--prompt", f"expected one or more non-negative token ids, got {text!r}")
-    return ids
-
-
 def _save_logits(path: str, logits, force: bool) -> None:
     import numpy as np
 
@@ -106,16 +97,16 @@ def _save_logits(path: str, logits, force: bool) -> None:
 
 def cmd_run_functional(args) -> None:
     """``primal run --functional``: execute the stream numerically with real weights."""
-    from primal_compiler import api
     from primal_compiler.functional import compile_for_replay, program_from_container, replay_functional
+    from primal_compiler.report import collect
 
     if not args.weights or args.prompt is None:
         raise InputError("--functional", "needs --weights MODEL.onnx and --prompt TOKEN,IDS")
-    prompt = _token_ids(args.prompt)
+    prompt = token_ids(args.prompt)
     if args.save_logits:
         check_destination(args.save_logits, args.force, directory=False, inputs=(args.model, args.weights))
     if _is_program(args.model):
-        meta, arrays, stream, target, where = api.load_compiled(Path(args.model), args.target)
+        meta, arrays, stream, target, where = collect.load_compiled(Path(args.model), args.target)
         program = program_from_container(meta, arrays, stream, where)
     else:
         from primal_compiler.frontend import load_model
@@ -140,7 +131,8 @@ def cmd_run_functional(args) -> None:
 
 
 def cmd_run(args) -> None:
-    from primal_compiler import api
+    from primal_compiler import api, compiled
+    from primal_compiler.report import collect
     from primal_compiler.report.run import render_run
 
     from primal_compiler.baselines.family import selection
@@ -153,13 +145,13 @@ def cmd_run(args) -> None:
         if args.lora or args.adapter or args.pipeline or args.output is not None:
             raise InputError(args.model, "--lora, --adapter, -p and -o apply when compiling a model (--adapter also "
                                          "with --functional); this is a compiled program")
-        meta, arrays, stream, target, where = api.load_compiled(Path(args.model), args.target)
+        meta, arrays, stream, target, where = collect.load_compiled(Path(args.model), args.target)
         kv = meta.get("kv", {})
         for name, want in (("batch", args.batch), ("context", args.context)):
             if want is not None and want != kv.get(name):
                 raise InputError(where, f"compiled for {name} {kv.get(name)}, not {want}; recompile with "
                                         f"`primal run MODEL --{name} {want}` (the KV space is laid out at compile time)")
-        steps = api.decode_steps(stream)
+        steps = collect.decode_steps(stream)
         if args.generate is not None and args.generate != steps:
             raise InputError(where, f"compiled for {steps} generated tokens, not {args.generate}; recompile with "
                                     f"`primal run MODEL --generate {args.generate}` (decode steps are compiled)")
@@ -177,14 +169,14 @@ def cmd_run(args) -> None:
         program = api.compile_model(model, target, pipeline)
         passes = ", ".join(f"{r.name} {r.seconds:.1f} s" for r in program.records)
         print(f"compiled {model.name}: {api.pipeline_text(program)} ({passes})", file=sys.stderr)
-        meta, arrays = api.program_file(program, target)
+        meta, arrays = compiled.program_file(program, target)
         stream, where = program.stream, args.model
         if args.output is not None:
-            api.write_compiled(program, target, Path(args.output), args.force, inputs)
+            compiled.write_compiled(program, target, Path(args.output), args.force, inputs)
             where = str(Path(args.output) / PROGRAM_FILE)
             meta, arrays, stream = load_program(where, target)
             print(f"wrote {args.output}/ (program.primal, placement, summary.json, records.json)", file=sys.stderr)
-    report = api.replay_report(meta, arrays, stream, target, where, validate=not args.no_validate,
+    report = collect.replay_report(meta, arrays, stream, target, where, validate=not args.no_validate,
                                baselines=chosen, control=args.control, critical_path=args.critical_path,
                                memory=args.memory)
     print(json.dumps(report, indent=2, sort_keys=True) if args.json else render_run(report))

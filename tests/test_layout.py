@@ -3,6 +3,8 @@
 * every module of ``primal_compiler/`` stays under :data:`LINE_BUDGET` lines;
 * only ``frontend/`` imports ``onnx`` (the rest of the compiler sees the IR, never a graph);
 * ``executor/`` imports nothing from ``transforms/`` or ``frontend/`` (it replays a stream and a target);
+* no two modules import each other, directly or round a longer loop (imports only for type checking
+  aside): a cycle hidden behind a function-level import is still a cycle;
 * ``ruff check`` with the rule set of ``pyproject.toml`` finds nothing in the code, tests and benchmarks.
 
 Imports are read from the syntax tree, so an import inside a function counts as much as one at the top.
@@ -33,6 +35,29 @@ def imports(source: str) -> set[str]:
     return found
 
 
+def module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def runtime_imports(source: str, known: set[str]) -> set[str]:
+    """The package's modules ``source`` imports when it runs: ``from pkg import mod`` names ``pkg.mod``,
+    ``from mod import name`` names ``mod``; imports under ``if TYPE_CHECKING:`` do not count."""
+    tree = ast.parse(source)
+    skipped = {id(n) for node in ast.walk(tree) if isinstance(node, ast.If) and ast.unparse(node.test) == "TYPE_CHECKING"
+               for n in ast.walk(node)}
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if id(node) in skipped:
+            continue
+        if isinstance(node, ast.Import):
+            found |= {a.name for a in node.names if a.name in known}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            subs = {f"{node.module}.{a.name}" for a in node.names} & known
+            found |= subs or ({node.module} & known)
+    return found
+
+
 def _stage(path: Path) -> str:
     return path.relative_to(ROOT).parts[0]
 
@@ -59,6 +84,25 @@ def test_the_executor_imports_no_compiler_stage():
     offenders = {str(p.relative_to(ROOT)): sorted(m for m in imports(p.read_text()) if m.startswith(stages))
                  for p in MODULES if _stage(p) == "executor"}
     assert {k: v for k, v in offenders.items() if v} == {}
+
+
+def test_no_module_imports_itself_round_a_loop():
+    import networkx as nx
+
+    names = {module_name(p): p for p in MODULES}
+    graph = nx.DiGraph()
+    for name, path in names.items():
+        graph.add_edges_from((name, m) for m in runtime_imports(path.read_text(), set(names)) if m != name)
+    loops = sorted(sorted(c) for c in nx.strongly_connected_components(graph) if len(c) > 1)
+    assert loops == []
+
+
+def test_the_cycle_reader_sees_a_loop_behind_a_function_import():
+    known = {"primal_compiler.a", "primal_compiler.b", "primal_compiler"}
+    source = "from primal_compiler import a\n\ndef f():\n    from primal_compiler.b import x\n"
+    assert runtime_imports(source, known) == {"primal_compiler.a", "primal_compiler.b"}
+    typed = "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from primal_compiler.b import x\n"
+    assert runtime_imports(typed, known) == set()
 
 
 def test_ruff_finds_nothing():

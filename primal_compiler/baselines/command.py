@@ -39,7 +39,7 @@ def baseline(args) -> dict:
 
 def render(r: dict) -> str:
     """The report as a short table."""
-    from primal_compiler.report.run import human_time
+    from primal_compiler.report.text import human_time
 
     mem = r["details"]["memory"]
     lines = [f"{r['model']} on {r['gpu']} ({r['engine']}, {r['precision']}, KV {r['kv_bits']}-bit, LoRA "

@@ -122,7 +122,7 @@ def family_for_program(meta: dict, m: dict, chosen: Selection = DEFAULT) -> dict
 
 def render_family(family: dict | None, m: dict, seed: dict | None) -> list[str]:
     """Lines of the table PRIMAL vs the seed's H100 point and each family member: times, rates and the two ratios."""
-    from primal_compiler.report.run import human_time
+    from primal_compiler.report.text import human_time
 
     if not family:
         return []

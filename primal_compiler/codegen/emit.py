@@ -26,7 +26,7 @@ from primal_compiler.ir.tiles import Macro
 from primal_compiler.isa.opcodes import CONTROLLER, NONE16, ActFn, BufKind, Flag, HiddenBuf, Opcode, buf
 from primal_compiler.isa.stream import Section, Stream
 from primal_compiler.mapping.lower import layer_templates
-from primal_compiler.transforms.lower_tiles import geometry
+from primal_compiler.mapping.lower import geometry
 
 
 @dataclass
@@ -78,7 +78,7 @@ class ProgramEmitter:
     def __init__(self, program, target, prompt: int) -> None:
         self.p, self.target, self.prompt = program, target, prompt
         self.model, self.kv = program.model, program.kv
-        self.geo = geometry(program, target)
+        self.geo = geometry(program.model, target)
         self.geo_pes = target.ct.pes
         self.act_bytes = self.model.precision.activation_bits / 8
         zero = program.tiles.zero

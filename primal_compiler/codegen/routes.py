@@ -17,7 +17,7 @@ import numpy as np
 from primal_compiler.ir.tiles import Macro
 from primal_compiler.mapping.layout import _locate_hubs
 from primal_compiler.mapping.traffic import Flow, layer_flows
-from primal_compiler.transforms.lower_tiles import geometry
+from primal_compiler.mapping.lower import geometry
 
 Pos = tuple[int, int]  # (global CT, PE)
 
@@ -41,7 +41,7 @@ class LayerRoutes:
         self.t, self.layer = t, layer
         rows = np.flatnonzero(t.layer == layer)
         self.rows = rows
-        self.flows = layer_flows(program.model, layer, t, rows, geometry(program, target), context)
+        self.flows = layer_flows(program.model, layer, t, rows, geometry(program.model, target), context)
         host_ct = np.where(t.macro[rows] == Macro.RRAM, t.ct[rows], t.ct[np.maximum(t.host[rows], 0)])
         ct_of = np.full(len(t), -1, dtype=np.int64)
         ct_of[rows] = host_ct

@@ -29,6 +29,8 @@ import numpy as np
 import onnx
 from onnx import TensorProto, numpy_helper
 
+from primal_compiler.frontend.patterns import PatternError
+from primal_compiler.frontend.quant_codes import decode
 from primal_compiler.inputs import regular_file
 
 if TYPE_CHECKING:
@@ -47,10 +49,6 @@ ITEMSIZE = {TensorProto.FLOAT: 4, TensorProto.FLOAT16: 2, TensorProto.BFLOAT16: 
 WALK_LIMIT = 1 << 23
 #: Largest external-data file looked at: 1 TiB, above a 405B-parameter model in fp16 (810 GB).
 EXTERNAL_LIMIT_BYTES = 1 << 40
-
-
-class PatternError(Exception):
-    """The graph is not a decoder this frontend understands (turned into InputError)."""
 
 
 @dataclass(frozen=True)
@@ -172,8 +170,6 @@ class GraphIndex:
         try:
             spec = self.quant.weights.get(tensor.name) if self.quant is not None else None
             if spec is not None:  # a small dequantized constant, decoded from its inline parts
-                from primal_compiler.frontend.quant_codes import decode  # which raises this module's errors
-
                 return decode(spec, lambda name: numpy_helper.to_array(self.inits[name])).w
             return numpy_helper.to_array(tensor)
         except Exception:  # noqa: BLE001 - an undecodable constant is just unknown

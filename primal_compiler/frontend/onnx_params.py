@@ -28,6 +28,8 @@ import numpy as np
 from primal_compiler.errors import InputError
 from primal_compiler.frontend.onnx_graph import GraphIndex, PatternError, attr
 from primal_compiler.frontend.onnx_rotary import check_partial, interleaved, table_rope
+from primal_compiler.frontend.onnx_tensors import read_tensor
+from primal_compiler.frontend.weights import ModelTables
 from primal_compiler.ir.model import NormKind
 
 NORM_OPS = {"LayerNormalization": (1, 2), "SimplifiedLayerNormalization": (1, None), "RMSNormalization": (1, None),
@@ -284,8 +286,6 @@ def tied_head(g: GraphIndex, table, head: str) -> bool:
 
 def read_tables(found, where: str):
     """Token and position embeddings and every norm's scale and bias of a recognised file, as float32."""
-    from primal_compiler.frontend.weights import ModelTables, _read
-
     g = found.graph
 
     def tensor(name: str, label: str) -> np.ndarray:
@@ -297,7 +297,7 @@ def read_tables(found, where: str):
                 node = g.node_of(node.input[0])
         if value is None:
             raise InputError(where, f"{label}: {name!r} is not a constant")
-        return _read(g, value, label, where)
+        return read_tensor(g, value, label, where)
 
     hidden = found.model.hidden_size
     embed = tensor(found.embed_table.name, "token embedding")

@@ -35,6 +35,7 @@ import numpy as np
 
 from primal_compiler.errors import InputError
 from primal_compiler.frontend.onnx_graph import GraphIndex, PatternError, attr, slice_bounds
+from primal_compiler.frontend.onnx_tensors import read_tensor
 
 #: Axes that mean "the last one" of a [batch, heads, seq, head_dim] tensor.
 LAST = (-1, 3)
@@ -188,10 +189,9 @@ def table_rope(g: GraphIndex, head_dim: int) -> TableRope | None:
 
 
 def _frequencies(g: GraphIndex, tensor, rows: int, half: int, name: str) -> tuple[float, ...]:
-    from primal_compiler.frontend.weights import _read  # the one reader of initializers (and external data)
 
     try:
-        table = _read(g, tensor, "rotary table", "").reshape(rows, 2 * half).astype(np.float64)
+        table = read_tensor(g, tensor, "rotary table", "").reshape(rows, 2 * half).astype(np.float64)
     except InputError:
         return ()
     if rows < 2 or not (table[0, :half] == 0).all() or not (table[0, half:] == 1).all():

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 from onnx import TensorProto
 
-from primal_compiler.frontend.onnx_graph import PatternError
+from primal_compiler.frontend.patterns import PatternError
 
 #: Code types DequantizeLinear may hold here, with their bits.
 CODE_BITS = {TensorProto.INT4: 4, TensorProto.UINT4: 4, TensorProto.INT8: 8, TensorProto.UINT8: 8,

@@ -6,7 +6,7 @@
 columns, ``meta["kv"]`` with ``kv_ct``/``kv_pe``/``kv_slot``) and returns a
 :class:`~primal_compiler.ir.program.Program` with ``model``, ``tiles``,
 ``kv`` and ``stream`` set: everything :func:`replay_functional` reads. A program
-file reaches it through :func:`primal_compiler.api.load_compiled`, the one loader
+file reaches it through :func:`primal_compiler.report.collect.load_compiled`, the one loader
 of run, viz and the functional replay.
 """
 

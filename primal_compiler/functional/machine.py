@@ -34,7 +34,7 @@ from primal_compiler.functional.provenance import Provenance
 from primal_compiler.ir.model import Role
 from primal_compiler.ir.tiles import ROLE_CODES, Macro, Part
 from primal_compiler.isa.opcodes import CONTROLLER, NONE16, BufKind, Opcode, buf_name
-from primal_compiler.transforms.lower_tiles import geometry
+from primal_compiler.mapping.lower import geometry
 
 CTL = (CONTROLLER, 0)
 ALL = slice(None)
@@ -48,7 +48,7 @@ class Machine:
                  producers: bool = False) -> None:
         self.program, self.model, self.kv, self.params, self.num = program, program.model, program.kv, params, numerics
         self.where = where
-        self.geo = geometry(program, target)
+        self.geo = geometry(program.model, target)
         stream = program.stream
         self.group_ptr = stream.group_ptr.tolist()
         self.group_ct = stream.group_ct.tolist()

@@ -28,7 +28,9 @@ from pathlib import Path
 import numpy as np
 
 from primal_compiler.errors import InputError
-from primal_compiler.frontend.weights import check_lora, load_onnx_weights, load_peft_adapter
+from primal_compiler.frontend.onnx_weights import load_onnx_weights
+from primal_compiler.frontend.peft import load_peft_adapter
+from primal_compiler.frontend.weights import check_lora
 from primal_compiler.ir.columns import stored_order
 from primal_compiler.ir.model import Model, NormKind, Positional, Role
 

@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 
 from primal_compiler.errors import InputError
-from primal_compiler.frontend.weights import load_peft_adapter
+from primal_compiler.frontend.peft import load_peft_adapter
 from primal_compiler.functional import compute, routers
 from primal_compiler.functional.machine import OP, Machine
 from primal_compiler.functional.params import load_params
@@ -37,7 +37,7 @@ from primal_compiler.ir.model import Positional
 from primal_compiler.ir.tiles import Macro
 from primal_compiler.isa.opcodes import ActFn, Flag, Opcode
 from primal_compiler.transforms.lora_sparsity import zero_tiles
-from primal_compiler.transforms.lower_tiles import geometry
+from primal_compiler.mapping.lower import geometry
 
 HANDLERS = {**routers.HANDLERS, **compute.HANDLERS}
 
@@ -122,7 +122,7 @@ def _check_masks(program, target, adapter_dir) -> None:
     masked = (t.macro == Macro.SRAM) & (t.zero == 1)
     dirs = [adapter_dir] if isinstance(adapter_dir, (str, Path)) else list(adapter_dir or ())
     for d in dirs if masked.any() else ():
-        held = zero_tiles(t, load_peft_adapter(d), geometry(program, target), program.model, padded=True) == 0
+        held = zero_tiles(t, load_peft_adapter(d), geometry(program.model, target), program.model, padded=True) == 0
         wrong = int((masked & held).sum())
         if wrong:
             raise InputError(str(d), f"the program masks {wrong} LoRA block(s) that this adapter holds nonzero "

@@ -43,6 +43,13 @@ class Geometry:
         return max(1, self.sram_cols_bits // self.lora_bits)
 
 
+def geometry(model, target) -> Geometry:
+    """The geometry ``model`` is cut with on ``target``: the target's macros, the model's precision."""
+    p = model.precision
+    return Geometry(target.rram.rows, target.rram.cols, target.rram.bits_per_cell, target.sram.rows,
+                    target.sram.cols_bits, p.base_weight_bits, p.lora_weight_bits, p.lm_head_bits)
+
+
 def _ceil(a: int, b: int) -> int:
     return -(-a // b)
 

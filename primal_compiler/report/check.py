@@ -156,7 +156,7 @@ def with_adapter(model: Model, adapter_dir: str | Path) -> tuple[Model, str]:
     """``model`` with exactly the LoRA of the PEFT adapter in ``adapter_dir`` (its roles, ranks and scale),
     and a short description (``q,v r8``); LoRA on a projection the model lacks is an :class:`InputError`
     (shapes are checked by the replay)."""
-    from primal_compiler.frontend.weights import load_peft_adapter
+    from primal_compiler.frontend.peft import load_peft_adapter
 
     adapter = load_peft_adapter(adapter_dir)
     lora = adapter.lora
@@ -291,13 +291,13 @@ def cmd_check(args: argparse.Namespace) -> None:
     object is printed too). A missing file, a bad target or a prompt outside
     the vocabulary is a plain InputError, not a verdict.
     """
-    from primal_compiler.cli import _token_ids
+    from primal_compiler.argtypes import token_ids
     from primal_compiler.target import load_primal_target
 
     if not args.model.lower().endswith(".onnx") or not Path(args.model).is_file():
         raise InputError(args.model, "no such file; expected an ONNX export (MODEL.onnx)")
     target = load_primal_target(args.target)
-    prompt = _token_ids(args.prompt) if args.prompt is not None else None
+    prompt = token_ids(args.prompt) if args.prompt is not None else None
     try:
         info = check_onnx(args.model, target, prompt, args.generate, args.adapter)
     except InputError as exc:

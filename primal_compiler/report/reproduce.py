@@ -18,7 +18,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from primal_compiler import api
+from primal_compiler.report import collect
+from primal_compiler import compiled
 from primal_compiler.baselines.family import DEFAULT, Selection, family_for_program
 from primal_compiler.executor.metrics import metrics
 from primal_compiler.executor.replay import replay
@@ -72,9 +73,9 @@ class Runner:
         target = target or self.target
         self.say(f"  {tail}")
         program = PassManager(parse_pipeline(tail)).run(placed or self.placed, target)
-        meta, arrays = api.program_file(program, target)
+        meta, arrays = compiled.program_file(program, target)
         m = metrics(replay(meta, arrays, program.stream, target))
-        m["h100"] = api.h100_for(meta, m)
+        m["h100"] = collect.h100_for(meta, m)
         m["baselines"] = family_for_program(meta, m, self.study.baselines)
         return m
 

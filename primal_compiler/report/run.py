@@ -4,15 +4,7 @@ from __future__ import annotations
 
 from primal_compiler.baselines.family import render_family
 from primal_compiler.executor.critical import CLASS_KEYS, LABELS
-
-
-def human_time(seconds: float) -> str:
-    """Seconds as s, ms or us with a sensible number of digits."""
-    if seconds >= 1:
-        return f"{seconds:.3f} s"
-    if seconds >= 1e-3:
-        return f"{seconds * 1e3:.3f} ms"
-    return f"{seconds * 1e6:.2f} us"
+from primal_compiler.report.text import human_bytes, human_time
 
 
 def _ratio(a: float, b: float) -> str:
@@ -37,13 +29,6 @@ def render_critical_path(cp: dict) -> list[str]:
     lines.append(f"({t['records']:,} records on the TTFT path, {i['records']:,} on the ITL path over "
                  f"{i['steps']} decode step{'s' if i['steps'] != 1 else ''}; docs/executor.md, Critical path)")
     return lines
-
-
-def human_bytes(n: float) -> str:
-    for unit, size in (("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if n >= size:
-            return f"{n / size:.1f} {unit}"
-    return f"{n:.0f} B"
 
 
 def render_memory(mem: dict) -> list[str]:

@@ -92,7 +92,8 @@ def run_point(point: Point) -> dict[str, Any]:
     start = time.perf_counter()
     flat, phash, error, timings = None, None, None, {}
     try:
-        from primal_compiler import api
+        from primal_compiler.report import collect
+        from primal_compiler import compiled
         from primal_compiler.frontend import load_model
         from primal_compiler.ir.program import Program
         from primal_compiler.passmgr import PassManager
@@ -103,10 +104,10 @@ def run_point(point: Point) -> dict[str, Any]:
         with ctx as executor:
             program = PassManager(_passes(point, executor)).run(Program(model=model), target)
         timings["compile_s"] = time.perf_counter() - start
-        meta, arrays = api.program_file(program, target)
+        meta, arrays = compiled.program_file(program, target)
         phash = program_hash(program.stream, arrays)
         t = time.perf_counter()
-        report = api.replay_report(meta, arrays, program.stream, target, point.point_id, validate=point.validate)
+        report = collect.replay_report(meta, arrays, program.stream, target, point.point_id, validate=point.validate)
         timings["replay_s"] = time.perf_counter() - t
         flat = flatten(report)
     except Exception as exc:  # noqa: BLE001 - a point's failure is data, not a crash of the sweep

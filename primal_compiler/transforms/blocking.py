@@ -10,7 +10,7 @@ from primal_compiler.mapping.blocking import apply_placement, block_model
 from primal_compiler.mapping.hops import layout_hops
 from primal_compiler.ir.facts import Fact, facts
 from primal_compiler.passmgr import CONTEXT_RANGE, Pass, option
-from primal_compiler.transforms.lower_tiles import geometry
+from primal_compiler.mapping.lower import geometry
 
 
 @dataclass(frozen=True)
@@ -35,7 +35,7 @@ class Blocking(Pass):
 
     def run(self, program, target):
         mesh = (target.ct.mesh_rows, target.ct.mesh_cols)
-        tiles, layout = block_model(program.model, program.tiles, geometry(program, target), mesh,
+        tiles, layout = block_model(program.model, program.tiles, geometry(program.model, target), mesh,
                                     self.context, target.system.num_cts)
         tiles = apply_placement(tiles, layout)
         used = int((tiles.seq >= 0).sum())

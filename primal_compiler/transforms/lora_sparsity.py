@@ -24,16 +24,16 @@ from dataclasses import dataclass
 import numpy as np
 
 from primal_compiler.errors import InputError
-from primal_compiler.frontend.weights import (
-    ModelWeights, ProjectionWeights, check_lora, load_onnx_weights, load_peft_adapter,
-)
+from primal_compiler.frontend.onnx_weights import load_onnx_weights
+from primal_compiler.frontend.peft import load_peft_adapter
+from primal_compiler.frontend.weights import ModelWeights, ProjectionWeights, check_lora
 from primal_compiler.ir.columns import stored_order
 from primal_compiler.ir.model import Model
 from primal_compiler.ir.tiles import ROLE_CODES, Macro, Part, TileTable
 from primal_compiler.mapping.lower import Geometry
 from primal_compiler.ir.facts import Fact, facts
 from primal_compiler.passmgr import SEED_RANGE, Pass, option
-from primal_compiler.transforms.lower_tiles import geometry
+from primal_compiler.mapping.lower import geometry
 
 
 @dataclass(frozen=True)
@@ -65,7 +65,7 @@ class LoraSparsity(Pass):
         else:
             loaded = load_onnx_weights(self.weights, base=False) if self.weights else load_peft_adapter(self.adapter)
             check_lora(loaded, program.model)
-            zero, source = zero_tiles(tiles, loaded, geometry(program, target), program.model), loaded.source
+            zero, source = zero_tiles(tiles, loaded, geometry(program.model, target), program.model), loaded.source
         sram = tiles.macro == Macro.SRAM
         masked = sram & (zero == 1)
         by_role = {}

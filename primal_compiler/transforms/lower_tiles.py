@@ -8,7 +8,7 @@ import numpy as np
 
 from primal_compiler.ir.model import Precision
 from primal_compiler.ir.tiles import Macro
-from primal_compiler.mapping.lower import Geometry, lower_model
+from primal_compiler.mapping.lower import geometry, lower_model
 from primal_compiler.ir.facts import Fact, facts
 from primal_compiler.passmgr import Pass, option
 
@@ -41,19 +41,9 @@ class LowerTiles(Pass):
             kv_bits=program.model.precision.kv_bits,
         )
         model = program.model.with_precision(precision)
-        geo = Geometry(
-            target.rram.rows, target.rram.cols, target.rram.bits_per_cell,
-            target.sram.rows, target.sram.cols_bits, self.base_bits, self.lora_bits, self.lm_head_bits,
-        )
-        tiles = lower_model(model, geo)
+        tiles = lower_model(model, geometry(model, target))
         rram = int((tiles.macro == Macro.RRAM).sum())
         details = {"rram_tiles": rram, "sram_tiles": len(tiles) - rram,
                    "weight_bytes": int(tiles.bytes.sum()), "layers": int(np.unique(tiles.layer).size)}
         return program.evolve(model=model, tiles=tiles, pending_details=details)
 
-
-def geometry(program, target) -> Geometry:
-    """The geometry a lowered program was cut with."""
-    p = program.model.precision
-    return Geometry(target.rram.rows, target.rram.cols, target.rram.bits_per_cell, target.sram.rows,
-                    target.sram.cols_bits, p.base_weight_bits, p.lora_weight_bits, p.lm_head_bits)

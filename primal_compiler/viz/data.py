@@ -96,10 +96,10 @@ def read_records(out: Path) -> list:
 def load(out, target_name: str | None = None) -> VizData:
     """Load and replay compile output ``out`` (or a program file); every failure is an InputError naming the file.
 
-    The program comes through :func:`~primal_compiler.api.load_compiled`, so its placement, KV map and
+    The program comes through :func:`~primal_compiler.report.collect.load_compiled`, so its placement, KV map and
     mapping arrays exist and index each other, and sections ``prefill:0``/``decode:0`` end with ARGMAX.
     """
-    from primal_compiler.api import h100_for, load_compiled
+    from primal_compiler.report.collect import h100_for, load_compiled
     from primal_compiler.executor.metrics import metrics
     from primal_compiler.executor.replay import replay
 

@@ -18,7 +18,7 @@ from matplotlib.patches import Patch
 
 from primal_compiler.executor import power as xpower
 from primal_compiler.isa.opcodes import Opcode
-from primal_compiler.report.run import human_time
+from primal_compiler.report.text import human_time
 from primal_compiler.viz import style
 from primal_compiler.viz.data import VizData
 

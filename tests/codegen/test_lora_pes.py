@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from primal_compiler.api import program_file
+from primal_compiler.compiled import program_file
 from primal_compiler.cli import main
 from primal_compiler.ir.tiles import Macro
 from primal_compiler.isa.schema import compiled_issue

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from primal_compiler.api import program_file
+from primal_compiler.compiled import program_file
 from primal_compiler.executor.metrics import metrics
 from primal_compiler.executor.replay import replay
 from primal_compiler.frontend import load_model

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from primal_compiler import cli
-from primal_compiler.api import write_compiled
+from primal_compiler.compiled import write_compiled
 from primal_compiler.errors import InputError
 from primal_compiler.isa.container import PROGRAM_FILE, load_program
 from primal_compiler.isa.text import asm, disasm

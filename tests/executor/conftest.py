@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from primal_compiler.api import compile_model, program_file
+from primal_compiler.api import compile_model
+from primal_compiler.compiled import program_file
 from primal_compiler.executor.replay import replay
 from primal_compiler.frontend import load_model
 

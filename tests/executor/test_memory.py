@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from primal_compiler.api import program_file
+from primal_compiler.compiled import program_file
 from primal_compiler.errors import InputError
 from primal_compiler.executor import memory
 from primal_compiler.executor.replay import replay

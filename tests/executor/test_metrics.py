@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from primal_compiler.api import compile_model, program_file
+from primal_compiler.api import compile_model
+from primal_compiler.compiled import program_file
 from primal_compiler.executor.metrics import metrics
 from primal_compiler.executor.power import GATED, domain_leakage_w
 from primal_compiler.executor.replay import replay

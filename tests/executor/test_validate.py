@@ -63,7 +63,8 @@ def test_a_kv_append_to_the_wrong_router_is_named(compiled, small_target):
 
 def test_kv_legs_across_cts_follow_the_kv_ring_layout():
     """On 3x3 CTs a layer spans CTs, so KV appends and queries cross die-to-die links."""
-    from primal_compiler.api import compile_model, program_file
+    from primal_compiler.api import compile_model
+    from primal_compiler.compiled import program_file
     from primal_compiler.executor.transfers import attention_legs
     from primal_compiler.frontend import load_model
     from primal_compiler.isa.opcodes import CONTROLLER

@@ -33,7 +33,7 @@ import primal_compiler.api  # imported here once, not again in each forked case 
 import primal_compiler.frontend.onnx_import  # noqa: F401 - likewise
 from primal_compiler.errors import InputError
 from primal_compiler.frontend import load_model
-from primal_compiler.frontend.weights import load_onnx_weights
+from primal_compiler.frontend.onnx_weights import load_onnx_weights
 from primal_compiler.report.inspect import inspect_model
 from primal_compiler.target import load_target
 from primal_compiler.target.spec import PrimalTarget

@@ -11,7 +11,7 @@ import pytest
 
 from primal_compiler.errors import InputError
 from primal_compiler.frontend import load_model
-from primal_compiler.frontend.weights import load_onnx_weights
+from primal_compiler.frontend.onnx_weights import load_onnx_weights
 from primal_compiler.ir.model import Activation, Role
 from tests.frontend.families import family_decoder, llama3_inv_freq
 

@@ -21,7 +21,8 @@ from primal_compiler.errors import InputError
 from primal_compiler.frontend import load_model, onnx_check, onnx_graph
 from primal_compiler.frontend.builtin import BUILTIN, ArchConfig, build_model
 from primal_compiler.frontend.onnx_import import load_onnx, recognise_onnx
-from primal_compiler.frontend.weights import load_onnx_weights, load_peft_adapter
+from primal_compiler.frontend.onnx_weights import load_onnx_weights
+from primal_compiler.frontend.peft import load_peft_adapter
 from primal_compiler.inputs import ONNX_LIMIT_BYTES
 from primal_compiler.ir.model import SIZE_LIMITS, Role
 from tests.frontend.decoders import fused_decoder

@@ -21,7 +21,7 @@ from onnx import TensorProto, helper, numpy_helper
 from primal_compiler.errors import InputError
 from primal_compiler.frontend import onnx_quant, quant_codes
 from primal_compiler.frontend.onnx_import import load_onnx
-from primal_compiler.frontend.weights import load_onnx_weights
+from primal_compiler.frontend.onnx_weights import load_onnx_weights
 from primal_compiler.ir.model import Role, WeightQuant
 
 ort = pytest.importorskip("onnxruntime")
@@ -173,14 +173,14 @@ def test_exact_replay_matches_onnxruntime_on_the_file(name, target):
 
 
 def test_the_check_catches_a_zero_point_off_by_one(target, monkeypatch):
-    from primal_compiler.frontend import weights
+    from primal_compiler.frontend import onnx_tensors
     from primal_compiler.report.check import check_onnx
 
     def off_by_one(spec, read):
         d = quant_codes.decode(spec, read)
         return quant_codes.Decoded(d.w + d.scale, d.codes, d.scale, d.bits)
 
-    monkeypatch.setattr(weights, "decode", off_by_one)
+    monkeypatch.setattr(onnx_tensors, "decode", off_by_one)
     info = check_onnx(str(QUANTIZED / "llama_nbits4_asym_b16.onnx"), target)
     assert info["verdict"] == "MISMATCH"
 
@@ -270,10 +270,10 @@ def test_shape_only_import_decodes_no_weight(monkeypatch):
     def refuse(spec, read):
         raise AssertionError("decoded a weight")
 
-    from primal_compiler.frontend import weights
+    from primal_compiler.frontend import onnx_tensors
 
     monkeypatch.setattr(quant_codes, "decode", refuse)
-    monkeypatch.setattr(weights, "decode", refuse)
+    monkeypatch.setattr(onnx_tensors, "decode", refuse)
     assert load_onnx(QUANTIZED / "llama_nbits8_asym.onnx").layers[0].linear(Role.DOWN).in_features == 88
 
 

@@ -22,7 +22,9 @@ from safetensors.numpy import load_file, save_file
 from primal_compiler.errors import InputError
 from primal_compiler.frontend import load_model
 from primal_compiler.frontend.onnx_import import load_onnx, recognise_onnx
-from primal_compiler.frontend.weights import check_lora, load_onnx_weights, load_peft_adapter
+from primal_compiler.frontend.onnx_weights import load_onnx_weights
+from primal_compiler.frontend.peft import load_peft_adapter
+from primal_compiler.frontend.weights import check_lora
 from primal_compiler.ir.model import Role
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "onnx"

@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from primal_compiler.frontend.weights import load_onnx_weights
+from primal_compiler.frontend.onnx_weights import load_onnx_weights
 from primal_compiler.functional import replay_functional
 from tests.functional.conftest import compiled, fixture
 from tests.functional.reference import ort_greedy
@@ -107,7 +107,7 @@ def test_a_peft_adapter_directory_supplies_the_lora(tmp_path, replay_target, bas
 
 
 def test_a_program_file_replays_like_the_compiled_program(tmp_path, replay_target):
-    from primal_compiler.api import write_compiled
+    from primal_compiler.compiled import write_compiled
     from primal_compiler.errors import InputError
     from primal_compiler.functional import program_from_container
     from primal_compiler.isa.container import PROGRAM_FILE, load_program

@@ -80,7 +80,7 @@ def test_each_variation_moves_the_logits_beyond_the_tolerance(family, with_it, w
 
 
 def test_a_program_file_keeps_the_frequencies_the_scale_and_the_gate(tmp_path, family, replay_target):
-    from primal_compiler.api import write_compiled
+    from primal_compiler.compiled import write_compiled
     from primal_compiler.functional import program_from_container
     from primal_compiler.isa.container import PROGRAM_FILE, load_program
 

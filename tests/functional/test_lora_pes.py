@@ -87,7 +87,7 @@ def test_lora_tiles_beyond_the_crossbars_own_a_pe(program, rank):
 
 
 def test_program_passes_the_loader_checks_and_hop_validation(program, wide_target):
-    from primal_compiler.api import program_file
+    from primal_compiler.compiled import program_file
 
     meta, arrays = program_file(program, wide_target)
     assert compiled_issue(meta, arrays, program.stream) is None

@@ -9,7 +9,7 @@ import pytest
 
 from primal_compiler.errors import InputError
 from primal_compiler.frontend import load_model
-from primal_compiler.frontend.weights import load_onnx_weights
+from primal_compiler.frontend.onnx_weights import load_onnx_weights
 from primal_compiler.functional.params import load_params
 from primal_compiler.ir.model import Role
 from tests.functional.conftest import FIXTURES, fixture

@@ -9,8 +9,8 @@ or of raw payload bytes, each re-packed with a correct sha256 (:func:`pack`,
 :func:`pack_parts`: the container layout without any legality check), so
 only the loader's own checks stand between an edit and the consumers.
 :func:`consume` feeds one file to everything a user can point at it:
-``load_program``, ``disasm`` and ``asm`` of that text, ``api.load_compiled``,
-``api.replay_report``, the functional replay's ``program_from_container`` and
+``load_program``, ``disasm`` and ``asm`` of that text, ``collect.load_compiled``,
+``collect.replay_report``, the functional replay's ``program_from_container`` and
 ``viz.data.load``; any exception but ``InputError`` escapes to the caller.
 Used by tests/isa/test_loader_fuzz.py (short budget) and benchmarks/fuzz.py.
 """
@@ -81,7 +81,8 @@ def parts(data: bytes) -> tuple[dict, dict[str, np.ndarray], list]:
 @lru_cache(maxsize=None)
 def base_program(lora: str | None = "q,v:8", pipeline: str = "fast") -> bytes:
     """The bytes of tiny-llama compiled with ``pipeline`` for primal-7nm (what ``primal compile`` writes)."""
-    from primal_compiler.api import compile_model, program_file
+    from primal_compiler.api import compile_model
+    from primal_compiler.compiled import program_file
     from primal_compiler.frontend import load_model
     from primal_compiler.target import load_target
 
@@ -323,7 +324,7 @@ def assemble(text: str, directory: Path) -> str:
 
 def consume(path: Path) -> str:
     """Feed the file at ``path`` to every consumer; the last stage it reached. Only InputError is caught."""
-    from primal_compiler import api
+    from primal_compiler.report import collect
     from primal_compiler.functional import program_from_container
     from primal_compiler.isa.text import asm, disasm
     from primal_compiler.viz import data as viz_data
@@ -336,11 +337,11 @@ def consume(path: Path) -> str:
     again = asm(text, str(path))
     assert disasm(*again) == text
     try:
-        meta, arrays, stream, target, where = api.load_compiled(path, None)
+        meta, arrays, stream, target, where = collect.load_compiled(path, None)
     except InputError:
         return "plain"
     outcome = "replayed"
-    for stage in (lambda: api.replay_report(meta, arrays, stream, target, where), lambda: viz_data.load(path)):
+    for stage in (lambda: collect.replay_report(meta, arrays, stream, target, where), lambda: viz_data.load(path)):
         try:
             stage()
         except InputError as exc:
@@ -360,7 +361,7 @@ PROMPT = [3, 1, 4, 1, 5]
 def functional_setup() -> tuple[bytes, object]:
     """(program file bytes, target) of the OPT LoRA fixture compiled for a 3-token functional replay on the
     small-crossbar target of tests/functional."""
-    from primal_compiler.api import program_file
+    from primal_compiler.compiled import program_file
     from primal_compiler.target import load_target, with_overrides
     from tests.functional.conftest import compiled
 

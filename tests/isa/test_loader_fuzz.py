@@ -11,7 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from primal_compiler import api
+from primal_compiler.report import collect
 from primal_compiler.errors import InputError
 from primal_compiler.isa.container import load_program
 
@@ -61,7 +61,7 @@ def write(tmp_path, meta, arrays, sections):
 
 def refused(path, message: str) -> None:
     with pytest.raises(InputError) as exc:
-        api.load_compiled(path, None)
+        collect.load_compiled(path, None)
     assert exc.value.where == str(path) and message in exc.value.problem, exc.value.problem
     assert "\n" not in str(exc.value)
 

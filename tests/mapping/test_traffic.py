@@ -12,7 +12,7 @@ from primal_compiler.frontend import load_model
 from primal_compiler.ir.model import Role
 from primal_compiler.ir.tiles import ROLE_INDEX, Macro
 from primal_compiler.mapping.traffic import FlowClass, layer_flows
-from primal_compiler.transforms.lower_tiles import geometry
+from primal_compiler.mapping.lower import geometry
 
 
 def _flows(name: str, lora: str | None, target, context: int = 64):
@@ -20,7 +20,7 @@ def _flows(name: str, lora: str | None, target, context: int = 64):
     program = compile_model(model, target, "lower-tiles")
     t = program.tiles
     rows = np.flatnonzero(t.layer == 0)
-    return model, t, rows, layer_flows(model, 0, t, rows, geometry(program, target), context)
+    return model, t, rows, layer_flows(model, 0, t, rows, geometry(program.model, target), context)
 
 
 def _by_class(flows):

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from primal_compiler.api import compile_model, write_compiled
+from primal_compiler.api import compile_model
+from primal_compiler.compiled import write_compiled
 from primal_compiler.frontend import load_model
 
 SWITCH = "lower-tiles,blocking,zcurve-order,kv-ring{context=64},codegen{requests=0;1},srpg"

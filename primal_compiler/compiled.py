@@ -1,0 +1,118 @@
+"""What a compile writes: the program file's metadata and arrays, the placement table and summary, OUT/.
+
+``program_file`` is the one place a compiled Program becomes the program
+container's metadata and named arrays (placement, KV map, power schedule);
+``write_compiled`` writes a compile output directory atomically.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+
+from primal_compiler import __version__
+from primal_compiler.api import last_details, pipeline_text
+from primal_compiler.ir.model_json import model_to_dict
+from primal_compiler.ir.program import Program
+from primal_compiler.ir.tiles import ROLE_CODES, Macro
+from primal_compiler.passmgr import parse_pipeline
+
+
+def placement_table(program: Program) -> str:
+    """Human-readable per-CT table: layer, template, tiles per role, PEs used."""
+    t, layout = program.tiles, program.layout
+    lines = [f"{'ct':>5} {'layer':>6} {'template':>8} {'pes':>5}  matrices (RRAM tiles)"]
+    rram = t.macro == Macro.RRAM
+    owns_pe = rram | (t.host == np.arange(len(t)))  # a LoRA tile beyond the layer's RRAM tiles has its own PE
+    for ct in range(layout.num_cts):
+        m = rram & (t.ct == ct)
+        roles = np.bincount(t.role[m], minlength=len(ROLE_CODES))
+        desc = " ".join(f"{ROLE_CODES[r].value}:{n}" for r, n in enumerate(roles) if n)
+        layer = int(layout.ct_layer[ct])
+        name = "head" if layer == program.model.num_layers else str(layer)
+        pes = int((owns_pe & (t.ct == ct)).sum())
+        lines.append(f"{ct:>5} {name:>6} {int(layout.ct_template[ct]):>8} {pes:>5}  {desc}")
+    return "\n".join(lines) + "\n"
+
+
+def summary(program: Program, target) -> dict:
+    """Machine-readable facts of a compiled program."""
+    t = program.tiles
+    out = {
+        "format": "primal-placement", "version": 1, "package_version": __version__,
+        "model": program.model.name, "target": target.name, "target_hash": target.content_hash,
+        "pipeline": pipeline_text(program),
+        "passes": [r.spec for r in program.records],
+    }
+    if t is not None:
+        out["rram_tiles"] = int((t.macro == Macro.RRAM).sum())
+        out["sram_tiles"] = int((t.macro == Macro.SRAM).sum())
+    if program.layout is not None:
+        out["cts"] = program.layout.num_cts
+        out["hops"] = last_details(program, "hops")
+    return out
+
+
+def program_file(program: Program, target) -> tuple[dict, dict[str, np.ndarray]]:
+    """Metadata and named arrays (placement, KV map, power schedule) of the program container."""
+    t, kv = program.tiles, program.kv
+    passes = [p for r in program.records for p in parse_pipeline(r.spec)]
+    seeds = [p.seed for p in passes if hasattr(p, "seed")]
+    meta = {
+        "format": "primal-program", "package_version": __version__, "model": program.model.name,
+        "target": target.name, "target_hash": target.content_hash, "pipeline": pipeline_text(program),
+        "seed": seeds[-1] if seeds else None, "num_cts": program.layout.num_cts,
+        "mesh_rows": target.ct.mesh_rows, "mesh_cols": target.ct.mesh_cols,
+        "num_layers": program.model.num_layers, "package_cols": program.layout.package_cols,
+        "model_ir": model_to_dict(program.model),
+        "kv": {"context": kv.context, "batch": kv.batch, "chunk_tokens": kv.chunk_tokens, "kv_heads": kv.kv_heads,
+               "head_dim": kv.head_dim, "kv_bytes": kv.kv_bytes, "banks": kv.banks, "interleave": kv.interleave,
+               "chunk_slots": kv.chunk_slots},
+    }
+    arrays = {f"tile_{k}": v for k, v in t.columns().items()}
+    arrays["ct_layer"] = program.layout.ct_layer.astype(np.int32)
+    arrays.update(mapped_legs(program.layout))
+    arrays.update(kv.arrays())
+    for k, v in (program.power or {}).items():
+        arrays[k] = np.asarray(v, dtype=np.int64)
+    return meta, arrays
+
+
+def mapped_legs(layout) -> dict[str, np.ndarray]:
+    """The transfers the mapping costed: per CT template (CSR) its flows' PEs and hops; die-to-die CT pairs."""
+    from primal_compiler.mapping.hops import template_hops
+
+    src, dst, hops = [], [], []
+    for tp in layout.templates:
+        pe = np.concatenate([tp.slots, tp.hubs]).astype(np.int32)
+        src.append(pe[tp.instance.src])
+        dst.append(pe[tp.instance.dst])
+        hops.append(template_hops(tp).astype(np.int32))
+    ptr = np.concatenate([[0], np.cumsum([len(h) for h in hops])]).astype(np.int64)
+    return {"ct_template": layout.ct_template.astype(np.int32), "map_tpl_ptr": ptr,
+            "map_src_pe": np.concatenate(src), "map_dst_pe": np.concatenate(dst), "map_hops": np.concatenate(hops),
+            "map_d2d_src": layout.inter_src.astype(np.int32), "map_d2d_dst": layout.inter_dst.astype(np.int32)}
+
+
+def write_compiled(program: Program, target, out: Path, force: bool = False, inputs: tuple[str, ...] = ()) -> None:
+    """Write OUT/ atomically: placement.npz, placement.txt, summary.json, records.json, program.primal.
+
+    OUT is created, or replaced only when it is an earlier output of ours and ``force`` is set
+    (:func:`primal_compiler.outdir.output_directory`).
+    """
+    from primal_compiler.outdir import output_directory
+
+    need = len(program.tiles) * 64 + (0 if program.stream is None else program.stream.records.nbytes)  # a floor
+    with output_directory(out, "compile", force, need, inputs) as tmp:
+        np.savez_compressed(tmp / "placement.npz", **program.tiles.columns())
+        (tmp / "placement.txt").write_text(placement_table(program))
+        (tmp / "summary.json").write_text(json.dumps(summary(program, target), indent=2, sort_keys=True) + "\n")
+        records = [{"name": r.name, "spec": r.spec, "details": r.details} for r in program.records]
+        (tmp / "records.json").write_text(json.dumps(records, indent=1, sort_keys=True, default=float) + "\n")
+        if program.stream is not None:
+            from primal_compiler.isa.container import PROGRAM_FILE, save_program
+
+            meta, arrays = program_file(program, target)
+            save_program(tmp / PROGRAM_FILE, meta, arrays, program.stream)

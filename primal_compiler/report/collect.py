@@ -1,0 +1,93 @@
+"""A run report: replay a compiled program and collect its metrics, hop validation and baselines.
+
+``load_compiled`` is the one loader of run, viz and the functional replay;
+``replay_report`` the one collector of what ``primal run`` prints.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from primal_compiler import __version__
+from primal_compiler.baselines.family import DEFAULT as DEFAULT_BASELINES
+from primal_compiler.baselines.family import Selection
+from primal_compiler.errors import InputError
+
+
+def load_compiled(path: Path, target_name=None):
+    """(meta, arrays, stream, target, where) of a compiled program file or a compile output directory.
+
+    The one loader of run, viz and the functional replay: the file passes every check of
+    :func:`~primal_compiler.isa.container.load_program` for a compiled program (so each part can index
+    the others), then must match the target (``target_name``: a name or path, a loaded target, or None
+    for the one the file names).
+    """
+    from primal_compiler.isa.container import check_target, load_program, program_path
+    from primal_compiler.target import load_target
+
+    file = program_path(path)
+    meta, arrays, stream = load_program(file, require_compiled=True)
+    given = target_name is not None and not isinstance(target_name, (str, Path))
+    target = target_name if given else load_target(target_name or meta["target"])
+    check_target(str(file), meta, arrays, target)
+    return meta, arrays, stream, target, str(file)
+
+
+def replay_report(meta: dict, arrays: dict, stream, target, where: str, validate: bool = True,
+                  baselines: Selection = DEFAULT_BASELINES, control: str | None = None,
+                  critical_path: bool = False, memory: str = "report") -> dict:
+    """Replay a program (under ``control``, default the target's) and collect its metrics, hop validation,
+    the seed's H100 baseline and the GPU baseline family; with ``critical_path``, also
+    ``metrics["critical_path"]``: where request 0's TTFT and ITL go (``executor.critical``). ``memory``
+    ``"strict"``: an InputError naming the record, CT, PE and buffer of the first scratchpad overflow;
+    ``"report"``: overflows are reported in ``metrics["memory"]`` only."""
+    from primal_compiler.baselines.family import family_for_program
+    from primal_compiler.executor.critical import critical_path as breakdown
+    from primal_compiler.executor.metrics import metrics
+    from primal_compiler.executor.replay import replay
+    from primal_compiler.executor.validate import validate_hops
+
+    rp = replay(meta, arrays, stream, target, where, control)
+    if memory == "strict" and rp.memory is not None:
+        from primal_compiler.executor.memory import check
+
+        check(rp.memory, stream.records, where)
+    report = {"format": "primal-run", "package_version": __version__, "program": where, "model": meta.get("model"),
+              "target": target.name, "pipeline": meta.get("pipeline"), "metrics": metrics(rp)}
+    if critical_path:
+        report["metrics"]["critical_path"] = breakdown(rp)
+    if validate:
+        report["validation"] = validate_hops(rp, where)
+    report["h100"] = h100_for(meta, report["metrics"])
+    report["baselines"] = family_for_program(meta, report["metrics"], baselines)
+    return report
+
+
+def h100_for(meta: dict, m: dict) -> dict | None:
+    """The H100 baseline for the program's model, batch, context and prompt (None if the model does not fit)."""
+    from dataclasses import fields
+
+    from primal_compiler.baselines.h100 import gpu_costs
+    from primal_compiler.ir.model_json import model_from_dict
+    from primal_compiler.target import load_target
+
+    if "model_ir" not in meta:
+        return None
+    model = model_from_dict(meta["model_ir"])
+    try:
+        costs = gpu_costs(model, load_target("h100"), m["batch"], m["context"], prompt=m.get("prompt_tokens"))
+    except InputError as exc:
+        return {"error": str(exc)}
+    return {f.name: getattr(costs, f.name) for f in fields(costs) if f.name != "details"}
+
+
+def decode_steps(stream) -> int:
+    """Decode steps of request 0: its decode ARGMAXes over its prefill's (one per pass)."""
+    from primal_compiler.isa.opcodes import step_ends
+
+    count = {}
+    for s in stream.sections:
+        if s.name in ("prefill:0", "decode:0"):
+            r = stream.records[s.start : s.stop]
+            count[s.name] = int(step_ends(r).sum())
+    return count.get("decode:0", 0) // max(1, count.get("prefill:0", 1))
