@@ -27,6 +27,8 @@ import numpy as np
 
 from primal_compiler.errors import InputError
 from primal_compiler.executor.topology import Topology
+from primal_compiler.isa.stream import Stream
+from primal_compiler.target.spec import PrimalTarget
 from primal_compiler.executor.transfers import Transfers
 from primal_compiler.isa.descriptors import DESCRIPTORS, Descriptor
 from primal_compiler.isa.opcodes import CONTROLLER, ActFn, DmacOp, Flag, Opcode
@@ -38,10 +40,10 @@ COMPONENTS = ("rram_adc", "sram_dcim", "router_dmac", "links", "controller", "wa
 class Ctx:
     """What the rules read: the target, the records, the placed tiles and the transfers."""
 
-    target: object
+    target: PrimalTarget
     topo: Topology
     records: np.ndarray
-    stream: object
+    stream: Stream
     transfers: Transfers
     rram_rows: np.ndarray  # per (ct * P + pe): used rows of the RRAM tile there (0 = none)
     rram_cols: np.ndarray

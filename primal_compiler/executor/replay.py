@@ -25,6 +25,8 @@ from primal_compiler.executor.kernel import schedule
 from primal_compiler.executor.topology import Topology
 from primal_compiler.ir.tiles import Macro
 from primal_compiler.isa.opcodes import CONTROLLER, NONE16, Opcode
+from primal_compiler.isa.stream import Stream
+from primal_compiler.target.spec import PrimalTarget
 
 
 @dataclass(frozen=True, eq=False)
@@ -47,8 +49,8 @@ class Replay:
 
     meta: dict
     arrays: dict
-    stream: object
-    target: object
+    stream: Stream
+    target: PrimalTarget
     topo: Topology
     ctx: costs.Ctx
     control: Control

@@ -8,11 +8,16 @@ guarantees established so far (:class:`~primal_compiler.ir.facts.Fact`);
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from primal_compiler.ir.facts import Fact
 from primal_compiler.ir.model import Model
 from primal_compiler.ir.tiles import TileTable
+
+if TYPE_CHECKING:  # the stages' own types; ir/ imports no stage at run time
+    from primal_compiler.codegen.kvmap import KvMap
+    from primal_compiler.isa.stream import Stream
+    from primal_compiler.mapping.layout import Layout
 
 
 @dataclass(frozen=True, eq=False)
@@ -21,10 +26,10 @@ class Program:
     facts: frozenset[Fact] = frozenset()
     records: tuple = ()
     tiles: TileTable | None = None
-    layout: Any = None  # primal_compiler.mapping.layout.Layout once blocked
-    kv: Any = None  # primal_compiler.codegen.kvmap.KvMap once kv-ring ran
-    stream: Any = None  # primal_compiler.isa.stream.Stream once codegen ran
-    power: Any = None  # SRPG schedule arrays (pg_ct, pg_on, pg_off) once srpg ran
+    layout: Layout | None = None  # once blocked
+    kv: KvMap | None = None  # once kv-ring ran
+    stream: Stream | None = None  # once codegen ran
+    power: dict[str, Any] | None = None  # SRPG schedule arrays (pg_ct, pg_on, pg_off) once srpg ran
     pending_details: dict[str, Any] = field(default_factory=dict)
 
     def evolve(self, **changes: Any) -> Program:

@@ -1,4 +1,4 @@
-"""Genetic-algorithm placement of tile groups on slot groups (DEAP), then assignment polishing.
+"""Genetic-algorithm placement of tile groups on slot groups, then assignment polishing.
 
 A gene sequence is a permutation of slot groups (2x2 PE quads for
 ``group_size=4``, single PEs for 1, 1x2 pairs for 2); gene k holds tile group
@@ -8,13 +8,15 @@ indices, so children stay permutations; pinned groups are repaired into
 place after every variation. Fitness (byte-hops, then max hops,
 lexicographically) is evaluated for a whole population at once in numpy and
 split over a ``concurrent.futures`` executor. The best individual is then
-refined by :func:`~primal_compiler.mapping.lap.lap_polish` at tile level. Every random draw comes from
-a private ``random.Random(seed)`` (DEAP's PMX and shuffle mutation operators
-draw from the global ``random`` module, so this module carries exact copies
-of them that draw from the private generator instead, making the same draws
-as the global module seeded with ``seed`` would): the result depends only on
-the inputs and seed, also when the GA runs in a thread of a process whose
-other threads use ``random`` (a Dask worker's event loop does).
+refined by :func:`~primal_compiler.mapping.lap.lap_polish` at tile level. The GA is written plainly:
+every random draw comes from a private ``random.Random(seed)``, so the result depends only on the
+inputs and seed, also when the GA runs in a thread of a process whose other threads use ``random`` (a
+Dask worker's event loop does). Its PMX crossover and index-shuffle mutation are DEAP's
+(``cxPartialyMatched``, ``mutShuffleIndexes``), which draw from the global ``random`` module and take
+no generator; the copies here draw from the private one and make the same draws (a test holds them to
+DEAP's, which the tests alone depend on). The initial population holds the placements of the curves
+``GaConfig.curves`` names, in that order, then random permutations: adding a curve to
+:data:`~primal_compiler.mapping.curves.CURVES` changes no GA result.
 """
 
 from __future__ import annotations
@@ -26,7 +28,6 @@ from concurrent.futures import Executor
 from dataclasses import dataclass, field
 
 import numpy as np
-from deap import base
 
 from primal_compiler.mapping.curves import CURVES
 from primal_compiler.mapping.exact import star_bound
@@ -37,11 +38,16 @@ from primal_compiler.mapping.lap import lap_polish, lower_max_hops, swap_descent
 LARGE_CT = 256  # above this many PEs an assignment costs ~0.2 s: only the final best is polished
 
 
+SEED_CURVES = ("row-major", "snake", "spiral", "zigzag", "zcurve", "hilbert", "column-major")
+
+
 @dataclass(frozen=True)
 class GaConfig:
+    """The GA's settings; the ``ga-placement`` pass takes its option defaults from these."""
+
     seed: int = 0
-    population: int = 48
-    generations: int = 60
+    population: int = 32
+    generations: int = 30
     time_limit_s: float = 0.0  # 0 = no wall-time budget
     target_gap: float = 0.0  # stop once byte-hops <= (1 + target_gap) x star bound; 0 = never
     group_size: int = 4
@@ -54,6 +60,7 @@ class GaConfig:
     polish_top: int = 4  # distinct best individuals polished at the end
     policy: str = "median"
     pins: tuple[tuple[int, int], ...] = ()  # (tile, slot)
+    curves: tuple[str, ...] = SEED_CURVES  # the curves whose placements seed the population, in order
     progress: bool = False
     label: str = ""
 
@@ -181,10 +188,10 @@ def _shuffle_mutation(rng: random.Random, individual: list[int], indpb: float) -
             individual[i], individual[swap_indx] = individual[swap_indx], individual[i]
 
 
-def _seeds(dec: _Decoder, inst: Instance) -> list[list[int]]:
+def _seeds(dec: _Decoder, inst: Instance, cfg: GaConfig) -> list[list[int]]:
     seeds = []
-    for curve in CURVES.values():
-        order = curve(inst.rows, inst.cols)
+    for name in cfg.curves:
+        order = CURVES[name](inst.rows, inst.cols)
         seeds.append(dec.from_slots(order[: inst.num_tiles]))
     return seeds
 
@@ -199,9 +206,8 @@ def run_ga(inst: Instance, cfg: GaConfig, executor: Executor | None = None, chun
     dec = _Decoder(inst, cfg.group_size, cfg.pins)
     Q = len(dec.groups)
     start = time.perf_counter()
-    tb = base.Toolbox()
     rng = random.Random(cfg.seed)
-    pop = _seeds(dec, inst)
+    pop = _seeds(dec, inst, cfg)
     while len(pop) < cfg.population:
         perm = rng.sample(range(Q), Q)
         dec.repair(perm)
@@ -215,7 +221,7 @@ def run_ga(inst: Instance, cfg: GaConfig, executor: Executor | None = None, chun
         if (cfg.time_limit_s and time.perf_counter() - start > cfg.time_limit_s) or fit[:, 0].min() <= goal:
             gen -= 1
             break
-        pop, fit = _generation(tb, dec, pop, fit, cfg, executor, chunks, Q, rng)
+        pop, fit = _generation(dec, pop, fit, cfg, executor, chunks, Q, rng)
         if cfg.polish_every and gen % cfg.polish_every == 0:
             _polish_elite(dec, pop, fit, cfg)
         best = int(np.lexsort((fit[:, 1], fit[:, 0]))[0])
@@ -266,7 +272,7 @@ def _polish_best(dec: _Decoder, pop: list, fit: np.ndarray, cfg: GaConfig, pins:
     return lower_max_hops(dec.inst, best, cfg.policy, pins, cfg.max_hop_slack)
 
 
-def _generation(tb, dec, pop, fit, cfg, executor, chunks, Q, rng):
+def _generation(dec, pop, fit, cfg, executor, chunks, Q, rng):
     """One generation: tournament selection, PMX, shuffle mutation, elitism."""
     n = len(pop)
     idx = np.arange(n)

@@ -12,6 +12,7 @@ import numpy as np
 from primal_compiler.errors import InputError
 from primal_compiler.ir.tiles import ROLE_CODES, Part
 from primal_compiler.mapping.blocking import apply_placement
+from primal_compiler.mapping.curves import CURVES
 from primal_compiler.mapping.ga import GaConfig, run_ga
 from primal_compiler.mapping.hops import layout_hops
 from primal_compiler.mapping.instance import hub_slots
@@ -24,7 +25,7 @@ EXECUTORS = ("process", "thread", "serial")
 
 @dataclass(frozen=True)
 class GaPlacement(Pass):
-    """Minimise byte-hops (then max hops) of every distinct CT with DEAP, then polish.
+    """Minimise byte-hops (then max hops) of every distinct CT with a genetic algorithm, then polish.
 
     Templates whose placement problems are identical (same mesh, flows, bytes
     and pins: the LM head's full CTs, for one) are solved once, with seed
@@ -41,25 +42,26 @@ class GaPlacement(Pass):
     """
 
     name = "ga-placement"
-    summary = "genetic-algorithm placement of tile groups (DEAP) with assignment polishing"
+    summary = "genetic-algorithm placement of tile groups with assignment polishing"
     requires = facts(Fact.BLOCKED)
     provides = facts(Fact.PLACED, Fact.SEARCHED)
     invalidates = facts(Fact.BOUNDED, Fact.STREAM, Fact.POWER_SCHEDULE)
 
-    seed: int = option(0, *SEED_RANGE)
+    seed: int = option(GaConfig.seed, *SEED_RANGE)
     # 4 individuals make a tournament; 1024 is 16x the thorough pipeline's 64 (fitness is scored
     # population x flows at once).
-    population: int = option(32, 4, 1024)
+    population: int = option(GaConfig.population, 4, 1024)
     # 10^4 generations take ~4 h on Llama-2-13B's templates (1.5 s each on 2 cores), 40 s on tiny-llama;
     # longer searches are what time_limit_s is for. A GA of no generation is no search.
-    generations: int = option(30, 1, 10_000)
-    time_limit_s: float = option(0.0, 0.0, 86_400.0)  # wall-time budget per template, 0 = none; a day at most
+    generations: int = option(GaConfig.generations, 1, 10_000)
+    time_limit_s: float = option(GaConfig.time_limit_s, 0.0, 86_400.0)  # budget per template, 0 = none; a day at most
     # stop a template's generations once its byte-hops are within this fraction of the star bound; 0 = never
     # (10 = 11x the bound, far above any gap seen on Llama-2).
-    target_gap: float = option(0.0, 0.0, 10.0)
-    group_size: int = option(4, choices=(1, 2, 4))
-    polish_rounds: int = option(20, 0, 1000)  # assignment rounds per polish (each ~0.2 s on a 32x32 CT)
-    max_hop_slack: float = option(0.02, 0.0, 1.0)  # fraction of byte-hops given up, at most, to lower max hops
+    target_gap: float = option(GaConfig.target_gap, 0.0, 10.0)
+    group_size: int = option(GaConfig.group_size, choices=(1, 2, 4))
+    polish_rounds: int = option(GaConfig.polish_rounds, 0, 1000)  # assignment rounds per polish (~0.2 s on 32x32)
+    max_hop_slack: float = option(GaConfig.max_hop_slack, 0.0, 1.0)  # byte-hops given up, at most, to lower max hops
+    seed_curves: tuple[str, ...] = option(GaConfig.curves)  # curves whose placements seed the population
     executor: str = option("process", choices=EXECUTORS)
     workers: int = option(0, 0, 1024)  # 0 = CPU count; 1024 is above any one host's cores
     pins: tuple[str, ...] = option(())
@@ -69,6 +71,9 @@ class GaPlacement(Pass):
     def check(self) -> None:
         for pin in self.pins:
             _parse_pin(pin)
+        unknown = [c for c in self.seed_curves if c not in CURVES]
+        if unknown:
+            raise ValueError(f"seed_curves: unknown curve {unknown[0]!r}; curves: {', '.join(CURVES)}")
 
     def run(self, program, target):
         layout = program.layout
@@ -83,7 +88,7 @@ class GaPlacement(Pass):
                 seed=self.seed + k, population=self.population, generations=self.generations,
                 time_limit_s=self.time_limit_s, target_gap=self.target_gap, group_size=self.group_size,
                 polish_rounds=self.polish_rounds, max_hop_slack=self.max_hop_slack,
-                pins=_template_pins(program, tp, self.pins),
+                pins=_template_pins(program, tp, self.pins), curves=self.seed_curves,
                 progress=self.progress and sys.stderr.isatty() and executor is None,
                 label=f"CT template {k + 1}/{len(layout.templates)}",
             )

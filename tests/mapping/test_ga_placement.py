@@ -128,3 +128,43 @@ def test_target_gap_stops_once_the_bound_is_close_enough():
 def test_target_gap_out_of_range_is_one_line(tiny_blocked, small_target):
     with pytest.raises(InputError, match="target_gap"):
         _run(tiny_blocked, small_target, "ga-placement{target_gap=-0.1}")
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_operators_make_deaps_draws_from_a_private_generator(seed):
+    from deap import tools
+
+    from primal_compiler.mapping.ga import _pmx, _shuffle_mutation
+
+    ours, theirs = random.Random(seed), random.Random(seed).sample(range(40), 40)
+    a, b = random.Random(seed + 100).sample(range(40), 40), theirs
+    a2, b2 = list(a), list(b)
+    _pmx(ours, a, b)
+    _shuffle_mutation(ours, a, 0.2)
+    state = random.getstate()
+    try:
+        random.seed(seed)
+        tools.cxPartialyMatched(a2, b2)
+        tools.mutShuffleIndexes(a2, 0.2)
+    finally:
+        random.setstate(state)
+    assert (a, b) == (a2, b2)
+
+
+def test_one_set_of_defaults_and_curves_seeded_by_name(tiny_blocked, small_target, monkeypatch):
+    from dataclasses import fields
+
+    from primal_compiler.mapping import curves
+
+    config = {f.name: f.default for f in fields(GaConfig)}
+    config["seed_curves"] = config["curves"]
+    search = ("seed", "population", "generations", "time_limit_s", "target_gap", "group_size", "polish_rounds",
+              "max_hop_slack", "seed_curves")  # pins and progress are spelled for their callers, not search settings
+    assert {f.name: f.default for f in fields(GaPlacement) if f.name in search} == {k: config[k] for k in search}
+    pipeline = "ga-placement{generations=2,population=8,executor=serial}"
+    before = PassManager(parse_pipeline(pipeline)).run(tiny_blocked, small_target).tiles.pe
+    monkeypatch.setitem(curves.CURVES, "anti-diagonal", lambda r, c: curves.CURVES["zigzag"](r, c)[::-1].copy())
+    after = PassManager(parse_pipeline(pipeline)).run(tiny_blocked, small_target).tiles.pe
+    assert (before == after).all()  # a new curve seeds nothing unless named
+    with pytest.raises(InputError, match=r"pass ga-placement: seed_curves: unknown curve 'spirals'"):
+        parse_pipeline("ga-placement{seed_curves=snake:spirals}")
