@@ -45,6 +45,7 @@ def cmd_inspect(args) -> None:
 
 def cmd_compile(args) -> None:
     from primal_compiler import api, compiled
+    from primal_compiler.pipeline import Workload
     from primal_compiler.frontend import load_model
     from primal_compiler.report.inspect import inspect_model, render_inspect
     from primal_compiler.report.hops import render_hops
@@ -53,7 +54,7 @@ def cmd_compile(args) -> None:
     check_destination(args.output, args.force, directory=True, inputs=inputs)
     model = load_model(args.model, args.lora, args.adapter)
     target = _target(args.target)
-    pipeline = api.with_adapters(args.pipeline, len(args.adapter or ()))
+    pipeline = api.for_workload(args.pipeline, Workload(adapters=len(args.adapter or ())))
     program = api.compile_model(model, target, pipeline, verify=args.verify)
     compiled.write_compiled(program, target, Path(args.output), args.force, inputs)
     print(render_inspect(inspect_model(program.model, target, program)))
@@ -132,6 +133,7 @@ def cmd_run_functional(args) -> None:
 
 def cmd_run(args) -> None:
     from primal_compiler import api, compiled
+    from primal_compiler.pipeline import Workload
     from primal_compiler.report import collect
     from primal_compiler.report.run import render_run
 
@@ -164,8 +166,9 @@ def cmd_run(args) -> None:
             check_destination(args.output, args.force, directory=True, inputs=inputs)
         model = load_model(args.model, args.lora, args.adapter)
         target = _target(args.target or "primal-7nm")
-        pipeline = api.run_pipeline(args.pipeline or "default", args.batch, args.context, args.generate)
-        pipeline = api.with_adapters(pipeline, len(args.adapter or ()))
+        workload = Workload(batch=args.batch, context=args.context, steps=args.generate,
+                            adapters=len(args.adapter or ()))
+        pipeline = api.for_workload(args.pipeline or "default", workload)
         program = api.compile_model(model, target, pipeline)
         passes = ", ".join(f"{r.name} {r.seconds:.1f} s" for r in program.records)
         print(f"compiled {model.name}: {api.pipeline_text(program)} ({passes})", file=sys.stderr)

@@ -83,6 +83,7 @@ class Pass:
     requires: ClassVar[frozenset[Fact]] = frozenset()
     provides: ClassVar[frozenset[Fact]] = frozenset()
     invalidates: ClassVar[frozenset[Fact]] = frozenset()
+    workload_options: ClassVar[dict[str, str]] = {}  # option -> the Workload field that sets it
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -114,6 +115,17 @@ class Pass:
 
     def run(self, program: Any, target: Any) -> Any:  # pragma: no cover - abstract
         raise NotImplementedError
+
+    def workload_changes(self, workload: Any) -> dict[str, Any]:
+        """The options ``workload`` (:class:`primal_compiler.pipeline.Workload`) sets: those named in
+        ``workload_options`` that it gives; a pass whose other options follow overrides this."""
+        return {opt: getattr(workload, name) for opt, name in self.workload_options.items()
+                if getattr(workload, name) is not None}
+
+    def for_workload(self, workload: Any) -> Pass:
+        """This pass with the options ``workload`` sets (:meth:`workload_changes`), checked as any pass is."""
+        changes = self.workload_changes(workload)
+        return dataclasses.replace(self, **changes) if changes else self
 
     def spec(self) -> str:
         """This pass as pipeline text: options that differ from the defaults only."""

@@ -227,8 +227,9 @@ def test_sweep_examples_and_bundled_pipelines_are_within_range():
     import tomllib
     from pathlib import Path
 
-    from primal_compiler.api import run_pipeline
+    from primal_compiler.api import for_workload
     from primal_compiler.passmgr import make_pass
+    from primal_compiler.pipeline import Workload
 
     for name in bundled("passes"):
         resolve_pipeline(name)
@@ -240,7 +241,7 @@ def test_sweep_examples_and_bundled_pipelines_are_within_range():
             for batch in table.get("batch", [1]) if isinstance(table.get("batch", [1]), list) else [table["batch"]]:
                 contexts = table.get("context", [2048])
                 for context in contexts if isinstance(contexts, list) else [contexts]:
-                    parse_pipeline(run_pipeline(pipeline, batch, context))
+                    parse_pipeline(for_workload(pipeline, Workload(batch=batch, context=context)))
             for key, values in table.items():
                 head, _, opt = key.partition(".")
                 if head in REGISTRY:

@@ -75,12 +75,13 @@ def _cluster_executor():
 
 
 def _passes(point: Point, executor):
-    """The point's passes; ``ga-placement`` evaluated serially, on ``executor``, or as the pipeline says."""
+    """The point's passes; a pass that takes an executor (``ga-placement``) evaluated serially, on ``executor``,
+    or as the pipeline says."""
     from primal_compiler.passmgr import parse_pipeline
 
     passes = []
     for p in parse_pipeline(point.pipeline):
-        if p.name == "ga-placement" and point.ga_executor != "pipeline":
+        if hasattr(p, "executor_override") and point.ga_executor != "pipeline":
             p = replace(p, executor="serial", progress=False) if executor is None else replace(
                 p, executor_override=executor, progress=False)
         passes.append(p)

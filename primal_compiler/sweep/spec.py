@@ -195,10 +195,11 @@ def build_pipeline(path: str, batch: int, context: int, seed: int | None, option
 
 @lru_cache(maxsize=65536)
 def _build_pipeline(path: str, batch: int, context: int, seed: int | None, options: tuple) -> str:
-    from primal_compiler.api import run_pipeline
+    from primal_compiler.api import for_workload
     from primal_compiler.passmgr import print_pipeline
+    from primal_compiler.pipeline import Workload
 
-    passes = list(_parse(run_pipeline(path, batch, context)))
+    passes = list(_parse(for_workload(path, Workload(batch=batch, context=context))))
     for i, p in enumerate(passes):
         changes = {}
         if seed is not None and hasattr(p, "seed"):

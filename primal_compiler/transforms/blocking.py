@@ -32,6 +32,7 @@ class Blocking(Pass):
     invalidates = facts(Fact.SEARCHED, Fact.BOUNDED, Fact.KV, Fact.STREAM, Fact.POWER_SCHEDULE)
 
     context: int = option(2048, *CONTEXT_RANGE)
+    workload_options = {"context": "context"}
 
     def run(self, program, target):
         mesh = (target.ct.mesh_rows, target.ct.mesh_cols)

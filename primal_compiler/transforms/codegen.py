@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -62,6 +62,22 @@ class Codegen(Pass):
     pipeline: bool = option(True)
     # Prompt tokens per prefill pass: chunks stream through the layer pipeline; 0 = the whole prompt in one pass.
     prefill_chunk: int = option(0, 0, CONTEXT_RANGE[1])
+    workload_options = {"prompt": "prompt", "steps": "steps"}
+
+    def workload_changes(self, workload) -> dict:
+        """The workload's prompt and steps; with ``adapters`` adapter directories, the default of one request
+        on adapter 0 becomes one request per adapter (0, 1, ...), and requests naming an adapter beyond them
+        are an InputError naming ``--adapter``."""
+        changes = super().workload_changes(workload)
+        adapters = workload.adapters
+        if adapters < 1:
+            return changes
+        requests = ";".join(str(k) for k in range(adapters)) if adapters > 1 and self.requests == "0" else self.requests
+        top = max(parse_requests(requests))
+        if top >= adapters:
+            given = f"{adapters} --adapter director{'ies were' if adapters > 1 else 'y was'} given"
+            raise InputError("--adapter", f"codegen{{requests={self.requests}}} names adapter {top}, but {given}")
+        return {**changes, "requests": requests} if requests != self.requests else changes
 
     def check(self) -> None:
         parse_requests(self.requests)
@@ -87,17 +103,3 @@ class Codegen(Pass):
         }
         return program.evolve(stream=stream, pending_details=details)
 
-
-def for_adapters(p, adapters: int):
-    """Pass ``p``, made to serve ``adapters`` adapter directories if it is codegen: its default of one
-    request on adapter 0 becomes one request per adapter (0, 1, ...); requests naming an adapter beyond
-    them are an InputError naming ``--adapter``. Any other pass is returned as it is."""
-    if p.name != "codegen" or adapters < 1:
-        return p
-    if adapters > 1 and p.requests == "0":
-        p = replace(p, requests=";".join(str(k) for k in range(adapters)))
-    top = max(parse_requests(p.requests))
-    if top >= adapters:
-        given = f"{adapters} --adapter director{'ies were' if adapters > 1 else 'y was'} given"
-        raise InputError("--adapter", f"codegen{{requests={p.requests}}} names adapter {top}, but {given}")
-    return p

@@ -38,6 +38,14 @@ class KvRing(Pass):
     chunk_tokens: int = option(32, *CONTEXT_RANGE)
     reserve_bytes: int = option(2048, 0, MAX_SCRATCHPAD_BYTES)  # at most the largest scratchpad a target may have
     bank_interleave: str = option("token", choices=KV_INTERLEAVES)
+    workload_options = {"batch": "batch", "context": "context"}
+
+    def workload_changes(self, workload) -> dict:
+        """The workload's batch and context; chunks no longer than a shorter context."""
+        changes = super().workload_changes(workload)
+        if changes.get("context", self.chunk_tokens) < self.chunk_tokens:
+            changes["chunk_tokens"] = changes["context"]
+        return changes
 
     def check(self) -> None:
         if self.context % self.chunk_tokens:
