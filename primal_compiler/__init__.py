@@ -25,7 +25,8 @@ if TYPE_CHECKING:
     from primal_compiler.ir.model import Model
     from primal_compiler.ir.program import Program
 
-__version__ = "0.1.0"
+from primal_compiler.version import __version__
+
 __all__ = ["__version__", "compile", "load_program", "load_target", "run"]
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from primal_compiler import __version__
+from primal_compiler.version import __version__
 from primal_compiler.api import last_details, pipeline_text
 from primal_compiler.ir.model_json import model_to_dict
 from primal_compiler.ir.program import Program

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from primal_compiler import __version__
+from primal_compiler.version import __version__
 from primal_compiler.baselines.family import DEFAULT as DEFAULT_BASELINES
 from primal_compiler.baselines.family import Selection
 from primal_compiler.errors import InputError
