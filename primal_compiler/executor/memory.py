@@ -121,8 +121,8 @@ def occupancy(stream, f: Footprints, start: np.ndarray, finish: np.ndarray, ctx,
     precision = meta["model_ir"]["precision"]
     widths = _widths(precision, ctx.target.router.dmac_bits)
     kind = f.tag >> 12
-    keep = (f.ct != CONTROLLER) & (f.tag < 0xF000)
-    keep &= widths[np.minimum(kind, 15)] > 0
+    keep = (f.ct != CONTROLLER) & (f.tag < 0xF000)  # a pseudo-buffer's kind is 15
+    keep &= widths[kind] > 0
     rows = np.flatnonzero(keep)
     elements = access_elements(records, _take(f, rows), ctx, precision)
     lo = f.lo[rows]
