@@ -40,19 +40,20 @@ def facts(*names: Fact) -> frozenset[Fact]:
     return frozenset(names)
 
 
-def check_contracts(passes: Sequence[Any], facts: frozenset[Fact], earlier: tuple[str, ...] = ()) -> None:
+def check_contracts(passes: Sequence[Any], held: frozenset[Fact], earlier: tuple[str, ...] = ()) -> None:
     """Every pass's requirements hold when it would run, and the pipeline ends with no stale carried fact.
 
-    ``passes``: objects with ``name``, ``requires``, ``provides`` and ``invalidates``; ``facts``: what the
+    ``passes``: objects with ``name``, ``requires``, ``provides`` and ``invalidates``; ``held``: what the
     program holds before the first of them; ``earlier``: the passes that made it. An InputError names the
     pass and, for a stale fact, the pass that provided it and the one that invalidated it.
     """
-    have = {f: (-1, "an earlier compile") for f in facts}  # fact -> (position, who provided it)
+    have = {f: (-1, "an earlier compile") for f in held}  # fact -> (position, who provided it)
     stale: dict[Fact, tuple[int, str, str]] = {}  # fact -> (position, who provided it, the pass invalidating it)
     names = list(earlier)
     for i, p in enumerate(passes):
         missing = p.requires - have.keys()
-        for f in sorted(missing & stale.keys()):
+        if missing & stale.keys():
+            f = min(missing & stale.keys())
             _, provider, killer = stale[f]
             raise InputError(f"pass {p.name}", f"requires {f}, which pass {killer} invalidated after {provider} "
                                                f"provided it (run {_rerun(provider)} after {killer})")
