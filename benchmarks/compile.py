@@ -21,7 +21,7 @@ import threading
 import time
 from pathlib import Path
 
-from primal_compiler.compiled import program_file
+from primal_compiler.compiled import Compiled
 from primal_compiler.report.collect import replay_report
 from primal_compiler.frontend import load_model
 from primal_compiler.ir.program import Program
@@ -103,11 +103,11 @@ def main(models: list[str]) -> None:
                 program = PassManager((p,)).run(program, target)
                 lines.append(_line(p.name, time.perf_counter() - t0, _cpu() - c0, sampler.reset()))
             t0, c0 = time.perf_counter(), _cpu()
-            meta, arrays = program_file(program, target)
+            compiled = Compiled.of(program, target, f"<{name}>")
             lines.append(_line("program-file", time.perf_counter() - t0, _cpu() - c0, sampler.reset()))
             compile_s = time.perf_counter() - start
             t0, c0 = time.perf_counter(), _cpu()
-            replay_report(meta, arrays, program.stream, target, f"<{name}>")
+            replay_report(compiled)
             lines.append(_line("replay", time.perf_counter() - t0, _cpu() - c0, sampler.reset()))
             total = time.perf_counter() - start
             peak_kib = max(resource.getrusage(w).ru_maxrss for w in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN))

@@ -59,8 +59,8 @@ def load_program(path: str | os.PathLike, target: Any = None) -> Program:
     from primal_compiler.functional.container import program_from_container
     from primal_compiler.report.collect import load_compiled
 
-    meta, arrays, stream, _, where = load_compiled(Path(path), target)
-    return program_from_container(meta, arrays, stream, where)
+    c = load_compiled(Path(path), target)
+    return program_from_container(c.meta, c.arrays, c.stream, c.where)
 
 
 def run(program: Program | str | os.PathLike, target: Any = None, *, control: str | None = None,
@@ -73,14 +73,12 @@ def run(program: Program | str | os.PathLike, target: Any = None, *, control: st
     from primal_compiler.report.collect import load_compiled, replay_report
 
     if isinstance(program, (str, os.PathLike)):
-        meta, arrays, stream, chosen, where = load_compiled(Path(program), target)
+        c = load_compiled(Path(program), target)
     else:
-        from primal_compiler.compiled import program_file
+        from primal_compiler.compiled import Compiled
 
         if target is None or program.layout is None or program.stream is None:
             raise InputError("run", "a Program runs with its target and needs the placement and stream of a "
                                     "compile (a program file runs by its path)")
-        chosen = load_target(target) if isinstance(target, (str, os.PathLike)) else target
-        (meta, arrays), stream, where = program_file(program, chosen), program.stream, program.model.name
-    return replay_report(meta, arrays, stream, chosen, where, control=control, critical_path=critical_path,
-                         memory=memory)
+        c = Compiled.of(program, load_target(target) if isinstance(target, (str, os.PathLike)) else target)
+    return replay_report(c, control=control, critical_path=critical_path, memory=memory)

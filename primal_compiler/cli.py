@@ -107,8 +107,8 @@ def cmd_run_functional(args) -> None:
     if args.save_logits:
         check_destination(args.save_logits, args.force, directory=False, inputs=(args.model, args.weights))
     if _is_program(args.model):
-        meta, arrays, stream, target, where = collect.load_compiled(Path(args.model), args.target)
-        program = program_from_container(meta, arrays, stream, where)
+        c = collect.load_compiled(Path(args.model), args.target)
+        program, target, where = program_from_container(c.meta, c.arrays, c.stream, c.where), c.target, c.where
     else:
         from primal_compiler.frontend import load_model
 
@@ -147,13 +147,13 @@ def cmd_run(args) -> None:
         if args.lora or args.adapter or args.pipeline or args.output is not None:
             raise InputError(args.model, "--lora, --adapter, -p and -o apply when compiling a model (--adapter also "
                                          "with --functional); this is a compiled program")
-        meta, arrays, stream, target, where = collect.load_compiled(Path(args.model), args.target)
-        kv = meta.get("kv", {})
+        c = collect.load_compiled(Path(args.model), args.target)
+        kv, where = c.meta.get("kv", {}), c.where
         for name, want in (("batch", args.batch), ("context", args.context)):
             if want is not None and want != kv.get(name):
                 raise InputError(where, f"compiled for {name} {kv.get(name)}, not {want}; recompile with "
                                         f"`primal run MODEL --{name} {want}` (the KV space is laid out at compile time)")
-        steps = collect.decode_steps(stream)
+        steps = collect.decode_steps(c.stream)
         if args.generate is not None and args.generate != steps:
             raise InputError(where, f"compiled for {steps} generated tokens, not {args.generate}; recompile with "
                                     f"`primal run MODEL --generate {args.generate}` (decode steps are compiled)")
@@ -172,14 +172,13 @@ def cmd_run(args) -> None:
         program = api.compile_model(model, target, pipeline)
         passes = ", ".join(f"{r.name} {r.seconds:.1f} s" for r in program.records)
         print(f"compiled {model.name}: {api.pipeline_text(program)} ({passes})", file=sys.stderr)
-        meta, arrays = compiled.program_file(program, target)
-        stream, where = program.stream, args.model
+        c = compiled.Compiled.of(program, target, args.model)
         if args.output is not None:
             compiled.write_compiled(program, target, Path(args.output), args.force, inputs)
             where = str(Path(args.output) / PROGRAM_FILE)
-            meta, arrays, stream = load_program(where, target)
+            c = compiled.Compiled(*load_program(where, target), target, where)
             print(f"wrote {args.output}/ (program.primal, placement, summary.json, records.json)", file=sys.stderr)
-    report = collect.replay_report(meta, arrays, stream, target, where, validate=not args.no_validate,
+    report = collect.replay_report(c, validate=not args.no_validate,
                                baselines=chosen, control=args.control, critical_path=args.critical_path,
                                memory=args.memory)
     print(json.dumps(report, indent=2, sort_keys=True) if args.json else render_run(report))

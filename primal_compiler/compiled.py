@@ -2,13 +2,18 @@
 
 ``program_file`` is the one place a compiled Program becomes the program
 container's metadata and named arrays (placement, KV map, power schedule);
-``write_compiled`` writes a compile output directory atomically.
+:class:`Compiled` is what run, viz and the functional replay read, the same
+value whether it comes from a compile (:meth:`Compiled.of`) or from a file
+(:func:`primal_compiler.report.collect.load_compiled`); ``write_compiled``
+writes a compile output directory atomically.
 """
 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -17,7 +22,29 @@ from primal_compiler.api import last_details, pipeline_text
 from primal_compiler.ir.model_json import model_to_dict
 from primal_compiler.ir.program import Program
 from primal_compiler.ir.tiles import ROLE_CODES, Macro
+from primal_compiler.isa.stream import Stream
 from primal_compiler.passmgr import parse_pipeline
+from primal_compiler.target.spec import PrimalTarget
+
+
+@dataclass(frozen=True, eq=False)
+class Compiled:
+    """A compiled program as its container holds it: metadata, named arrays, the stream, the target it was
+    compiled for, and where it came from (a file, or the model a compile started from)."""
+
+    meta: dict[str, Any]
+    arrays: dict[str, np.ndarray]
+    stream: Stream
+    target: PrimalTarget
+    where: str
+
+    @classmethod
+    def of(cls, program: Program, target: PrimalTarget, where: str | None = None) -> Compiled:
+        """A just-compiled Program (it must carry its placement and stream) as its file would hold it."""
+        if program.stream is None:
+            raise ValueError("a Program without a stream has no program file")
+        meta, arrays = program_file(program, target)
+        return cls(meta, arrays, program.stream, target, where or program.model.name)
 
 
 def placement_table(program: Program) -> str:

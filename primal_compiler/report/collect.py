@@ -11,11 +11,12 @@ from pathlib import Path
 from primal_compiler.version import __version__
 from primal_compiler.baselines.family import DEFAULT as DEFAULT_BASELINES
 from primal_compiler.baselines.family import Selection
+from primal_compiler.compiled import Compiled
 from primal_compiler.errors import InputError
 
 
-def load_compiled(path: Path, target_name=None):
-    """(meta, arrays, stream, target, where) of a compiled program file or a compile output directory.
+def load_compiled(path: Path, target_name=None) -> Compiled:
+    """The :class:`~primal_compiler.compiled.Compiled` of a program file or a compile output directory.
 
     The one loader of run, viz and the functional replay: the file passes every check of
     :func:`~primal_compiler.isa.container.load_program` for a compiled program (so each part can index
@@ -30,10 +31,10 @@ def load_compiled(path: Path, target_name=None):
     given = target_name is not None and not isinstance(target_name, (str, Path))
     target = target_name if given else load_target(target_name or meta["target"])
     check_target(str(file), meta, arrays, target)
-    return meta, arrays, stream, target, str(file)
+    return Compiled(meta, arrays, stream, target, str(file))
 
 
-def replay_report(meta: dict, arrays: dict, stream, target, where: str, validate: bool = True,
+def replay_report(compiled: Compiled, validate: bool = True,
                   baselines: Selection = DEFAULT_BASELINES, control: str | None = None,
                   critical_path: bool = False, memory: str = "report") -> dict:
     """Replay a program (under ``control``, default the target's) and collect its metrics, hop validation,
@@ -47,13 +48,14 @@ def replay_report(meta: dict, arrays: dict, stream, target, where: str, validate
     from primal_compiler.executor.replay import replay
     from primal_compiler.executor.validate import validate_hops
 
-    rp = replay(meta, arrays, stream, target, where, control)
+    meta, where = compiled.meta, compiled.where
+    rp = replay(meta, compiled.arrays, compiled.stream, compiled.target, where, control)
     if memory == "strict" and rp.memory is not None:
         from primal_compiler.executor.memory import check
 
-        check(rp.memory, stream.records, where)
+        check(rp.memory, compiled.stream.records, where)
     report = {"format": "primal-run", "package_version": __version__, "program": where, "model": meta.get("model"),
-              "target": target.name, "pipeline": meta.get("pipeline"), "metrics": metrics(rp)}
+              "target": compiled.target.name, "pipeline": meta.get("pipeline"), "metrics": metrics(rp)}
     if critical_path:
         report["metrics"]["critical_path"] = breakdown(rp)
     if validate:

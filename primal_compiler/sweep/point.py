@@ -105,10 +105,10 @@ def run_point(point: Point) -> dict[str, Any]:
         with ctx as executor:
             program = PassManager(_passes(point, executor)).run(Program(model=model), target)
         timings["compile_s"] = time.perf_counter() - start
-        meta, arrays = compiled.program_file(program, target)
-        phash = program_hash(program.stream, arrays)
+        c = compiled.Compiled.of(program, target, point.point_id)
+        phash = program_hash(c.stream, c.arrays)
         t = time.perf_counter()
-        report = collect.replay_report(meta, arrays, program.stream, target, point.point_id, validate=point.validate)
+        report = collect.replay_report(c, validate=point.validate)
         timings["replay_s"] = time.perf_counter() - t
         flat = flatten(report)
     except Exception as exc:  # noqa: BLE001 - a point's failure is data, not a crash of the sweep

@@ -108,7 +108,8 @@ def load(out, target_name: str | None = None) -> VizData:
         raise InputError(str(out), "no such compile output directory")
     seconds = {}
     t = time.perf_counter()
-    meta, arrays, stream, target, where = load_compiled(out, target_name)
+    c = load_compiled(out, target_name)
+    meta, arrays, stream, target, where = c.meta, c.arrays, c.stream, c.target, c.where
     seconds["load"] = time.perf_counter() - t
     t = time.perf_counter()
     rp = replay(meta, arrays, stream, target, where)

@@ -337,17 +337,17 @@ def consume(path: Path) -> str:
     again = asm(text, str(path))
     assert disasm(*again) == text
     try:
-        meta, arrays, stream, target, where = collect.load_compiled(path, None)
+        c = collect.load_compiled(path, None)
     except InputError:
         return "plain"
     outcome = "replayed"
-    for stage in (lambda: collect.replay_report(meta, arrays, stream, target, where), lambda: viz_data.load(path)):
+    for stage in (lambda: collect.replay_report(c), lambda: viz_data.load(path)):
         try:
             stage()
         except InputError as exc:
             assert "\n" not in str(exc)
             outcome = "replay refused"
-    program_from_container(meta, arrays, stream, where)  # what load_compiled accepts, the functional replay takes
+    program_from_container(c.meta, c.arrays, c.stream, c.where)  # what load_compiled accepts, the functional replay takes
     return outcome
 
 
