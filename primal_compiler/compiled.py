@@ -49,7 +49,7 @@ class Compiled:
 
 def placement_table(program: Program) -> str:
     """Human-readable per-CT table: layer, template, tiles per role, PEs used."""
-    t, layout = program.tiles, program.layout
+    t, layout = program.need_tiles(), program.need_layout()
     lines = [f"{'ct':>5} {'layer':>6} {'template':>8} {'pes':>5}  matrices (RRAM tiles)"]
     rram = t.macro == Macro.RRAM
     owns_pe = rram | (t.host == np.arange(len(t)))  # a LoRA tile beyond the layer's RRAM tiles has its own PE
@@ -84,22 +84,22 @@ def summary(program: Program, target) -> dict:
 
 def program_file(program: Program, target) -> tuple[dict, dict[str, np.ndarray]]:
     """Metadata and named arrays (placement, KV map, power schedule) of the program container."""
-    t, kv = program.tiles, program.kv
+    t, kv, layout = program.need_tiles(), program.need_kv(), program.need_layout()
     passes = [p for r in program.records for p in parse_pipeline(r.spec)]
     seeds = [p.seed for p in passes if hasattr(p, "seed")]
     meta = {
         "format": "primal-program", "package_version": __version__, "model": program.model.name,
         "target": target.name, "target_hash": target.content_hash, "pipeline": pipeline_text(program),
-        "seed": seeds[-1] if seeds else None, "num_cts": program.layout.num_cts,
+        "seed": seeds[-1] if seeds else None, "num_cts": layout.num_cts,
         "mesh_rows": target.ct.mesh_rows, "mesh_cols": target.ct.mesh_cols,
-        "num_layers": program.model.num_layers, "package_cols": program.layout.package_cols,
+        "num_layers": program.model.num_layers, "package_cols": layout.package_cols,
         "model_ir": model_to_dict(program.model),
         "kv": {"context": kv.context, "batch": kv.batch, "chunk_tokens": kv.chunk_tokens, "kv_heads": kv.kv_heads,
                "head_dim": kv.head_dim, "kv_bytes": kv.kv_bytes, "banks": kv.banks, "interleave": kv.interleave,
                "chunk_slots": kv.chunk_slots},
     }
     arrays = {f"tile_{k}": v for k, v in t.columns().items()}
-    arrays["ct_layer"] = program.layout.ct_layer.astype(np.int32)
+    arrays["ct_layer"] = layout.ct_layer.astype(np.int32)
     arrays.update(mapped_legs(program.layout))
     arrays.update(kv.arrays())
     for k, v in (program.power or {}).items():
@@ -131,9 +131,10 @@ def write_compiled(program: Program, target, out: Path, force: bool = False, inp
     """
     from primal_compiler.outdir import output_directory
 
-    need = len(program.tiles) * 64 + (0 if program.stream is None else program.stream.records.nbytes)  # a floor
+    tiles = program.need_tiles()
+    need = len(tiles) * 64 + (0 if program.stream is None else program.stream.records.nbytes)  # a floor
     with output_directory(out, "compile", force, need, inputs) as tmp:
-        np.savez_compressed(tmp / "placement.npz", **program.tiles.columns())
+        np.savez_compressed(tmp / "placement.npz", allow_pickle=False, **tiles.columns())
         (tmp / "placement.txt").write_text(placement_table(program))
         (tmp / "summary.json").write_text(json.dumps(summary(program, target), indent=2, sort_keys=True) + "\n")
         records = [{"name": r.name, "spec": r.spec, "details": r.details} for r in program.records]

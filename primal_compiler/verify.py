@@ -67,21 +67,21 @@ def _checked(check: Callable[[Program], None]) -> Callable[[Program], str | None
 def _kv(program: Program) -> None:
     from primal_compiler.codegen.check import check_kv_map
 
-    layout = program.layout
-    check_kv_map(program.kv, [np.flatnonzero(layout.ct_layer == n) for n in range(program.model.num_layers)])
+    layout = program.need_layout()
+    check_kv_map(program.need_kv(), [np.flatnonzero(layout.ct_layer == n) for n in range(program.model.num_layers)])
 
 
 def _stream(program: Program) -> None:
     from primal_compiler.codegen.check import check_configs, check_kv_appends
 
-    check_configs(program.stream)
-    check_kv_appends(program.stream)
+    check_configs(program.need_stream())
+    check_kv_appends(program.need_stream())
 
 
 def _power(program: Program) -> None:
     from primal_compiler.codegen.check import check_power
 
-    check_power(program.stream)
+    check_power(program.need_stream())
 
 
 VERIFIERS: dict[Fact, Callable[[Program], str | None]] = {

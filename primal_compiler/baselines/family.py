@@ -73,12 +73,9 @@ def parse_members(text: str) -> tuple[Member, ...]:
 
 def selection(gpu: str, members: str) -> Selection:
     """The selection of ``--baseline-gpu GPU --baselines MEMBERS``; the GPU target must load and be a GPU."""
-    from primal_compiler.target import load_target
-    from primal_compiler.target.gpu import GpuTarget
+    from primal_compiler.target import load_gpu_target
 
-    target = load_target(gpu)
-    if not isinstance(target, GpuTarget):
-        raise InputError("--baseline-gpu", f"{gpu} is a {target.kind} target; give a GPU (a100, h100, h200)")
+    load_gpu_target(gpu, "--baseline-gpu")
     return Selection(gpu, parse_members(members))
 
 

@@ -11,7 +11,7 @@ import numpy as np
 
 from primal_compiler.isa.opcodes import CONTROLLER, NONE16, NONE32, RECORD, empty
 
-_FIELDS = RECORD.names
+_FIELDS: tuple[str, ...] = RECORD.names or ()
 
 
 class Block:

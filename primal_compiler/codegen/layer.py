@@ -68,7 +68,7 @@ class LayerEmitter:
             if f.cls == FlowClass.REDUCE:
                 return buf(BufKind.PSUM, 0), 0
             if str(f.dst).startswith("lora:"):
-                return buf(BufKind.LORA_A, _hub_index(f.dst)), 0
+                return buf(BufKind.LORA_A, _hub_index(str(f.dst))), 0
             return buf(BufKind.PSUM, 1), 0
         if f.cls == FlowClass.RESIDUAL and src in ("in", "mid"):
             return HIDDEN(HiddenBuf.X if src == "in" else HiddenBuf.MID), 0
@@ -87,7 +87,7 @@ class LayerEmitter:
             return self._proxy_buf(leg.dst_pos, dst), 0
         if not isinstance(dst, str):
             if f.cls == FlowClass.LORA and str(f.src).startswith("lora:"):
-                return buf(BufKind.LORA_R, _hub_index(f.src)), 0
+                return buf(BufKind.LORA_R, _hub_index(str(f.src))), 0
             if f.cls == FlowClass.LORA:
                 self.lora_input.add(int(dst))
                 return buf(BufKind.IN, 1), 0
@@ -95,12 +95,12 @@ class LayerEmitter:
         if f.cls == FlowClass.RESIDUAL:
             if f.src in ("in", "mid"):
                 return HIDDEN(HiddenBuf.RESID), 0
-            j = int(f.src.split(":")[2])
+            j = int(str(f.src).split(":")[2])
             if dst == "mid":
                 return HIDDEN(HiddenBuf.MID), j * self.geo_cols
             if dst == "out":
                 return HIDDEN(HiddenBuf.LOGITS if self.head else HiddenBuf.OUT), j * self.geo_cols
-            return buf(BufKind.ROOT, _hub_index(f.src)), 0  # gate root -> up root
+            return buf(BufKind.ROOT, _hub_index(str(f.src))), 0  # gate root -> up root
         kind = BufKind.ROOT if dst.startswith("root:") else BufKind.LORA_R
         return buf(kind, _hub_index(dst)), 0
 

@@ -118,12 +118,16 @@ def windows(stream: Stream, num_layers: int) -> tuple[np.ndarray, np.ndarray, np
 def _merge(ct: np.ndarray, lo: np.ndarray, hi: np.ndarray):
     order = np.lexsort((lo, ct))
     ct, lo, hi = ct[order], lo[order], hi[order]
-    out_ct, out_lo, out_hi = [], [], []
+    out_ct: list[int] = []
+    out_lo: list[int] = []
+    out_hi: list[int] = []
     for c, a, b in zip(ct.tolist(), lo.tolist(), hi.tolist()):
         if out_ct and out_ct[-1] == c and a <= out_hi[-1] + 1:
             out_hi[-1] = max(out_hi[-1], b)
         else:
-            out_ct.append(c), out_lo.append(a), out_hi.append(b)
+            out_ct.append(c)
+            out_lo.append(a)
+            out_hi.append(b)
     return np.array(out_ct, np.int64), np.array(out_lo, np.int64), np.array(out_hi, np.int64)
 
 

@@ -24,8 +24,8 @@ Pos = tuple[int, int]  # (global CT, PE)
 
 @dataclass(frozen=True)
 class Leg:
-    src: object  # tile row, hub name or proxy name
-    dst: object
+    src: int | str  # tile row, hub name or proxy name
+    dst: int | str
     src_pos: Pos
     dst_pos: Pos
     nbytes: float

@@ -22,6 +22,7 @@ machine held for that location in that pass (``tests/executor/test_memory.py``).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -226,7 +227,7 @@ def check(mem: Memory, records: np.ndarray, where: str) -> None:
 def summary(mem: Memory, records: np.ndarray) -> dict:
     """The report's ``memory`` object: capacity, peaks, PEs over capacity and the worst PE's largest buffers."""
     worst = int(np.argmax(mem.peak_bytes)) if len(mem.peak_bytes) else 0
-    out = {"capacity_bytes": mem.capacity_bytes, "peak_bytes": int(mem.peak_bytes.max(initial=0)),
+    out: dict[str, Any] = {"capacity_bytes": mem.capacity_bytes, "peak_bytes": int(mem.peak_bytes.max(initial=0)),
            "peak_prefill_bytes": mem.phase_peak.get("prefill", 0), "peak_decode_bytes": mem.phase_peak.get("decode", 0),
            "kv_bytes_max": int(mem.kv_bytes.max(initial=0)), "pes_over_capacity": mem.pes_over,
            "fits": mem.overflow is None}

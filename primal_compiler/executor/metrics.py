@@ -90,7 +90,7 @@ def _window_energy(rp: Replay, rec: np.ndarray, begin: int, end: int) -> tuple[d
     """Joules per component, per power state and (static only) per domain: ``rec`` plus all CTs' leakage in the window."""
     dyn = {k: float(v[rec].sum()) * 1e-12 for k, v in rp.energy_pj.items()}
     static = power.static_energy_j(rp.timeline, rp.target, rp.topo.pes, begin, end)
-    static_by_state = sum(static.values())
+    static_by_state = np.sum(list(static.values()), axis=0)  # per state, over domains
     comp = {k: dyn.get(k, 0.0) for k in COMPONENT_KEYS if k != "static"}
     comp["static"] = float(static_by_state.sum())
     states = {s: float(static_by_state[i]) for i, s in enumerate(power.STATES)}

@@ -153,7 +153,8 @@ def replay(meta: dict, arrays: dict, stream, target, where: str = "program", mod
     local_rate = r.scratchpad_banks * r.scratchpad_bank_width_bits / 8
     tr = transfers.expand(stream, topo, local_rate)
     mark("transfers")
-    ctx = costs.Ctx(target, topo, stream.records, stream, tr, *_tile_shapes(arrays, topo),
+    rram_rows, rram_cols, sram_rows, sram_cols = _tile_shapes(arrays, topo)
+    ctx = costs.Ctx(target, topo, stream.records, stream, tr, rram_rows, rram_cols, sram_rows, sram_cols,
                     costs.bank_lanes(target, meta.get("kv") or {}))
     busy, unit, energy = costs.record_costs(ctx, where)
     mark("costs")

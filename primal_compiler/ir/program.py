@@ -8,11 +8,15 @@ guarantees established so far (:class:`~primal_compiler.ir.facts.Fact`);
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from primal_compiler.errors import InputError
 
 from primal_compiler.ir.facts import Fact
 from primal_compiler.ir.model import Model
 from primal_compiler.ir.tiles import TileTable
+
+T = TypeVar("T")
 
 if TYPE_CHECKING:  # the stages' own types; ir/ imports no stage at run time
     from primal_compiler.codegen.kvmap import KvMap
@@ -34,3 +38,22 @@ class Program:
 
     def evolve(self, **changes: Any) -> Program:
         return replace(self, **changes)
+
+    def need_tiles(self) -> TileTable:
+        """The tile table; InputError naming what has not run when there is none."""
+        return _need(self.tiles, "tiles (lower-tiles has not run)")
+
+    def need_layout(self) -> Layout:
+        return _need(self.layout, "layout (blocking has not run)")
+
+    def need_kv(self) -> KvMap:
+        return _need(self.kv, "KV map (kv-ring has not run)")
+
+    def need_stream(self) -> Stream:
+        return _need(self.stream, "stream (codegen has not run)")
+
+
+def _need(value: T | None, what: str) -> T:
+    if value is None:
+        raise InputError("program", f"has no {what}")
+    return value

@@ -40,7 +40,8 @@ def block_model(model: Model, tiles: TileTable, geo, mesh: tuple[int, int], cont
                                      f"holds ({MAX_CTS:,} CTs, {MAX_PES:,} PEs)")
     ct_base = np.concatenate([[0], np.cumsum(n_cts)[:-1]]).astype(np.int64)
 
-    templates, template_index = [], {}
+    templates: list[CtTemplate] = []
+    template_index: dict[tuple, int] = {}
     for key, (instances, _, _, _, _) in per_template.items():
         layer = jobs[key][0]
         for c, (inst, rel) in enumerate(instances):
@@ -61,12 +62,16 @@ def block_model(model: Model, tiles: TileTable, geo, mesh: tuple[int, int], cont
         ct[s0:s1] = ct_of[t0 : t0 + (s1 - s0)] + ct_base[layer]
         seq[s0:s1] = seq_of[t0 : t0 + (s1 - s0)]
         for a, b, nb in inter:
-            src.append(a + ct_base[layer]), dst.append(b + ct_base[layer]), nbytes.append(nb)
+            src.append(a + ct_base[layer])
+            dst.append(b + ct_base[layer])
+            nbytes.append(nb)
         prev = CONTROLLER if layer == 0 else _out_ct(per_template[layer_key[layer - 1]], ct_base[layer - 1])
-        src.append(prev), dst.append(hub_ct["in"] + ct_base[layer])
+        src.append(prev)
+        dst.append(hub_ct["in"] + ct_base[layer])
         nbytes.append(model.hidden_size * model.precision.activation_bits / 8)
     last = per_template[layer_key[-1]]
-    src.append(_out_ct(last, ct_base[-1])), dst.append(CONTROLLER)
+    src.append(_out_ct(last, ct_base[-1]))
+    dst.append(CONTROLLER)
     nbytes.append(model.vocab_size * model.precision.psum_bits / 8)
 
     layout = Layout(

@@ -42,38 +42,38 @@ def solve_exact(inst: Instance, max_deterministic_time: float = 20.0, scale: flo
     m = cp_model.CpModel()
     T, H, S = inst.num_tiles, inst.num_hubs, inst.num_slots
     cols, rows = inst.cols, inst.rows
-    x = [[m.NewBoolVar(f"x{t}_{s}") for s in range(S)] for t in range(T)]
+    x = [[m.new_bool_var(f"x{t}_{s}") for s in range(S)] for t in range(T)]
     for t in range(T):
-        m.AddExactlyOne(x[t])
+        m.add_exactly_one(x[t])
     for s in range(S):
-        m.AddAtMostOne(x[t][s] for t in range(T))
-    X = [m.NewIntVar(0, cols - 1, f"X{e}") for e in range(T + H)]
-    Y = [m.NewIntVar(0, rows - 1, f"Y{e}") for e in range(T + H)]
+        m.add_at_most_one(x[t][s] for t in range(T))
+    X = [m.new_int_var(0, cols - 1, f"X{e}") for e in range(T + H)]
+    Y = [m.new_int_var(0, rows - 1, f"Y{e}") for e in range(T + H)]
     for t in range(T):
-        m.Add(X[t] == sum((s % cols) * x[t][s] for s in range(S)))
-        m.Add(Y[t] == sum((s // cols) * x[t][s] for s in range(S)))
+        m.add(X[t] == sum((s % cols) * x[t][s] for s in range(S)))
+        m.add(Y[t] == sum((s // cols) * x[t][s] for s in range(S)))
     terms = []
     weights = np.rint(inst.weight * scale).astype(np.int64)
     for f, (a, b) in enumerate(zip(inst.src.tolist(), inst.dst.tolist())):
         if a == b or weights[f] == 0:
             continue
-        dx = m.NewIntVar(0, cols - 1, f"dx{f}")
-        dy = m.NewIntVar(0, rows - 1, f"dy{f}")
-        m.AddAbsEquality(dx, X[a] - X[b])
-        m.AddAbsEquality(dy, Y[a] - Y[b])
+        dx = m.new_int_var(0, cols - 1, f"dx{f}")
+        dy = m.new_int_var(0, rows - 1, f"dy{f}")
+        m.add_abs_equality(dx, X[a] - X[b])
+        m.add_abs_equality(dy, Y[a] - Y[b])
         terms.append(int(weights[f]) * (dx + dy))
     objective = sum(terms)
-    m.Add(objective >= int(np.ceil(star_bound(inst).byte_hops * scale - 1e-9)))
+    m.add(objective >= int(np.ceil(star_bound(inst).byte_hops * scale - 1e-9)))
     if T:
-        m.Add(2 * X[0] <= cols - 1)
-        m.Add(2 * Y[0] <= rows - 1)
+        m.add(2 * X[0] <= cols - 1)
+        m.add(2 * Y[0] <= rows - 1)
         if rows == cols:
-            m.Add(Y[0] <= X[0])
+            m.add(Y[0] <= X[0])
     if hint is not None:
         for t in range(T):
             for s in range(S):
-                m.AddHint(x[t][s], int(hint[t] == s))
-    m.Minimize(objective)
+                m.add_hint(x[t][s], int(hint[t] == s))
+    m.minimize(objective)
     solver = cp_model.CpSolver()
     solver.parameters.max_deterministic_time = max_deterministic_time
     solver.parameters.num_workers = 1

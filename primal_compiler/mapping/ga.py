@@ -77,12 +77,12 @@ class GaResult:
 def slot_groups(rows: int, cols: int, g: int) -> np.ndarray:
     """PE indices of each slot group (Q, g), in row-major group order."""
     if g == 1:
-        return np.arange(rows * cols, dtype=np.int64)[:, None]
+        return np.arange(rows * cols, dtype=np.int64).reshape(rows * cols, 1)
     if g == 2 and cols % 2 == 0:
         return np.arange(rows * cols, dtype=np.int64).reshape(rows * cols // 2, 2)
     if g == 4 and rows % 2 == 0 and cols % 2 == 0:
-        r, c = np.meshgrid(np.arange(0, rows, 2), np.arange(0, cols, 2), indexing="ij")
-        r, c = r.ravel(), c.ravel()
+        r2, c2 = np.meshgrid(np.arange(0, rows, 2), np.arange(0, cols, 2), indexing="ij")
+        r, c = r2.ravel(), c2.ravel()
         return np.stack([r * cols + c, r * cols + c + 1, (r + 1) * cols + c, (r + 1) * cols + c + 1], axis=1)
     raise ValueError(f"group_size {g} does not tile a {rows}x{cols} mesh; use 1, 2 (even cols) or 4 (even rows and cols)")
 
@@ -255,7 +255,8 @@ def _polish_elite(dec: _Decoder, pop: list, fit: np.ndarray, cfg: GaConfig) -> N
 def _polish_best(dec: _Decoder, pop: list, fit: np.ndarray, cfg: GaConfig, pins: dict[int, int]) -> np.ndarray:
     """Polish the ``polish_top`` best distinct individuals; return the best result."""
     order = np.lexsort((fit[:, 1], fit[:, 0]))
-    seen, best, best_key = set(), None, None
+    seen: set[bytes] = set()
+    best, best_key = dec.slots(np.array(pop[order[0]])[None, :])[0].astype(np.int32), None
     for i in order:
         slots = dec.slots(np.array(pop[i])[None, :])[0].astype(np.int32)
         key = slots.tobytes()

@@ -11,6 +11,8 @@ transfers to and from the controller are counted but carry no hops.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from primal_compiler.mapping.layout import CtTemplate, Layout
@@ -24,7 +26,7 @@ def template_hops(tp: CtTemplate) -> np.ndarray:
     return np.abs(x[inst.src] - x[inst.dst]) + np.abs(y[inst.src] - y[inst.dst])
 
 
-def _summary(hops: np.ndarray, weight: np.ndarray, count: np.ndarray) -> dict[str, float]:
+def _summary(hops: np.ndarray, weight: np.ndarray, count: np.ndarray) -> dict[str, Any]:
     n = float(count.sum())
     bytes_total = float((weight * count).sum())
     byte_hops = float((hops * weight * count).sum())

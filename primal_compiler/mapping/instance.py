@@ -12,7 +12,7 @@ placements ``slots[P, T]``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -32,6 +32,7 @@ class Instance:
     weight: np.ndarray  # float64 bytes per flow
     flow_class: np.ndarray  # int8, see traffic.FlowClass
     hub_names: tuple[str, ...] = ()
+    hub_plan: list = field(default_factory=list, init=False, repr=False, compare=False)  # derived: _hub_plan
 
     def __post_init__(self) -> None:
         if self.num_tiles > self.rows * self.cols:
@@ -40,7 +41,7 @@ class Instance:
         for a in (self.src, self.dst):
             if len(a) and (a.min() < 0 or a.max() >= n):
                 raise ValueError("flow endpoint out of range")
-        object.__setattr__(self, "_hub_plan", _hub_plan(self))
+        object.__setattr__(self, "hub_plan", _hub_plan(self))
 
     @property
     def num_slots(self) -> int:
@@ -102,7 +103,7 @@ def hub_xy(inst: Instance, tx: np.ndarray, ty: np.ndarray, policy: str = "median
     if policy != "median":
         raise ValueError(f"unknown hub policy {policy!r}; choose from {HUB_POLICIES}")
     placed = np.zeros(inst.num_hubs, dtype=bool)
-    for ids, nb, wt in inst._hub_plan:
+    for ids, nb, wt in inst.hub_plan:
         hx[:, ids] = _weighted_median(tx[:, nb], wt)
         hy[:, ids] = _weighted_median(ty[:, nb], wt)
         placed[ids] = True

@@ -64,6 +64,8 @@ def lap_polish(inst: Instance, slots: np.ndarray, policy: str, pins: dict[int, i
         tx, ty = (slots % inst.cols)[None, :], (slots // inst.cols)[None, :]
         hx, hy = hub_xy(inst, tx, ty, policy)
         cand = assign(inst, hx[0], hy[0], pins)
+        if cand is None:  # uncapped, an assignment always exists
+            raise RuntimeError("the uncapped assignment found no placement")
         c, m = evaluate(inst, cand[None, :], policy)
         if (float(c[0]), float(m[0])) >= best:
             break
@@ -92,7 +94,7 @@ def lower_max_hops(inst: Instance, slots: np.ndarray, policy: str, pins: dict[in
         if cand is not None:
             c, m = evaluate(inst, cand[None, :], policy)
             ok = float(c[0]) <= limit and int(m[0]) < best_max
-        if ok:
+        if ok and cand is not None:
             slots, best_max, hi = cand, int(m[0]), cap - 1
         else:
             lo = cap + 1

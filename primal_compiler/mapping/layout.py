@@ -146,7 +146,10 @@ def _template_instances(model: Model, t: TileTable, start: int, stop: int, geo, 
 
         src, dst, w, cls = [], [], [], []
         for s, d, nbytes, k in local[c]:
-            src.append(endpoint(s)), dst.append(endpoint(d)), w.append(nbytes), cls.append(k)
+            src.append(endpoint(s))
+            dst.append(endpoint(d))
+            w.append(nbytes)
+            cls.append(k)
         inst = Instance(
             rows=mesh[0], cols=mesh[1], num_tiles=len(tiles), num_hubs=len(hubs),
             src=np.asarray(src, np.int32), dst=np.asarray(dst, np.int32),

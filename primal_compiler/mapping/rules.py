@@ -73,7 +73,7 @@ def _qk_flows(tp: CtTemplate) -> np.ndarray:
 
 def layout_rules(program: Program) -> list[dict]:
     """:func:`template_rules` for every template of ``program``'s layout, in template order."""
-    t, layout = program.tiles, program.layout
+    t, layout = program.need_tiles(), program.need_layout()
     out = []
     for tp in layout.templates:
         start = int(np.searchsorted(t.layer, tp.layer))

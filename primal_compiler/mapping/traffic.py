@@ -47,8 +47,8 @@ class FlowClass(IntEnum):
 
 @dataclass(frozen=True)
 class Flow:
-    src: object  # tile row (int) or hub name (str)
-    dst: object
+    src: int | str  # tile row (int) or hub name (str)
+    dst: int | str
     bytes: float
     cls: FlowClass
     payload: str  # flows with the same src and payload carry the same data
@@ -170,13 +170,13 @@ class _Builder:
         return self.flows
 
     def roots_to(self, role: Role, hub: str) -> None:
-        lin = self.layer.linear(role)
+        lin = self.layer.need_linear(role)
         for j in range(-(-lin.out_features // self.geo.rram_cols)):
             n = min(self.geo.rram_cols, lin.out_features - j * self.geo.rram_cols)
             self.add(f"root:{role}:{j}", hub, n * self.act, FlowClass.RESIDUAL)
 
     def pair_roots(self, a: Role, b: Role) -> None:
-        lin = self.layer.linear(a)
+        lin = self.layer.need_linear(a)
         for j in range(-(-lin.out_features // self.geo.rram_cols)):
             n = min(self.geo.rram_cols, lin.out_features - j * self.geo.rram_cols)
             self.add(f"root:{a}:{j}", f"root:{b}:{j}", n * self.act, FlowClass.RESIDUAL)

@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from primal_compiler.version import __version__
 from primal_compiler.baselines.family import DEFAULT as DEFAULT_BASELINES
@@ -24,12 +25,13 @@ def load_compiled(path: Path, target_name=None) -> Compiled:
     for the one the file names).
     """
     from primal_compiler.isa.container import check_target, load_program, program_path
-    from primal_compiler.target import load_target
+    from primal_compiler.target import load_primal_target, require_primal
 
     file = program_path(path)
     meta, arrays, stream = load_program(file, require_compiled=True)
     given = target_name is not None and not isinstance(target_name, (str, Path))
-    target = target_name if given else load_target(target_name or meta["target"])
+    chosen = target_name or meta["target"]
+    target = require_primal(target_name, str(file)) if given else load_primal_target(chosen)
     check_target(str(file), meta, arrays, target)
     return Compiled(meta, arrays, stream, target, str(file))
 
@@ -54,14 +56,16 @@ def replay_report(compiled: Compiled, validate: bool = True,
         from primal_compiler.executor.memory import check
 
         check(rp.memory, compiled.stream.records, where)
-    report = {"format": "primal-run", "package_version": __version__, "program": where, "model": meta.get("model"),
-              "target": compiled.target.name, "pipeline": meta.get("pipeline"), "metrics": metrics(rp)}
+    m = metrics(rp)
+    report: dict[str, Any] = {"format": "primal-run", "package_version": __version__, "program": where,
+                              "model": meta.get("model"), "target": compiled.target.name,
+                              "pipeline": meta.get("pipeline"), "metrics": m}
     if critical_path:
-        report["metrics"]["critical_path"] = breakdown(rp)
+        m["critical_path"] = breakdown(rp)
     if validate:
         report["validation"] = validate_hops(rp, where)
-    report["h100"] = h100_for(meta, report["metrics"])
-    report["baselines"] = family_for_program(meta, report["metrics"], baselines)
+    report["h100"] = h100_for(meta, m)
+    report["baselines"] = family_for_program(meta, m, baselines)
     return report
 
 
@@ -71,13 +75,14 @@ def h100_for(meta: dict, m: dict) -> dict | None:
 
     from primal_compiler.baselines.h100 import gpu_costs
     from primal_compiler.ir.model_json import model_from_dict
-    from primal_compiler.target import load_target
+    from primal_compiler.target import load_gpu_target
 
     if "model_ir" not in meta:
         return None
     model = model_from_dict(meta["model_ir"])
     try:
-        costs = gpu_costs(model, load_target("h100"), m["batch"], m["context"], prompt=m.get("prompt_tokens"))
+        costs = gpu_costs(model, load_gpu_target("h100", "h100"), m["batch"], m["context"],
+                          prompt=m.get("prompt_tokens"))
     except InputError as exc:
         return {"error": str(exc)}
     return {f.name: getattr(costs, f.name) for f in fields(costs) if f.name != "details"}

@@ -8,6 +8,7 @@
 
 from primal_compiler.target.loader import (
     bundled_targets,
+    load_gpu_target,
     load_primal_target,
     load_target,
     parse_override,
@@ -49,6 +50,7 @@ __all__ = [
     "SystemSpec",
     "Target",
     "bundled_targets",
+    "load_gpu_target",
     "load_primal_target",
     "load_target",
     "parse_override",

@@ -31,6 +31,7 @@ from typing import Any
 from primal_compiler.errors import InputError
 from primal_compiler.inputs import read_toml
 from primal_compiler.resources import bundled
+from primal_compiler.target.gpu import GpuTarget
 from primal_compiler.target.spec import KINDS, PrimalTarget, Target
 from primal_compiler.target.table import RULE_KEYS, type_hints
 
@@ -75,6 +76,14 @@ def load_table(cls: type, path: str | Path, what: str) -> Any:
 def load_primal_target(name_or_path: str | Path) -> PrimalTarget:
     """:func:`load_target`, refusing a GPU target with an :class:`InputError` (compile, run, map, inspect...)."""
     return require_primal(load_target(name_or_path), str(name_or_path))
+
+
+def load_gpu_target(name_or_path: str | Path, where: str) -> GpuTarget:
+    """:func:`load_target`, refusing anything but a GPU target with ``InputError(where, ...)``."""
+    target = load_target(name_or_path)
+    if not isinstance(target, GpuTarget):
+        raise InputError(where, f"{name_or_path} is a {target.kind} target; give a GPU (a100, h100, h200)")
+    return target
 
 
 def require_primal(target: Any, where: str) -> PrimalTarget:
@@ -247,7 +256,7 @@ def _build(cls: type, raw: Any, prefix: str, prov: dict[str, str], origin: str) 
         if f.name not in raw:
             raise InputError(origin, f"{key}: missing key ({f.metadata['doc']})")
         typ = hints[f.name]
-        if is_dataclass(typ):
+        if isinstance(typ, type) and is_dataclass(typ):
             values[f.name] = _build(typ, raw[f.name], f"{key}.", prov, origin)
         else:
             where = prov.get(key, origin)

@@ -132,7 +132,7 @@ def schema(cls: type, prefix: str = "") -> list[FieldInfo]:
         if f.metadata.get("internal"):
             continue
         typ = hints[f.name]
-        if is_dataclass(typ):
+        if isinstance(typ, type) and is_dataclass(typ):
             out.extend(schema(typ, f"{prefix}{f.name}."))
         else:
             rules = {k: f.metadata[k] for k in RULE_KEYS if k in f.metadata}

@@ -100,7 +100,7 @@ def block_nonzero(matrix: np.ndarray, block_rows: int, block_cols: int) -> np.nd
     nb, kb = -(-rows // block_rows), -(-cols // block_cols)
     padded = np.zeros((nb * block_rows, kb * block_cols), dtype=bool)
     padded[:rows, :cols] = matrix != 0
-    return padded.reshape(nb, block_rows, kb, block_cols).any(axis=(1, 3))
+    return np.asarray(padded.reshape(nb, block_rows, kb, block_cols).any(axis=(1, 3)))
 
 
 def zero_tiles(tiles: TileTable, weights: ModelWeights, geo: Geometry, model: Model,
@@ -130,7 +130,7 @@ def zero_tiles(tiles: TileTable, weights: ModelWeights, geo: Geometry, model: Mo
             lin = model.layers[layer].linear(role)
             p = ProjectionWeights(a=np.zeros((lin.in_features, 1), np.float32),
                                   b=np.zeros((1, lin.out_features), np.float32))
-        if p is None or p.a is None:
+        if p is None or p.a is None or p.b is None:
             raise InputError(where, f"no LoRA weights for layer {layer} {role.value}, which has LoRA tiles")
         if part == Part.LORA_A:
             matrix = p.a
