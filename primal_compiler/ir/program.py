@@ -11,7 +11,6 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from primal_compiler.errors import InputError
-
 from primal_compiler.ir.facts import Fact
 from primal_compiler.ir.model import Model
 from primal_compiler.ir.tiles import TileTable
