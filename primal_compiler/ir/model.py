@@ -237,13 +237,6 @@ class DecoderLayer:
                 return lin
         return None
 
-    def need_linear(self, role: Role) -> Linear:
-        """The layer's ``role`` projection, which the caller's dataflow requires (ValueError naming it if absent)."""
-        lin = self.linear(role)
-        if lin is None:
-            raise ValueError(f"layer {self.index} has no {role.value} projection")
-        return lin
-
     def base_params(self, hidden_size: int) -> int:
         return sum(lin.base_params for lin in self.linears) + self.num_norms * _norm_params(self.norm, hidden_size)
 

@@ -31,7 +31,7 @@ from enum import IntEnum
 
 import numpy as np
 
-from primal_compiler.ir.model import DecoderLayer, Model, Role
+from primal_compiler.ir.model import DecoderLayer, Linear, Model, Role
 from primal_compiler.ir.tiles import ROLE_CODES, ROLE_INDEX, Part, TileTable
 
 
@@ -170,16 +170,24 @@ class _Builder:
         return self.flows
 
     def roots_to(self, role: Role, hub: str) -> None:
-        lin = self.layer.need_linear(role)
+        lin = _linear(self.layer, role)
         for j in range(-(-lin.out_features // self.geo.rram_cols)):
             n = min(self.geo.rram_cols, lin.out_features - j * self.geo.rram_cols)
             self.add(f"root:{role}:{j}", hub, n * self.act, FlowClass.RESIDUAL)
 
     def pair_roots(self, a: Role, b: Role) -> None:
-        lin = self.layer.need_linear(a)
+        lin = _linear(self.layer, a)
         for j in range(-(-lin.out_features // self.geo.rram_cols)):
             n = min(self.geo.rram_cols, lin.out_features - j * self.geo.rram_cols)
             self.add(f"root:{a}:{j}", f"root:{b}:{j}", n * self.act, FlowClass.RESIDUAL)
+
+
+def _linear(layer: DecoderLayer, role: Role) -> Linear:
+    """The ``role`` projection the layer's dataflow needs (ValueError naming it if the layer has none)."""
+    lin = layer.linear(role)
+    if lin is None:
+        raise ValueError(f"layer {layer.index} has no {role.value} projection")
+    return lin
 
 
 def part_root(layer: DecoderLayer, part: str, element: int, cols: int) -> str:
