@@ -147,9 +147,9 @@ def occupancy(stream, f: Footprints, start: np.ndarray, finish: np.ndarray, ctx,
     peak, when, over = _sweep(pe_key[sel], begin[sel], end[sel], size[sel], kv_bytes, num,
                               ctx.target.router.scratchpad_bytes)
     phases = {}
-    section_of = _phase_of(stream)
+    phase = _phase_of(stream, first[sel])
     for name in ("prefill", "decode"):
-        mine = sel[section_of[first[sel]] == name]
+        mine = sel[phase == name]
         p, _, _ = _sweep(pe_key[mine], begin[mine], end[mine], size[mine], kv_bytes, num, ctx.target.router.scratchpad_bytes)
         phases[name] = int(p.max()) if len(p) else 0
     overflow = None if over is None else (int(sel[over[0]]), over[1])
@@ -175,11 +175,16 @@ def _kv_bytes(meta: dict, arrays: dict, pes: int, num: int) -> np.ndarray:
     return out
 
 
-def _phase_of(stream) -> np.ndarray:
-    out = np.full(len(stream.records), "", dtype="<U8")
-    for s in stream.sections:
-        out[s.start:s.stop] = s.name.split(":")[0]
-    return out
+def _phase_of(stream, rec: np.ndarray) -> np.ndarray:
+    """The section kind (``prefill``, ``decode``, ``adapter``; "" outside every section) of records ``rec``."""
+    secs = sorted(stream.sections, key=lambda s: s.start)
+    if not secs:
+        return np.full(len(rec), "")
+    starts, stops = np.array([s.start for s in secs]), np.array([s.stop for s in secs])
+    kinds = np.array([s.name.split(":")[0] for s in secs] + [""])
+    i = np.searchsorted(starts, rec, side="right") - 1
+    inside = (i >= 0) & (rec < stops[np.maximum(i, 0)])
+    return kinds[np.where(inside, i, -1)]
 
 
 def _sweep(pe, begin, end, size, kv_bytes, num, capacity):
