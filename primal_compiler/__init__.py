@@ -7,8 +7,8 @@ The library's public entry points (``tests/test_public_api.py`` pins them):
   through a pipeline, onto a target: the compiled Program;
 * :func:`run`: replay a compiled Program or a program file (``primal compile
   -o OUT``) and collect the report ``primal run --json`` prints;
-* :func:`load_program`: a program file as the replayable Program (model,
-  tiles, KV map, stream);
+* :func:`load_program`: a program file as the Program it was written from
+  (model, tiles, layout, KV map, stream, power schedule);
 * :func:`load_target`: a bundled target by name, or a target TOML file.
 
 Importing the package imports none of the compiler; each function does.
@@ -52,15 +52,13 @@ def compile(model: str | os.PathLike | Model, lora: str | None = None, *, target
 
 
 def load_program(path: str | os.PathLike, target: Any = None) -> Program:
-    """The replayable Program of a program file or compile output directory, checked against ``target`` (a
+    """The Program a program file or compile output directory was written from, checked against ``target`` (a
     name, a path or a loaded target; default the one the file names)."""
     from pathlib import Path
 
-    from primal_compiler.functional.container import program_from_container
     from primal_compiler.report.collect import load_compiled
 
-    c = load_compiled(Path(path), target)
-    return program_from_container(c.meta, c.arrays, c.stream, c.where)
+    return load_compiled(Path(path), target).program()
 
 
 def run(program: Program | str | os.PathLike, target: Any = None, *, control: str | None = None,

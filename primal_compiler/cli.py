@@ -98,7 +98,7 @@ def _save_logits(path: str, logits, force: bool) -> None:
 
 def cmd_run_functional(args) -> None:
     """``primal run --functional``: execute the stream numerically with real weights."""
-    from primal_compiler.functional import compile_for_replay, program_from_container, replay_functional
+    from primal_compiler.functional import compile_for_replay, replay_functional
     from primal_compiler.report import collect
 
     if not args.weights or args.prompt is None:
@@ -108,7 +108,7 @@ def cmd_run_functional(args) -> None:
         check_destination(args.save_logits, args.force, directory=False, inputs=(args.model, args.weights))
     if _is_program(args.model):
         c = collect.load_compiled(Path(args.model), args.target)
-        program, target, where = program_from_container(c.meta, c.arrays, c.stream, c.where), c.target, c.where
+        program, target, where = c.program(), c.target, c.where
     else:
         from primal_compiler.frontend import load_model
 

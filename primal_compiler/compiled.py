@@ -4,7 +4,8 @@
 container's metadata and named arrays (placement, KV map, power schedule);
 :class:`Compiled` is what run, viz and the functional replay read, the same
 value whether it comes from a compile (:meth:`Compiled.of`) or from a file
-(:func:`primal_compiler.report.collect.load_compiled`); ``write_compiled``
+(:func:`primal_compiler.report.collect.load_compiled`), and
+:meth:`Compiled.program` the Program a file was written from; ``write_compiled``
 writes a compile output directory atomically.
 """
 
@@ -19,9 +20,13 @@ import numpy as np
 
 from primal_compiler.version import __version__
 from primal_compiler.api import last_details, pipeline_text
+from primal_compiler.errors import InputError
+from primal_compiler.ir.facts import Fact
 from primal_compiler.ir.model_json import model_to_dict
 from primal_compiler.ir.program import Program
 from primal_compiler.ir.tiles import ROLE_CODES, Macro
+from primal_compiler.mapping.hops import mapped_legs
+from primal_compiler.isa.schema import POWER
 from primal_compiler.isa.stream import Stream
 from primal_compiler.passmgr import parse_pipeline
 from primal_compiler.target.spec import PrimalTarget
@@ -45,6 +50,38 @@ class Compiled:
             raise ValueError("a Program without a stream has no program file")
         meta, arrays = program_file(program, target)
         return cls(meta, arrays, program.stream, target, where or program.model.name)
+
+    def program(self) -> Program:
+        """The Program the compiler wrote here, as it held it: model, tiles, layout, KV map, stream, power
+        schedule, one pass record per pass of the pipeline (its spec; a file keeps no timings or details)
+        and the facts those passes leave, so :func:`program_file` of it gives this file's metadata and
+        arrays again. The layout is rebuilt by blocking the model again and checked against the stored
+        tiles and legs (:func:`~primal_compiler.mapping.blocking.restore_layout`): InputError naming the
+        file when they disagree."""
+        from primal_compiler.codegen.kvmap import KvMap
+        from primal_compiler.ir.model_json import model_from_dict
+        from primal_compiler.ir.tiles import COLUMNS, TileTable
+        from primal_compiler.mapping.blocking import restore_layout
+        from primal_compiler.mapping.lower import geometry
+        from primal_compiler.passmgr import PassRecord
+        from primal_compiler.transforms.blocking import Blocking
+
+        meta, arrays, target = self.meta, self.arrays, self.target
+        passes = parse_pipeline(meta["pipeline"])
+        held: frozenset[Fact] = frozenset()
+        for p in passes:
+            held = (held - p.invalidates) | p.provides
+        blocking = [p for p in passes if isinstance(p, Blocking)]
+        if not blocking:
+            raise InputError(self.where, "meta pipeline: no blocking pass, so the file holds no placement")
+        model = model_from_dict(meta["model_ir"])
+        tiles = TileTable.from_columns(**{c: arrays[f"tile_{c}"] for c in COLUMNS})
+        layout = restore_layout(model, tiles, geometry(model, target), (target.ct.mesh_rows, target.ct.mesh_cols),
+                                blocking[-1].context, target.system.num_cts, arrays, self.where)
+        kv = KvMap(**meta["kv"], ct=arrays["kv_ct"], pe=arrays["kv_pe"], slot=arrays["kv_slot"])
+        power = {k: arrays[k] for k in POWER if k in arrays} or None
+        return Program(model=model, facts=held, records=tuple(PassRecord(p.name, p.spec(), 0.0) for p in passes),
+                       tiles=tiles, layout=layout, kv=kv, stream=self.stream, power=power)
 
 
 def placement_table(program: Program) -> str:
@@ -100,27 +137,11 @@ def program_file(program: Program, target) -> tuple[dict, dict[str, np.ndarray]]
     }
     arrays = {f"tile_{k}": v for k, v in t.columns().items()}
     arrays["ct_layer"] = layout.ct_layer.astype(np.int32)
-    arrays.update(mapped_legs(program.layout))
+    arrays.update(mapped_legs(layout))
     arrays.update(kv.arrays())
     for k, v in (program.power or {}).items():
         arrays[k] = np.asarray(v, dtype=np.int64)
     return meta, arrays
-
-
-def mapped_legs(layout) -> dict[str, np.ndarray]:
-    """The transfers the mapping costed: per CT template (CSR) its flows' PEs and hops; die-to-die CT pairs."""
-    from primal_compiler.mapping.hops import template_hops
-
-    src, dst, hops = [], [], []
-    for tp in layout.templates:
-        pe = np.concatenate([tp.slots, tp.hubs]).astype(np.int32)
-        src.append(pe[tp.instance.src])
-        dst.append(pe[tp.instance.dst])
-        hops.append(template_hops(tp).astype(np.int32))
-    ptr = np.concatenate([[0], np.cumsum([len(h) for h in hops])]).astype(np.int64)
-    return {"ct_template": layout.ct_template.astype(np.int32), "map_tpl_ptr": ptr,
-            "map_src_pe": np.concatenate(src), "map_dst_pe": np.concatenate(dst), "map_hops": np.concatenate(hops),
-            "map_d2d_src": layout.inter_src.astype(np.int32), "map_d2d_dst": layout.inter_dst.astype(np.int32)}
 
 
 def write_compiled(program: Program, target, out: Path, force: bool = False, inputs: tuple[str, ...] = ()) -> None:

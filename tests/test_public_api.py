@@ -8,6 +8,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 import primal_compiler
@@ -49,3 +50,39 @@ def test_load_target_by_name_and_a_program_without_its_compile_is_refused(compil
     assert primal_compiler.load_target("primal-7nm").name == "primal-7nm"
     with pytest.raises(InputError, match="runs with its target"):
         primal_compiler.run(compiled)
+
+
+def test_a_program_file_loads_into_the_program_it_was_written_from(compiled, small_target, tmp_path):
+    from primal_compiler.api import pipeline_text
+    from primal_compiler.compiled import placement_table, program_file, write_compiled
+
+    write_compiled(compiled, small_target, tmp_path / "out")
+    loaded = primal_compiler.load_program(tmp_path / "out", small_target)
+    assert loaded.facts == compiled.facts and pipeline_text(loaded) == pipeline_text(compiled)
+    assert placement_table(loaded) == placement_table(compiled)
+    (meta, arrays), (meta0, arrays0) = program_file(loaded, small_target), program_file(compiled, small_target)
+    assert meta == meta0 and sorted(arrays) == sorted(arrays0)
+    for name in arrays0:
+        np.testing.assert_array_equal(arrays[name], arrays0[name], err_msg=name)
+    for a, b in zip(loaded.layout.templates, compiled.layout.templates, strict=True):
+        for field in ("slots", "hubs", "rel_rows"):
+            np.testing.assert_array_equal(getattr(a, field), getattr(b, field))
+        for field in ("src", "dst", "weight", "flow_class"):
+            np.testing.assert_array_equal(getattr(a.instance, field), getattr(b.instance, field))
+    np.testing.assert_array_equal(loaded.layout.inter_bytes, compiled.layout.inter_bytes)
+
+
+def test_a_placement_the_file_disagrees_with_is_refused(compiled, small_target):
+    from primal_compiler.compiled import Compiled
+
+    c = Compiled.of(compiled, small_target, "out/program.primal")
+    pe = c.arrays["tile_pe"].copy()
+    rram = np.flatnonzero(c.arrays["tile_host"] < 0)[:2]
+    pe[rram] = pe[rram[::-1]]  # two tiles swap PEs, the legs stay as they were
+    tampered = Compiled(c.meta, c.arrays | {"tile_pe": pe}, c.stream, c.target, c.where)
+    with pytest.raises(InputError, match=r"out/program.primal: .*map_src_pe.*not the legs of the stored placement"):
+        tampered.program()
+    seq = c.arrays["tile_seq"].copy()
+    seq[rram] = seq[rram[::-1]]
+    with pytest.raises(InputError, match=r"out/program.primal: tile_ct, tile_seq.*not the blocking"):
+        Compiled(c.meta, c.arrays | {"tile_seq": seq}, c.stream, c.target, c.where).program()

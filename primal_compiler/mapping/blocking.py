@@ -8,12 +8,14 @@ weighted medians; ordering and search passes replace it.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 
 import numpy as np
 
 from primal_compiler.errors import InputError
 from primal_compiler.ir.model import Model
-from primal_compiler.ir.tiles import TileTable
+from primal_compiler.ir.tiles import Macro, TileTable
+from primal_compiler.mapping.hops import mapped_legs
 from primal_compiler.mapping.instance import hub_slots
 from primal_compiler.mapping.layout import CtTemplate, Layout, _template_instances, column_major
 from primal_compiler.mapping.lower import layer_templates
@@ -47,7 +49,7 @@ def block_model(model: Model, tiles: TileTable, geo, mesh: tuple[int, int], cont
         for c, (inst, rel) in enumerate(instances):
             template_index[(key, c)] = len(templates)
             slots = column_major(inst.rows, inst.cols, inst.num_tiles)
-            templates.append(CtTemplate(layer, c, inst, rel, slots, hub_slots(inst, slots), "median", "blocking"))
+            templates.append(CtTemplate(layer, c, inst, rel, slots, hub_slots(inst, slots)))
     ct_layer = np.repeat(np.arange(len(layer_key)), n_cts).astype(np.int32)
     ct_template = np.concatenate(
         [[template_index[(k, c)] for c in range(n)] for k, n in zip(layer_key, n_cts)]
@@ -99,3 +101,36 @@ def apply_placement(tiles: TileTable, layout: Layout) -> TileTable:
     sram = tiles.host >= 0
     pe[sram] = pe[tiles.host[sram]]
     return tiles.with_columns(pe=pe)
+
+
+def restore_layout(model: Model, tiles: TileTable, geo, mesh: tuple[int, int], context: int, max_cts: int,
+                   legs: Mapping[str, np.ndarray], where: str) -> Layout:
+    """The Layout a compile held, rebuilt from what its program file keeps: blocking ``model`` again gives
+    the CTs, templates and their placement problems; the stored tile table (``ct``, ``seq``, ``pe``) gives
+    each template's tile PEs, and the mapped legs (:func:`~primal_compiler.mapping.hops.mapped_legs`) its hub
+    PEs. InputError(where, ...) when the file's tiles, CTs or legs are not what that blocking and those PEs
+    give, so a restored layout is the compiled one or nothing."""
+    blocked, layout = block_model(model, tiles, geo, mesh, context, max_cts)
+    same = all(np.array_equal(getattr(blocked, c), getattr(tiles, c)) for c in ("ct", "seq"))
+    same &= np.array_equal(layout.ct_template, legs["ct_template"]) and np.array_equal(layout.ct_layer, legs["ct_layer"])
+    if not same:
+        raise InputError(where, "tile_ct, tile_seq, ct_layer, ct_template: not the blocking of the program's model")
+    ptr, owner = legs["map_tpl_ptr"], (tiles.macro == Macro.RRAM) | (tiles.host == np.arange(len(tiles)))
+    first_ct = np.unique(layout.ct_template, return_index=True)[1]  # every template is some CT's
+    for k, tp in enumerate(layout.templates):
+        mine = owner & (tiles.ct == first_ct[k])
+        slots = np.empty(tp.instance.num_tiles, np.int32)
+        slots[tiles.seq[mine]] = tiles.pe[mine]
+        hubs = np.full(tp.instance.num_hubs, -1, np.int32)
+        ends = np.concatenate([tp.instance.src, tp.instance.dst]) - tp.instance.num_tiles
+        pes = np.concatenate([legs["map_src_pe"][ptr[k]:ptr[k + 1]], legs["map_dst_pe"][ptr[k]:ptr[k + 1]]])
+        if len(pes) != len(ends):
+            raise InputError(where, f"map_tpl_ptr: template {k} has {len(pes) // 2} mapped legs, its blocking "
+                                    f"{len(tp.instance.src)}")
+        hubs[ends[ends >= 0]] = pes[ends >= 0]
+        layout = layout.replace_template(k, slots=slots, hubs=hubs)
+    legs_now = mapped_legs(layout) | {"tile_pe": apply_placement(tiles, layout).pe}
+    bad = [name for name, a in legs_now.items() if not np.array_equal(a, legs[name])]
+    if bad:
+        raise InputError(where, f"{', '.join(bad)}: not the legs of the stored placement")
+    return layout

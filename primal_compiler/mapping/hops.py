@@ -26,6 +26,20 @@ def template_hops(tp: CtTemplate) -> np.ndarray:
     return np.abs(x[inst.src] - x[inst.dst]) + np.abs(y[inst.src] - y[inst.dst])
 
 
+def mapped_legs(layout: Layout) -> dict[str, np.ndarray]:
+    """The transfers the mapping costed: per CT template (CSR) its flows' PEs and hops; die-to-die CT pairs."""
+    src, dst, hops = [], [], []
+    for tp in layout.templates:
+        pe = np.concatenate([tp.slots, tp.hubs]).astype(np.int32)
+        src.append(pe[tp.instance.src])
+        dst.append(pe[tp.instance.dst])
+        hops.append(template_hops(tp).astype(np.int32))
+    ptr = np.concatenate([[0], np.cumsum([len(h) for h in hops])]).astype(np.int64)
+    return {"ct_template": layout.ct_template.astype(np.int32), "map_tpl_ptr": ptr,
+            "map_src_pe": np.concatenate(src), "map_dst_pe": np.concatenate(dst), "map_hops": np.concatenate(hops),
+            "map_d2d_src": layout.inter_src.astype(np.int32), "map_d2d_dst": layout.inter_dst.astype(np.int32)}
+
+
 def _summary(hops: np.ndarray, weight: np.ndarray, count: np.ndarray) -> dict[str, Any]:
     n = float(count.sum())
     bytes_total = float((weight * count).sum())

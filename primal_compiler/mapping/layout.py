@@ -33,9 +33,7 @@ class CtTemplate:
     instance: Instance
     rel_rows: np.ndarray  # tile rows relative to the layer's first row, in seq order
     slots: np.ndarray  # PE of each tile (T,)
-    hubs: np.ndarray  # PE of each hub (H,)
-    policy: str  # hub policy used for ``hubs``
-    strategy: str  # which pass produced ``slots``
+    hubs: np.ndarray  # PE of each hub (H,), where the placing pass's hub policy put them
 
 
 @dataclass(frozen=True, eq=False)

@@ -46,8 +46,7 @@ class ExactPlacement(Pass):
                 bound = max(bound, res.bound)
                 proven = res.optimal
                 if res.slots is not None and res.cost < cost:
-                    layout = layout.replace_template(k, slots=res.slots, hubs=hub_slots(inst, res.slots),
-                                                     policy="median", strategy=self.name)
+                    layout = layout.replace_template(k, slots=res.slots, hubs=hub_slots(inst, res.slots))
                     cost = float(template_hops(layout.templates[k]) @ inst.weight)
             per[f"template{k}"] = {"byte_hops": cost, "lower_bound": bound, "proven_optimal": proven}
             total_cost += cost * uses[k]

@@ -107,9 +107,7 @@ class GaPlacement(Pass):
         for k, (tp, res) in enumerate(zip(layout.templates, results)):
             if isinstance(res, str):
                 raise InputError(f"pass {self.name}", res)
-            layout = layout.replace_template(
-                k, slots=res.slots, hubs=hub_slots(tp.instance, res.slots), policy="median", strategy=self.name
-            )
+            layout = layout.replace_template(k, slots=res.slots, hubs=hub_slots(tp.instance, res.slots))
             logs[f"template{k}"] = {"generations": res.generations, "byte_hops": res.cost,
                                     "max_hops": res.max_hops, "convergence": res.log}
         tiles = apply_placement(program.tiles, layout)

@@ -33,8 +33,6 @@ class OrderingPass(Pass):
         order = CURVES[self.curve](layout.rows, layout.cols)
         for k, tp in enumerate(layout.templates):
             slots = order[: tp.instance.num_tiles].copy()
-            layout = layout.replace_template(
-                k, slots=slots, hubs=hub_slots(tp.instance, slots, self.hubs), policy=self.hubs, strategy=self.name
-            )
+            layout = layout.replace_template(k, slots=slots, hubs=hub_slots(tp.instance, slots, self.hubs))
         tiles = apply_placement(program.tiles, layout)
         return program.evolve(tiles=tiles, layout=layout, pending_details={"hops": layout_hops(layout)})

@@ -108,18 +108,12 @@ def test_a_peft_adapter_directory_supplies_the_lora(tmp_path, replay_target, bas
 
 def test_a_program_file_replays_like_the_compiled_program(tmp_path, replay_target):
     from primal_compiler.compiled import write_compiled
-    from primal_compiler.errors import InputError
-    from primal_compiler.functional import program_from_container
-    from primal_compiler.isa.container import PROGRAM_FILE, load_program
+    from primal_compiler.report.collect import load_compiled
 
     program = compiled("opt_lora_qv_r4_optimum", replay_target, len(PROMPT), 3)
     write_compiled(program, replay_target, tmp_path / "out")
-    meta, arrays, stream = load_program(tmp_path / "out" / PROGRAM_FILE, replay_target)
-    loaded = program_from_container(meta, arrays, stream, "out/program.primal")
+    loaded = load_compiled(tmp_path / "out", replay_target).program()
     path = fixture("opt_lora_qv_r4_optimum")
     again = replay_functional(loaded, replay_target, path, prompt=PROMPT, generate=3, where="out/program.primal")
     first = replay_functional(program, replay_target, path, prompt=PROMPT, generate=3)
     np.testing.assert_array_equal(again.logits, first.logits)
-    del meta["model_ir"]
-    with pytest.raises(InputError, match=r"out/program.primal: lacks model_ir, which the functional replay needs"):
-        program_from_container(meta, arrays, stream, "out/program.primal")

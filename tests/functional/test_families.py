@@ -81,13 +81,12 @@ def test_each_variation_moves_the_logits_beyond_the_tolerance(family, with_it, w
 
 def test_a_program_file_keeps_the_frequencies_the_scale_and_the_gate(tmp_path, family, replay_target):
     from primal_compiler.compiled import write_compiled
-    from primal_compiler.functional import program_from_container
-    from primal_compiler.isa.container import PROGRAM_FILE, load_program
+    from primal_compiler.report.collect import load_compiled
 
     path = family("geglu_tanh", inv_freq=llama3_inv_freq(8), **GEMMA)
     program = compile_for_replay(load_model(path), replay_target, len(PROMPT), 3, PLACE.format(opts="", context=32))
     write_compiled(program, replay_target, tmp_path / "out")
-    loaded = program_from_container(*load_program(tmp_path / "out" / PROGRAM_FILE, replay_target), "out")
+    loaded = load_compiled(tmp_path / "out", replay_target).program()
     assert loaded.model == program.model
     again = replay_functional(loaded, replay_target, path, prompt=PROMPT, generate=3)
     np.testing.assert_array_equal(again.logits, replay_functional(program, replay_target, path, prompt=PROMPT,

@@ -10,7 +10,7 @@ or of raw payload bytes, each re-packed with a correct sha256 (:func:`pack`,
 only the loader's own checks stand between an edit and the consumers.
 :func:`consume` feeds one file to everything a user can point at it:
 ``load_program``, ``disasm`` and ``asm`` of that text, ``collect.load_compiled``,
-``collect.replay_report``, the functional replay's ``program_from_container`` and
+``collect.replay_report``, ``Compiled.program`` (what the functional replay runs) and
 ``viz.data.load``; any exception but ``InputError`` escapes to the caller.
 Used by tests/isa/test_loader_fuzz.py (short budget) and benchmarks/fuzz.py.
 """
@@ -325,7 +325,6 @@ def assemble(text: str, directory: Path) -> str:
 def consume(path: Path) -> str:
     """Feed the file at ``path`` to every consumer; the last stage it reached. Only InputError is caught."""
     from primal_compiler.report import collect
-    from primal_compiler.functional import program_from_container
     from primal_compiler.isa.text import asm, disasm
     from primal_compiler.viz import data as viz_data
 
@@ -347,7 +346,11 @@ def consume(path: Path) -> str:
         except InputError as exc:
             assert "\n" not in str(exc)
             outcome = "replay refused"
-    program_from_container(c.meta, c.arrays, c.stream, c.where)  # what load_compiled accepts, the functional replay takes
+    try:
+        c.program()  # what load_compiled accepts becomes its Program, or an InputError naming the file
+    except InputError as exc:
+        assert "\n" not in str(exc) and str(path) in str(exc)
+        outcome = "program refused"
     return outcome
 
 
@@ -377,15 +380,16 @@ def functional_setup() -> tuple[bytes, object]:
 
 def consume_functional(path: Path) -> str:
     """Load the file for the functional replay's target and replay it on the fixture's weights."""
-    from primal_compiler.functional import program_from_container, replay_functional
+    from primal_compiler.compiled import Compiled
+    from primal_compiler.functional import replay_functional
     from tests.functional.conftest import fixture
 
     target = functional_setup()[1]
     try:
         meta, arrays, stream = load_program(path, target, require_compiled=True)
+        program = Compiled(meta, arrays, stream, target, str(path)).program()
     except InputError:
         return "refused"
-    program = program_from_container(meta, arrays, stream, str(path))
     try:
         replay_functional(program, target, fixture(FUNCTIONAL), prompt=PROMPT, generate=3, where=str(path))
     except InputError as exc:

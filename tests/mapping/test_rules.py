@@ -18,7 +18,7 @@ INST = Instance(4, 4, 8, 2, np.array([8], np.int32), np.array([9], np.int32), np
 
 
 def _template(slots, hubs) -> CtTemplate:
-    return CtTemplate(0, 0, INST, np.arange(8), np.array(slots, np.int32), np.array(hubs, np.int32), "median", "test")
+    return CtTemplate(0, 0, INST, np.arange(8), np.array(slots, np.int32), np.array(hubs, np.int32))
 
 
 def test_column_rectangles_side_by_side_hold_every_rule():
