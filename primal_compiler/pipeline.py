@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import primal_compiler.transforms  # noqa: F401  (registers every pass, so any pipeline text parses)
 from primal_compiler.passmgr import Pass, print_pipeline, resolve_pipeline
 
 
