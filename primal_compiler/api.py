@@ -6,14 +6,19 @@ collecting the report, :mod:`primal_compiler.report.collect`.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import primal_compiler.transforms  # noqa: F401  (registers every pass)
 from primal_compiler.ir.model import Model
 from primal_compiler.ir.program import Program
 from primal_compiler.passmgr import PassManager, resolve_pipeline
 from primal_compiler.pipeline import Pipeline, Workload
 
+if TYPE_CHECKING:
+    from primal_compiler.target.spec import PrimalTarget
 
-def compile_model(model: Model, target, pipeline: str = "default", verify: bool = False) -> Program:
+
+def compile_model(model: Model, target: PrimalTarget, pipeline: str = "default", verify: bool = False) -> Program:
     """Run a pipeline (bundled name, TOML path or pipeline text) on ``model``."""
     passes = resolve_pipeline(pipeline)
     return PassManager(passes, verify=verify).run(Program(model=model), target)

@@ -101,7 +101,7 @@ def placement_table(program: Program) -> str:
     return "\n".join(lines) + "\n"
 
 
-def summary(program: Program, target) -> dict:
+def summary(program: Program, target: PrimalTarget) -> dict:
     """Machine-readable facts of a compiled program."""
     t = program.tiles
     out = {
@@ -119,7 +119,7 @@ def summary(program: Program, target) -> dict:
     return out
 
 
-def program_file(program: Program, target) -> tuple[dict, dict[str, np.ndarray]]:
+def program_file(program: Program, target: PrimalTarget) -> tuple[dict, dict[str, np.ndarray]]:
     """Metadata and named arrays (placement, KV map, power schedule) of the program container."""
     t, kv, layout = program.need_tiles(), program.need_kv(), program.need_layout()
     passes = [p for r in program.records for p in parse_pipeline(r.spec)]
@@ -144,7 +144,7 @@ def program_file(program: Program, target) -> tuple[dict, dict[str, np.ndarray]]
     return meta, arrays
 
 
-def write_compiled(program: Program, target, out: Path, force: bool = False, inputs: tuple[str, ...] = ()) -> None:
+def write_compiled(program: Program, target: PrimalTarget, out: Path, force: bool = False, inputs: tuple[str, ...] = ()) -> None:
     """Write OUT/ atomically: placement.npz, placement.txt, summary.json, records.json, program.primal.
 
     OUT is created, or replaced only when it is an earlier output of ours and ``force`` is set

@@ -32,6 +32,8 @@ import numba
 
 
 def _stamp(module: ModuleType) -> tuple[float, int]:
+    if module.__file__ is None:  # a namespace package or built-in module: nothing for the cache to stamp
+        raise TypeError(f"njit(depends=...): module {module.__name__} has no file")
     st = os.stat(module.__file__)
     return st.st_mtime, st.st_size
 

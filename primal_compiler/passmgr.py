@@ -31,13 +31,17 @@ import time
 from dataclasses import dataclass, field, fields
 from numbers import Integral, Real
 from pathlib import Path
-from typing import Any, ClassVar, get_type_hints
+from typing import TYPE_CHECKING, Any, ClassVar, get_type_hints
 
 from primal_compiler.errors import InputError
 from primal_compiler.inputs import read_toml
 from primal_compiler.ir.facts import Fact, check_contracts
 from primal_compiler.resources import bundled
 from primal_compiler.target.loader import require_primal
+
+if TYPE_CHECKING:
+    from primal_compiler.ir.program import Program
+    from primal_compiler.target.spec import PrimalTarget
 
 REGISTRY: dict[str, type[Pass]] = {}
 
@@ -113,7 +117,7 @@ class Pass:
     def check(self) -> None:
         """Rules tying options together (or beyond a range); raise ``ValueError`` naming the option."""
 
-    def run(self, program: Any, target: Any) -> Any:  # pragma: no cover - abstract
+    def run(self, program: Program, target: PrimalTarget) -> Program:  # pragma: no cover - abstract
         raise NotImplementedError
 
     def workload_changes(self, workload: Any) -> dict[str, Any]:
@@ -370,7 +374,7 @@ class PassManager:
         self.passes = passes
         self.verify = verify
 
-    def run(self, program: Any, target: Any) -> Any:
+    def run(self, program: Program, target: Any) -> Program:
         """``program`` after every pass; a target that is not a PRIMAL target, or a pipeline whose contracts
         do not hold (:func:`check_contracts`), is refused before any pass runs."""
         require_primal(target, f"target {getattr(target, 'name', target)}")

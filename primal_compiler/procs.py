@@ -64,7 +64,9 @@ class WorkerPool(ProcessPoolExecutor):
 
     def _spawn_process(self) -> None:  # ProcessPoolExecutor's hook that starts one worker
         with _signals_blocked():
-            super()._spawn_process()
+            # typeshed's ProcessPoolExecutor stub lists _adjust_process_count but omits the hook it calls
+            # (CPython 3.9+), so mypy cannot see it on the superclass
+            super()._spawn_process()  # type: ignore[misc]
 
     def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
         """As ``ProcessPoolExecutor.shutdown``; while an exception propagates, kill the workers first."""

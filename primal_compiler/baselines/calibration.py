@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 from pathlib import Path
+from typing import Any
 
 from primal_compiler.errors import InputError
 from primal_compiler.inputs import read_toml
@@ -47,6 +48,8 @@ class Point:
 
 
 _REQUIRED = ("id", "metric", "value", "model", "gpu", "engine", "precision", "batch", "prompt", "generate", "source")
+#: The Python types a TOML value of each field type may have (an int is a float too).
+_KINDS: dict[str, type | tuple[type, ...]] = {"str": str, "int": int, "float": (int, float)}
 
 
 def load_points(path: str | Path = MEASUREMENTS) -> list[Point]:
@@ -54,7 +57,7 @@ def load_points(path: str | Path = MEASUREMENTS) -> list[Point]:
     raw = read_toml(path, "measurements file")
     if set(raw) != {"point"} or not isinstance(raw["point"], list):
         raise InputError(str(path), "expected only [[point]] tables")
-    types = {f.name: f.type for f in fields(Point)}
+    types = {f.name: str(f.type) for f in fields(Point)}  # the annotation strings (postponed annotations)
     out, seen = [], set()
     for i, entry in enumerate(raw["point"]):
         where = f"{path}: point {i + 1}"
@@ -65,10 +68,11 @@ def load_points(path: str | Path = MEASUREMENTS) -> list[Point]:
         if missing:
             raise InputError(where, f"{missing[0]}: missing key")
         for key, value in entry.items():
-            want = {"str": str, "int": int, "float": (int, float)}[types[key]]
+            want = _KINDS[types[key]]
             if isinstance(value, bool) or not isinstance(value, want):
                 raise InputError(where, f"{key}: expected {types[key]}, got {value!r}")
-        point = Point(**{k: float(v) if types[k] == "float" else v for k, v in entry.items()})
+        values: dict[str, Any] = {k: float(v) if types[k] == "float" else v for k, v in entry.items()}
+        point = Point(**values)
         if point.metric not in METRICS:
             raise InputError(where, f"metric: must be one of {', '.join(METRICS)}, got {point.metric!r}")
         if (point.metric == "ratio") != bool(point.versus_precision):
@@ -85,11 +89,15 @@ def predict(point: Point) -> float:
     from primal_compiler.baselines.engine import serve
     from primal_compiler.baselines.profile import load_engine
     from primal_compiler.frontend import load_model
-    from primal_compiler.target import load_target, with_overrides
+    from primal_compiler.target import GpuTarget, load_target, with_overrides
 
-    gpu = load_target(point.gpu)
+    target = load_target(point.gpu)
     if point.usable_fraction:
-        gpu = with_overrides(gpu, {"memory.usable_fraction": point.usable_fraction})
+        target = with_overrides(target, {"memory.usable_fraction": point.usable_fraction})
+    if not isinstance(target, GpuTarget):
+        raise InputError(f"point {point.id}", f"gpu: {point.gpu} is a {target.kind} target; "
+                                              f"give a GPU (a100, h100, h200)")
+    gpu: GpuTarget = target
     model, engine = load_model(point.model), load_engine(point.engine)
 
     def run(precision: str, kv_bits: int):

@@ -26,13 +26,13 @@ def baseline(args) -> dict:
     from primal_compiler.baselines.engine import serve
     from primal_compiler.baselines.profile import load_engine
     from primal_compiler.frontend import load_model
-    from primal_compiler.target import load_target
+    from primal_compiler.target import load_gpu_target
 
     if args.gpu not in GPUS:
         raise InputError("--gpu", f"unknown GPU {args.gpu!r}; known: {', '.join(GPUS)}")
     engine = load_engine(args.engine)
     model = load_model(args.model, args.lora)
-    s = serve(model, load_target(args.gpu), engine, precision=args.precision, kv_bits=args.kv_bits,
+    s = serve(model, load_gpu_target(args.gpu, "--gpu"), engine, precision=args.precision, kv_bits=args.kv_bits,
               lora_mode=args.lora_mode, batch=args.batch, prompt=args.prompt, generate=args.generate)
     return {"format": "primal-baseline", "model": model.name, "lora": args.lora, **s.to_dict()}
 

@@ -89,10 +89,10 @@ def family_for(model, batch: int, context: int, prompt: int | None, chosen: Sele
     """
     from primal_compiler.baselines.engine import serve
     from primal_compiler.baselines.profile import load_engine
-    from primal_compiler.target import load_target
+    from primal_compiler.target import load_gpu_target
 
     gpu_name, members = chosen.gpu, chosen.members
-    gpu = load_target(gpu_name)
+    gpu = load_gpu_target(gpu_name, "--baseline-gpu")
     prompt = max(1, min(prompt or context - 1, context - 1))
     out = []
     for m in members:

@@ -218,6 +218,7 @@ def _forward(model: Model, target: GpuTarget, batch: int, *, tokens: int, kv_rea
             shrink = (lin.in_features * r * lb + tokens * (lin.in_features + r) * ab, 2 * tokens * lin.in_features * r)
             expand = (r * lin.out_features * lb + tokens * (r + 2 * lin.out_features) * ab, 2 * tokens * r * lin.out_features)
             n = target.kernels.per_lora_projection
+            steps: list[tuple[float, float]]  # (bytes, FLOPs) of each kernel
             if n == 1:  # one fused kernel
                 steps = [(shrink[0] + expand[0], shrink[1] + expand[1])]
             else:  # extra kernels (e.g. a separate scale-add) move no counted bytes

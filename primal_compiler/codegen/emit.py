@@ -15,6 +15,7 @@ template are built once and shifted to every layer using it.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -27,6 +28,10 @@ from primal_compiler.isa.opcodes import CONTROLLER, NONE16, ActFn, BufKind, Flag
 from primal_compiler.isa.stream import Section, Stream
 from primal_compiler.mapping.lower import layer_templates
 from primal_compiler.mapping.lower import geometry
+
+if TYPE_CHECKING:
+    from primal_compiler.ir.program import Program
+    from primal_compiler.target.spec import PrimalTarget
 
 
 @dataclass
@@ -75,19 +80,19 @@ class _Out:
 
 
 class ProgramEmitter:
-    def __init__(self, program, target, prompt: int) -> None:
+    def __init__(self, program: Program, target: PrimalTarget, prompt: int) -> None:
         self.p, self.target, self.prompt = program, target, prompt
-        self.model, self.kv = program.model, program.kv
+        self.model, self.kv = program.model, program.need_kv()
         self.geo = geometry(program.model, target)
         self.geo_pes = target.ct.pes
         self.act_bytes = self.model.precision.activation_bits / 8
-        zero = program.tiles.zero
+        zero = program.need_tiles().zero
         ids, firsts = layer_templates(self.model)
         self.template_of = list(ids) + [len(firsts)]
         self.templates = [self._template(f, zero) for f in firsts] + [self._template(self.model.num_layers, zero)]
 
     def _first_ct(self, layer: int) -> int:
-        return int(np.flatnonzero(self.p.layout.ct_layer == layer)[0])
+        return int(np.flatnonzero(self.p.need_layout().ct_layer == layer)[0])
 
     def _template(self, layer: int, zero) -> _Template:
         routes = LayerRoutes(self.p, self.target, layer, self.kv.context)
@@ -151,7 +156,7 @@ class ProgramEmitter:
     def adapter(self, out: _Out, barrier: int, adapter: int = 0) -> None:
         """MASK the all-zero LoRA blocks, CONFIG the others with ``adapter``'s weights (into slot 0), then a
         barrier."""
-        t = self.p.tiles
+        t = self.p.need_tiles()
         sram = np.flatnonzero(t.macro == Macro.SRAM)
         ct, pe = t.ct[t.host[sram]], t.pe[sram]
         zero = t.zero[sram] == 1
@@ -166,7 +171,7 @@ class ProgramEmitter:
         out.put(b)
 
 
-def emit_stream(program, target, prompt: int, requests: tuple[int, ...], steps: int = 1,
+def emit_stream(program: Program, target: PrimalTarget, prompt: int, requests: tuple[int, ...], steps: int = 1,
                 pipeline: bool = True, prefill_chunk: int = 0) -> Stream:
     """The instruction stream of ``requests`` (adapter id per request) on a placed program with a KV map.
 
@@ -178,9 +183,9 @@ def emit_stream(program, target, prompt: int, requests: tuple[int, ...], steps: 
     """
     em = ProgramEmitter(program, target, prompt)
     out = _Out()
-    batch = program.kv.batch
+    batch = program.need_kv().batch
     passes = [range(s, s + 1) for s in range(batch)] if pipeline and batch > 1 else [range(batch)]
-    has_lora = bool((program.tiles.macro == Macro.SRAM).any())
+    has_lora = bool((program.need_tiles().macro == Macro.SRAM).any())
     for r, adapter in enumerate(requests):
         if has_lora and (r == 0 or adapter != requests[r - 1]):
             start = out.length
@@ -198,7 +203,7 @@ def emit_stream(program, target, prompt: int, requests: tuple[int, ...], steps: 
                 em.phase(out, prompt + step, 1, 0, seqs, [seqs])
         out.section(f"decode:{r}", start)
     stream = out.stream()
-    _mark_skipped(stream.records, program.tiles, em.geo_pes)
+    _mark_skipped(stream.records, program.need_tiles(), em.geo_pes)
     return stream
 
 

@@ -11,6 +11,7 @@ mapping passes costed.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -18,6 +19,10 @@ from primal_compiler.ir.tiles import Macro
 from primal_compiler.mapping.layout import _locate_hubs
 from primal_compiler.mapping.traffic import Flow, layer_flows
 from primal_compiler.mapping.lower import geometry
+
+if TYPE_CHECKING:
+    from primal_compiler.ir.program import Program
+    from primal_compiler.target.spec import PrimalTarget
 
 Pos = tuple[int, int]  # (global CT, PE)
 
@@ -36,8 +41,8 @@ class Leg:
 class LayerRoutes:
     """Positions and legs of one layer (``num_layers`` = the LM head) of a placed program."""
 
-    def __init__(self, program, target, layer: int, context: int) -> None:
-        t, layout = program.tiles, program.layout
+    def __init__(self, program: Program, target: PrimalTarget, layer: int, context: int) -> None:
+        t, layout = program.need_tiles(), program.need_layout()
         self.t, self.layer = t, layer
         rows = np.flatnonzero(t.layer == layer)
         self.rows = rows

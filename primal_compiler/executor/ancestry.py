@@ -14,10 +14,15 @@ edge points to an earlier record, one sweep in descending record order settles r
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
 from primal_compiler.isa.opcodes import Opcode, step_ends
 from primal_compiler.jit import njit
+
+if TYPE_CHECKING:
+    from primal_compiler.isa.stream import Stream
 
 INERT = (Opcode.PG_ON, Opcode.PG_OFF, Opcode.SYNC)
 """Records that compute, move and keep no value, so nothing can depend on their data: never dead."""
@@ -100,12 +105,12 @@ def missing_producers(ptr: np.ndarray, pred: np.ndarray, consumer: np.ndarray, p
     return np.sort(order[missing])
 
 
-def argmax_records(stream) -> np.ndarray:
+def argmax_records(stream: Stream) -> np.ndarray:
     """bool per record: a controller ARGMAX (the end of a prefill or decode step)."""
     return step_ends(stream.records)
 
 
-def dead_records(stream, ptr: np.ndarray, pred: np.ndarray) -> np.ndarray:
+def dead_records(stream: Stream, ptr: np.ndarray, pred: np.ndarray) -> np.ndarray:
     """Prefill records (ascending) that are not ancestors of any ARGMAX of their request.
 
     A request ``R`` is the sections named ``*:R`` (``adapter:R``, ``prefill:R``, ``decode:R``); its ARGMAXes

@@ -26,11 +26,16 @@ phase and the sizes.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from primal_compiler.errors import InputError
 from primal_compiler.isa.opcodes import CONTROLLER, RECORD, step_ends
+
+if TYPE_CHECKING:
+    from primal_compiler.isa.stream import Stream
+    from primal_compiler.target.spec import PrimalTarget
 
 
 @dataclass(frozen=True)
@@ -49,7 +54,7 @@ def _argmax(r: np.ndarray) -> np.ndarray:
     return np.flatnonzero(step_ends(r))
 
 
-def _step_records(stream, name: str, passes: int) -> np.ndarray:
+def _step_records(stream: Stream, name: str, passes: int) -> np.ndarray:
     """Records of the first step of section ``name``: up to and including its ``passes``-th controller ARGMAX."""
     for s in stream.sections:
         if s.name == name:
@@ -59,7 +64,7 @@ def _step_records(stream, name: str, passes: int) -> np.ndarray:
     return np.zeros(0, dtype=np.int64)
 
 
-def _passes(stream, req: str) -> int:
+def _passes(stream: Stream, req: str) -> int:
     """Passes per step of request ``req``: its prefill's ARGMAXes (one per sequence when pipelined)."""
     for s in stream.sections:
         if s.name == f"prefill:{req}":
@@ -67,11 +72,11 @@ def _passes(stream, req: str) -> int:
     return 1
 
 
-def _requests(stream) -> list[str]:
+def _requests(stream: Stream) -> list[str]:
     return sorted({s.name.split(":", 1)[1] for s in stream.sections if ":" in s.name})
 
 
-def _phases(stream, req: str) -> list[np.ndarray]:
+def _phases(stream: Stream, req: str) -> list[np.ndarray]:
     """Records of each phase of request ``req`` that a CT must hold: adapter, prefill, one decode step."""
     n = _passes(stream, req)
     return [_step_records(stream, f"{kind}:{req}", n) for kind in ("adapter", "prefill", "decode")]
@@ -82,7 +87,7 @@ def _bytes(ct: np.ndarray, rec: np.ndarray, num_cts: int) -> np.ndarray:
     return np.bincount(mine[mine < num_cts], minlength=num_cts)[:num_cts] * RECORD.itemsize
 
 
-def plan(stream, num_cts: int, cap: int, bw: float, where: str) -> tuple[np.ndarray, np.ndarray, int]:
+def plan(stream: Stream, num_cts: int, cap: int, bw: float, where: str) -> tuple[np.ndarray, np.ndarray, int]:
     """(reload cycles per record, resident bytes per CT, deployment load cycles).
 
     Per request and CT: when its adapter, prefill and decode-step programs fit the buffer together,
@@ -119,7 +124,7 @@ def plan(stream, num_cts: int, cap: int, bw: float, where: str) -> tuple[np.ndar
     return reload, resident, int(np.ceil(initial.sum() / bw))
 
 
-def control(stream, target, num_cts: int, where: str = "program", mode: str | None = None) -> Control:
+def control(stream: Stream, target: PrimalTarget, num_cts: int, where: str = "program", mode: str | None = None) -> Control:
     """The dispatch plan of ``stream`` under ``mode`` (default: the target's ``system.control``).
 
     InputError naming ``where``, the CT, the request and the sizes when a CT's program overflows

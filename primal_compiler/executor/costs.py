@@ -109,7 +109,7 @@ def _kv_read_bytes(c: Ctx, rec):
     return c.records["count"][rec].astype(np.int64) * c.target.router.dmac_bits // 8
 
 
-def bank_lanes(target, kv: dict) -> int:
+def bank_lanes(target: PrimalTarget, kv: dict) -> int:
     """Most DMAC lanes whose reads of one word round one scratchpad bank serves.
 
     The lanes (``router.dmac_macs_per_cycle``) work on consecutive tokens of a KV chunk in lock-step (QK
@@ -160,7 +160,7 @@ def _dmac(c: Ctx, rec):
     return np.maximum(compute, storage), c.unit(DMAC_UNIT, ct, pe), {"router_dmac": energy}
 
 
-def act_ops(target) -> np.ndarray:
+def act_ops(target: PrimalTarget) -> np.ndarray:
     """DMAC operations per element of each ActFn, from the target's ``act`` table."""
     missing = [fn.name for fn in ActFn if not hasattr(target.act, f"{fn.name.lower()}_ops_per_element")]
     if missing:

@@ -33,6 +33,7 @@ next EMBED reads it, so sequences do not wait for each other's tokens.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -42,6 +43,9 @@ from primal_compiler.executor.transfers import group_members
 from primal_compiler.isa.descriptors import DESCRIPTORS, END, Access, At, Buffer, Extent, Pseudo
 from primal_compiler.isa.opcodes import ARG_ENUM_MASK, CONTROLLER, NONE16, BufKind, DmacOp, Opcode, buf_name
 from primal_compiler.jit import njit
+
+if TYPE_CHECKING:
+    from primal_compiler.isa.stream import Stream
 
 _INITIAL = (int(BufKind.KV_K), int(BufKind.KV_V), int(Pseudo.MASK) >> 12)
 """Buffer kinds (high 4 bits) whose unwritten state is defined, so reading it unwritten is legal."""
@@ -111,7 +115,7 @@ def _extent(r: np.ndarray, rec: np.ndarray, e: Extent) -> tuple[np.ndarray, np.n
     return arg & 0xFFFF, (arg & 0xFFFF) + 1  # SLOT_BIT (CONFIG's adapter id sits above the slot)
 
 
-def footprints(stream) -> Footprints:
+def footprints(stream: Stream) -> Footprints:
     """Every access of every record, as the descriptor table defines it."""
     r = stream.records
     op = r["op"]
@@ -210,7 +214,7 @@ def _sweep(loc, rec, lo, hi, wr, initial, width):  # pragma: no cover - compiled
     return out_c[:n], out_p[:n], bad
 
 
-def predecessors(stream, where: str = "program", f: Footprints | None = None) -> tuple[np.ndarray, np.ndarray]:
+def predecessors(stream: Stream, where: str = "program", f: Footprints | None = None) -> tuple[np.ndarray, np.ndarray]:
     """(ptr, pred): predecessors of record i are pred[ptr[i]:ptr[i+1]], each < i, sorted, distinct
     (``f``: the stream's :func:`footprints`, when the caller has them).
 

@@ -22,7 +22,7 @@ machine held for that location in that pass (``tests/executor/test_memory.py``).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TYPE_CHECKING
 
 import numpy as np
 
@@ -30,6 +30,9 @@ from primal_compiler.errors import InputError
 from primal_compiler.executor.deps import Footprints
 from primal_compiler.isa.descriptors import END
 from primal_compiler.isa.opcodes import CONTROLLER, BufKind, Opcode, ReduceOp, buf_name, step_ends
+
+if TYPE_CHECKING:
+    from primal_compiler.isa.stream import Stream
 
 STORAGE_BITS = {
     BufKind.HIDDEN: "activation_bits", BufKind.IN: "activation_bits", BufKind.LORA_R: "activation_bits",
@@ -115,7 +118,7 @@ def access_elements(records: np.ndarray, f: Footprints, ctx, precision: dict) ->
     return out
 
 
-def occupancy(stream, f: Footprints, start: np.ndarray, finish: np.ndarray, ctx, meta: dict, arrays: dict) -> Memory:
+def occupancy(stream: Stream, f: Footprints, start: np.ndarray, finish: np.ndarray, ctx, meta: dict, arrays: dict) -> Memory:
     """Every buffer instance's bytes and lifetime, and every PE's peak occupancy (see the module docstring)."""
     records = stream.records
     pes, num = ctx.topo.pes, ctx.topo.num_cts * ctx.topo.pes
@@ -175,7 +178,7 @@ def _kv_bytes(meta: dict, arrays: dict, pes: int, num: int) -> np.ndarray:
     return out
 
 
-def _phase_of(stream, rec: np.ndarray) -> np.ndarray:
+def _phase_of(stream: Stream, rec: np.ndarray) -> np.ndarray:
     """The section kind (``prefill``, ``decode``, ``adapter``; "" outside every section) of records ``rec``."""
     secs = sorted(stream.sections, key=lambda s: s.start)
     if not secs:

@@ -12,10 +12,14 @@ domains (SRAM-DCIM, scratchpad) at ``retained_leakage_fraction``.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from primal_compiler.isa.opcodes import Opcode
+
+if TYPE_CHECKING:
+    from primal_compiler.target.spec import PrimalTarget
 
 STATES = ("active", "waking", "gated")
 ACTIVE, WAKING, GATED = range(3)
@@ -32,7 +36,7 @@ class Timeline:
     end: np.ndarray
 
 
-def domain_leakage_w(target) -> dict[str, np.ndarray]:
+def domain_leakage_w(target: PrimalTarget) -> dict[str, np.ndarray]:
     """Per domain: static watts of one PE in each state (index by ACTIVE/WAKING/GATED)."""
     pg = target.power_gating
     off, keep = pg.gated_leakage_fraction, pg.retained_leakage_fraction
@@ -75,7 +79,7 @@ def state_cycles(tl: Timeline, begin: int, end: int) -> np.ndarray:
     return np.bincount(tl.state, weights=span, minlength=len(STATES))
 
 
-def static_energy_j(tl: Timeline, target, pes_per_ct: int, begin: int, end: int) -> dict[str, np.ndarray]:
+def static_energy_j(tl: Timeline, target: PrimalTarget, pes_per_ct: int, begin: int, end: int) -> dict[str, np.ndarray]:
     """Static joules within ``[begin, end)``: per domain, an array over STATES."""
     seconds = state_cycles(tl, begin, end) / target.system.clock_hz * pes_per_ct
     return {k: w * seconds for k, w in domain_leakage_w(target).items()}

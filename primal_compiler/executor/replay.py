@@ -86,7 +86,7 @@ class Replay:
         raise KeyError(name)
 
 
-def topology(meta: dict, target) -> Topology:
+def topology(meta: dict, target: PrimalTarget) -> Topology:
     r = target.router
     num_cts = int(meta["num_cts"])
     return Topology(
@@ -133,7 +133,7 @@ def blocking(records, mode: str) -> np.ndarray:
     return own if mode == "central" else np.zeros(len(records), dtype=bool)
 
 
-def replay(meta: dict, arrays: dict, stream, target, where: str = "program", mode: str | None = None) -> Replay:
+def replay(meta: dict, arrays: dict, stream: Stream, target: PrimalTarget, where: str = "program", mode: str | None = None) -> Replay:
     """Replay ``stream`` on ``target`` under control ``mode`` (default: the target's ``system.control``).
 
     InputError naming ``where`` if a record runs on a gated CT, reads a location no record wrote, or a

@@ -18,11 +18,15 @@ copies through the scratchpad at its bank bandwidth.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from primal_compiler.executor.topology import Routes, Topology, route_legs
 from primal_compiler.isa.opcodes import CONTROLLER, BufKind, Opcode
+
+if TYPE_CHECKING:
+    from primal_compiler.isa.stream import Stream
 
 
 @dataclass(frozen=True)
@@ -54,7 +58,7 @@ def _one(rec, r):
     return rec, r["ct"][rec], r["pe"][rec], r["dst_ct"][rec], r["dst_pe"][rec]
 
 
-def group_members(stream, rec):
+def group_members(stream: Stream, rec):
     """(record, member CT, member PE) of every group member of records ``rec``."""
     g = stream.records["group"][rec].astype(np.int64)
     size = stream.group_ptr[g + 1] - stream.group_ptr[g]
@@ -63,13 +67,13 @@ def group_members(stream, rec):
     return which, stream.group_ct[k].astype(np.int64), stream.group_pe[k].astype(np.int64)
 
 
-def _bcast(stream, rec):
+def _bcast(stream: Stream, rec):
     which, mct, mpe = group_members(stream, rec)
     r = stream.records
     return which, r["ct"][which], r["pe"][which], mct, mpe
 
 
-def _reduce(stream, rec):
+def _reduce(stream: Stream, rec):
     which, mct, mpe = group_members(stream, rec)
     r = stream.records
     return which, mct, mpe, r["dst_ct"][which], r["dst_pe"][which]
@@ -100,7 +104,7 @@ def _pe(ct, pe):
     return np.where(ct == CONTROLLER, 0, pe)
 
 
-def expand(stream, topo: Topology, local_bytes_per_cycle: float) -> Transfers:
+def expand(stream: Stream, topo: Topology, local_bytes_per_cycle: float) -> Transfers:
     """Legs and link occupancy of every router record of ``stream``."""
     r = stream.records
     n = len(r)

@@ -64,6 +64,7 @@ def build_model(cfg: ArchConfig, name: str, source: str = "builtin") -> Model:
     head_dim = cfg.hidden_size // cfg.num_heads
     attn = Attention(cfg.num_heads, cfg.num_kv_heads, head_dim)
     h, f = cfg.hidden_size, cfg.intermediate_size
+    linears: tuple[Linear, ...]
     if cfg.family == "llama":
         linears = (
             Linear(Role.Q, h, attn.q_size),

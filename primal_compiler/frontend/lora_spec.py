@@ -10,10 +10,14 @@ RANK is an integer in ``1..MAX_RANK`` and ALPHA a finite number in
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
+from typing import TypeVar
 
 from primal_compiler.errors import InputError
 from primal_compiler.ir.model import ATTENTION_ROLES, MLP_ROLES, LoRA, Model, Role
+
+N = TypeVar("N", int, float)
 
 ALIASES: dict[str, tuple[Role, ...]] = {
     "q_proj": (Role.Q,), "k_proj": (Role.K,), "v_proj": (Role.V,), "o_proj": (Role.O,),
@@ -68,7 +72,7 @@ def parse_lora_spec(spec: str) -> tuple[LoraRequest, ...]:
     return tuple(requests)
 
 
-def _number(text: str, kind: type, part: str, what: str) -> int | float:
+def _number(text: str, kind: Callable[[str], N], part: str, what: str) -> N:
     try:
         return kind(text.strip())
     except ValueError:  # also a number of more digits than int() converts

@@ -13,6 +13,7 @@ refused naming the first node, instead of being run as SiLU or ReLU.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import numpy as np
 
@@ -37,7 +38,7 @@ REFERENCE = {
 }
 TOLERANCE = 1e-5  # float32 constants hold 7 digits; the GELU forms differ by up to 5e-4 on the probe
 _BINARY = {"Add": np.add, "Sub": np.subtract, "Mul": np.multiply, "Div": np.divide, "Pow": np.power}
-_UNARY = {
+_UNARY: dict[str, Callable[[np.ndarray], np.ndarray]] = {
     "Neg": np.negative, "Sqrt": np.sqrt, "Tanh": np.tanh, "Erf": _erf, "Exp": np.exp, "Reciprocal": np.reciprocal,
     "Sigmoid": lambda x: 1.0 / (1.0 + np.exp(-x)), "Relu": lambda x: np.maximum(x, 0.0), "FastGelu": _gelu_tanh,
 }
@@ -59,12 +60,13 @@ def verify_activation(g: GraphIndex, barriers: frozenset[int], start: str, end: 
         label = f"node {node.name or '#' + str(i)} ({node.op_type})"
         if not any(x in values for x in node.input):
             continue
-        args = [values[x] if x in values else _scalar(g, x) for x in node.input]
-        if any(a is None for a in args[: 2 if node.op_type in _BINARY else 1]):
+        given = [values[x] if x in values else _scalar(g, x) for x in node.input]
+        if any(a is None for a in given[: 2 if node.op_type in _BINARY else 1]):
             if end is None:  # the gate meets the up projection here
                 out = next(values[x] for x in node.input if x in values)
                 break
             raise PatternError(f"unsupported MLP activation in {where} at {label}: an operand is not a scalar")
+        args = [a for a in given if a is not None]  # the operands read, all present (checked above)
         with np.errstate(all="ignore"):  # a file's odd constants make NaN or inf, judged below, not warned about
             if node.op_type in TRANSPARENT:
                 value = args[0]
@@ -80,7 +82,7 @@ def verify_activation(g: GraphIndex, barriers: frozenset[int], start: str, end: 
         values[node.output[0]] = np.broadcast_to(value, PROBE.shape).astype(np.float64)
         used.add(i)
         if node.output[0] == end:
-            out = values[end]
+            out = values[node.output[0]]
             break
     if out is None:
         raise PatternError(f"unsupported MLP activation in {where}: its output could not be followed")
@@ -98,7 +100,7 @@ def verify_activation(g: GraphIndex, barriers: frozenset[int], start: str, end: 
 
 def _scalar(g: GraphIndex, name: str) -> np.ndarray | None:
     value = g.const(name, limit=1) if name else None
-    return None if value is None else np.float64(value.reshape(-1)[0])
+    return None if value is None else np.full((), value.reshape(-1)[0], np.float64)
 
 
 def activation_start(g: GraphIndex, p) -> str:

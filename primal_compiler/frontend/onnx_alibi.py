@@ -16,6 +16,8 @@ softmax ignores), with the same slopes in every layer. Anything else is a
 
 from __future__ import annotations
 
+from typing import Any, cast
+
 import numpy as np
 import onnx
 from onnx import helper
@@ -85,7 +87,7 @@ def _biased(g: GraphIndex, closure: set[int], heads: int) -> bool:
             while dims and dims[0] == 1:
                 dims.pop(0)
             per_head = dims and dims[0] == heads and (len(dims) == 1 or dims[1] == 1)  # [heads, 1, ...]
-            if heads > 1 and per_head and tensor.data_type in FLOATS:
+            if heads > 1 and per_head and tensor is not None and tensor.data_type in FLOATS:
                 return True
     return False
 
@@ -131,7 +133,7 @@ def _run(g: GraphIndex, closure: set[int], tensor: str) -> np.ndarray | None:
     used = {x for n in nodes for x in n.input if x}
     inits = [g.inits[x] for x in sorted(used) if x in g.inits]
     inputs = [i for i in g.model.graph.input if i.name in used and i.name not in g.inits]
-    feeds = {}
+    feeds: dict[str, Any] = {}
     for i in inputs:
         elem = i.type.tensor_type.elem_type
         if i.name != "attention_mask" and "position" not in i.name and "input_ids" not in i.name:
@@ -141,7 +143,8 @@ def _run(g: GraphIndex, closure: set[int], tensor: str) -> np.ndarray | None:
     graph = helper.make_graph(nodes, "bias", inputs, [helper.make_value_info(tensor, onnx.TypeProto())], inits)
     model = helper.make_model(graph, opset_imports=list(g.model.opset_import))
     try:
-        return np.asarray(ReferenceEvaluator(model).run(None, feeds)[0])
+        outputs = cast(list[Any], ReferenceEvaluator(model).run(None, feeds))  # a list unless intermediate=True
+        return np.asarray(outputs[0])
     except Exception:  # noqa: BLE001 - a term the reference evaluator cannot run is refused by the caller
         return None
 

@@ -81,6 +81,14 @@ class Layer:
     def projections(self) -> list[Projection]:
         return [*self.attn, self.o, *self.mlp_in, *([self.mlp_out] if self.mlp_out is not None else [])]
 
+    def recognised(self) -> tuple[Projection, NormKind, Activation]:
+        """Its MLP output projection, norm and activation; PatternError naming the first recognition left
+        unset."""
+        if self.mlp_out is None or self.norm is None or self.activation is None:
+            what = "MLP output projection" if self.mlp_out is None else "norm" if self.norm is None else "activation"
+            raise PatternError(f"unsupported decoder layer: no {what} found")
+        return self.mlp_out, self.norm, self.activation
+
 
 class Decoder(HeadGeometry):
     """Data-flow queries shared by the recognition steps."""

@@ -44,7 +44,7 @@ SHAPE_OPS = frozenset({"Shape", "Size"})
 # Largest constant (in elements) the frontend will ever decode.
 SMALL_CONST = 64
 
-ITEMSIZE = {TensorProto.FLOAT: 4, TensorProto.FLOAT16: 2, TensorProto.BFLOAT16: 2, TensorProto.DOUBLE: 8}
+ITEMSIZE: dict[int, int] = {TensorProto.FLOAT: 4, TensorProto.FLOAT16: 2, TensorProto.BFLOAT16: 2, TensorProto.DOUBLE: 8}
 #: Edges all walks of one recognition may follow (about 15 s at worst).
 WALK_LIMIT = 1 << 23
 #: Largest external-data file looked at: 1 TiB, above a 405B-parameter model in fp16 (810 GB).
@@ -191,7 +191,7 @@ class GraphIndex:
             return []
         value = self.const(name)
         if value is not None:
-            flat = [int(v) for v in value.reshape(-1)]
+            flat: list[int | None] = [int(v) for v in value.reshape(-1)]
             return flat[-count:]
         node = self.node_of(name)
         if node is None:

@@ -105,7 +105,7 @@ def check_accounted(dec, layers: list, lm_head, norm_regions: list[set[int]], no
         softmax = g.nodes[layer.core.anchor]
         score_side[n] = g.backward([softmax.input[0]], dec.barriers)[0] if softmax.op_type == "Softmax" else set()
     verified = set().union(*(_activation(dec, n, layer) for n, layer in enumerate(layers)))
-    product = {n: 1.0 for n in range(len(layers))}
+    product: dict[int, float | None] = {n: 1.0 for n in range(len(layers))}  # None: the runtime's default
     hidden = lm_head.in_features
     folded = set()
     for c in sorted({c for e in embed_nodes for t in g.nodes[e].output for c in g.consumers.get(t, ())} - embed_nodes):
@@ -136,19 +136,20 @@ def check_accounted(dec, layers: list, lm_head, norm_regions: list[set[int]], no
                 where = "after the LM head" if i in after else "on the residual stream or the MLP"
                 raise PatternError(f"unsupported constant added at {label} {where}")
         elif node.op_type in ("Mul", "Div"):
-            where = "after the LM head" if i in after else None
+            place = "after the LM head" if i in after else None
             if i not in verified:
                 _constant_multiplier(g, node, i, label, norm_params if i in in_norm else None, attn_of, score_side,
-                                     product, where)
+                                     product, place)
     for n, layer in enumerate(layers):
         softmax = g.nodes[layer.core.anchor]
         want = 1 / math.sqrt(layer.head_dim)
         if softmax.op_type != "Softmax":
             scale = attr(softmax, "scale")
             product[n] = want if scale is None else float(scale)
-        if product[n] is not None and not math.isclose(product[n], want, rel_tol=1e-5):
+        got = product[n]
+        if got is not None and not math.isclose(got, want, rel_tol=1e-5):
             raise PatternError(f"unsupported attention scale in layer {n} at node {softmax.name or layer.core.anchor}"
-                               f": scores are scaled by {product[n]:.6g}, not 1/sqrt(head_dim) = {want:.6g}")
+                               f": scores are scaled by {got:.6g}, not 1/sqrt(head_dim) = {want:.6g}")
 
 
 def _constant_multiplier(g, node, i, label, norm_params, attn_of, score_side, product, where) -> None:

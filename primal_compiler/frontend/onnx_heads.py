@@ -17,10 +17,11 @@ selects are checked; ``ir.columns`` puts the weights in q | k | v order.
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from primal_compiler.frontend.onnx_graph import PatternError, attr, slice_bounds
+from primal_compiler.frontend.onnx_graph import GraphIndex, PatternError, attr, slice_bounds
 from primal_compiler.frontend.onnx_project import Projection
 from primal_compiler.ir.model import Role
 
@@ -39,8 +40,15 @@ class Core:
     kv_heads: int | None = None
 
 
-class HeadGeometry:
-    """Head-geometry queries; the subclass provides ``g`` and ``hits_fwd``."""
+class HeadGeometry(ABC):
+    """Head-geometry queries over the subclass's graph ``g``, its ``barriers`` and ``hits_fwd``."""
+
+    g: GraphIndex
+    barriers: frozenset[int]  # nodes of the projections, where a backward walk stops
+
+    @abstractmethod
+    def hits_fwd(self, p: Projection) -> tuple[set[int], set[int]]:
+        """Nodes reached forward from projection ``p``'s output, and the nodes of the projections it hits."""
 
     def geometry(self, layer: Layer) -> None:
         """num_heads, num_kv_heads, head_dim of ``layer`` (PatternError when not found)."""
@@ -210,9 +218,9 @@ class HeadGeometry:
                 sizes = [int(s) for s in list(sizes)]
                 return sizes[qi], sizes[ki]
             break
-        sliced = [self._slice_len(path, p.out_features) for path in (path_q, path_k)]
-        if all(sliced):
-            return sliced[0], sliced[1]
+        q_len, k_len = (self._slice_len(path, p.out_features) for path in (path_q, path_k))
+        if q_len and k_len:
+            return q_len, k_len
         if p.out_features % 3:
             raise PatternError(f"fused qkv projection of {p.out_features} outputs does not split evenly in three")
         return p.out_features // 3, p.out_features // 3

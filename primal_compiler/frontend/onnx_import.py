@@ -186,7 +186,9 @@ def _recognise(model: onnx.ModelProto, path: Path) -> Recognised:
     if final_norm is not None:
         norm_regions.append(dec.norm_region(head_in, stops))
         norms[(len(layers), 0)] = norm_ref(g, norm_regions[-1], hidden)
-    final_norm = final_norm or layers[-1].norm
+    final_norm = final_norm or layers[-1].norm  # each layer has one: refused above otherwise
+    if final_norm is None:
+        raise PatternError("unsupported model: no norm before the LM head")
     eps = next((r.eps for r in norms.values() if r.eps is not None), None)
     if embed_norm is not None and final_norm != (
             NormKind.LAYER if g.nodes[embed_norm].op_type in ("LayerNormalization", "SkipLayerNormalization")
@@ -230,9 +232,7 @@ def _recognise(model: onnx.ModelProto, path: Path) -> Recognised:
         )
     except InputError as exc:  # a size over the IR's limits, reported against the file
         raise PatternError(exc.problem) from None
-    found = {
-        (i, p.role): p for i, layer in enumerate(layers) for p in (*layer.attn, layer.o, *layer.mlp_in, layer.mlp_out)
-    }
+    found = {(i, p.given_role()): p for i, layer in enumerate(layers) for p in layer.projections}
     found[(len(layers), Role.LM_HEAD)] = lm_head
     unread = None
     if positional == Positional.ROPE and rope is None:  # RotaryEmbedding ops with cos/sin caches
@@ -247,9 +247,9 @@ def _attention_layer(dec: Decoder, core) -> Layer:
 
 def _check_one_role_each(layers: list[Layer], lm_head: Projection) -> None:
     """Every projection serves one place (a graph wired otherwise has no decoder reading)."""
-    owner = {(lm_head.node, None): "the LM head"}
+    owner: dict[tuple[int, tuple[int, int, int] | None], str] = {(lm_head.node, None): "the LM head"}
     for i, layer in enumerate(layers):
-        for p in (*layer.attn, layer.o, *layer.mlp_in, layer.mlp_out):
+        for p in layer.projections:
             key = (p.node, p.split)  # a fused gate/up serves twice, on two column ranges
             if key in owner:
                 shape, first = f"{p.in_features}x{p.out_features}", owner[key]
@@ -273,8 +273,8 @@ def _residual_adds(g: GraphIndex) -> list[int]:
 
 def _embeddings_and_head(dec: Decoder, hidden: int, layers: list[Layer]):
     g = dec.g
-    tables = [(i, g.weight(g.nodes[i].input[0])) for i in _embedding_gathers(g)]
-    tables = [(i, w) for i, w in tables if w.cols == hidden and attr(g.nodes[i], "axis", 0) == 0]
+    gathered = [(i, g.weight(g.nodes[i].input[0])) for i in _embedding_gathers(g)]
+    tables = [(i, w) for i, w in gathered if w is not None and w.cols == hidden and attr(g.nodes[i], "axis", 0) == 0]
     if not tables:
         raise PatternError(f"no token embedding found (a Gather on a [vocab, {hidden}] initializer)")
     in_layers = {p.node for layer in layers for p in (*layer.attn, layer.o)}
@@ -360,10 +360,11 @@ def _source(model: onnx.ModelProto) -> str:
 
 
 def _to_ir(index: int, layer: Layer) -> DecoderLayer:
-    projs = sorted((*layer.attn, layer.o, *layer.mlp_in, layer.mlp_out), key=lambda p: _ROLE_ORDER.index(p.role))
+    mlp_out, norm, activation = layer.recognised()
+    projs = sorted((*layer.attn, layer.o, *layer.mlp_in, mlp_out), key=lambda p: _ROLE_ORDER.index(p.given_role()))
     linears = tuple(
         Linear(
-            p.role,
+            p.given_role(),
             p.in_features,
             p.out_features,
             bias=p.bias,
@@ -372,5 +373,5 @@ def _to_ir(index: int, layer: Layer) -> DecoderLayer:
         for p in projs
     )
     attention = Attention(layer.num_heads, layer.num_kv_heads, layer.head_dim)
-    return DecoderLayer(index, attention, linears, layer.norm, layer.activation, num_norms=layer.num_norms,
+    return DecoderLayer(index, attention, linears, norm, activation, num_norms=layer.num_norms,
                         parallel=layer.parallel)

@@ -41,9 +41,10 @@ def assign_mlp(dec: Decoder, layers: list[Layer], lm_head: Projection) -> None:
     for p in rest:
         if p.node in mlp_in_layer or not hits[p.node]:
             continue
-        owners = {mlp_in_layer.get(n) for n in hits[p.node]}
-        if len(owners) == 1 and None not in owners:
-            layer = layers[owners.pop()]
+        readers = {mlp_in_layer.get(n) for n in hits[p.node]}
+        only = readers.pop() if len(readers) == 1 else None
+        if only is not None:
+            layer = layers[only]
             if layer.mlp_out is not None:
                 raise PatternError("unsupported MLP: two projections consume the MLP inputs")
             layer.mlp_out = p

@@ -32,7 +32,7 @@ from primal_compiler.frontend.onnx_tensors import read_tensor
 from primal_compiler.frontend.weights import ModelTables
 from primal_compiler.ir.model import NormKind
 
-NORM_OPS = {"LayerNormalization": (1, 2), "SimplifiedLayerNormalization": (1, None), "RMSNormalization": (1, None),
+NORM_OPS: dict[str, tuple[int, int | None]] = {"LayerNormalization": (1, 2), "SimplifiedLayerNormalization": (1, None), "RMSNormalization": (1, None),
             "SkipLayerNormalization": (2, 3), "SkipSimplifiedLayerNormalization": (2, None)}
 EPS_CONSUMERS = {"Sqrt", "Reciprocal", "Pow", "Div"}
 TIE_SAMPLES = 16  # elements compared to tell a copy of the embedding table from an independent LM head
@@ -90,9 +90,9 @@ def norm_ref(g: GraphIndex, region: set[int], hidden: int) -> NormRef:
         node = g.nodes[i]
         slots = NORM_OPS.get(node.op_type)
         if slots is not None:
-            w, b = slots
+            w_at, b_at = slots
             inputs = list(node.input) + ["", "", "", ""]
-            return NormRef(inputs[w] or None, (inputs[b] or None) if b is not None else None,
+            return NormRef(inputs[w_at] or None, (inputs[b_at] or None) if b_at is not None else None,
                            float(attr(node, "epsilon", ONNX_DEFAULT_EPS)))
         if node.op_type not in ("Mul", "Add") or len(node.input) != 2 or all(_is_constant(g, x) for x in node.input):
             continue  # (an Add of two constants is a shifted scale, ``1 + w``)
@@ -118,8 +118,9 @@ def _shifted(g: GraphIndex, name: str, hidden: int) -> tuple[str, float] | None:
     if node is None or node.op_type != "Add" or len(node.input) != 2:
         return None
     for w, c in (node.input, reversed(node.input)):
-        if g.vector_len(w) == hidden and _is_constant(g, w) and g.scalar(c) is not None:
-            return w, g.scalar(c)
+        shift = g.scalar(c)
+        if g.vector_len(w) == hidden and _is_constant(g, w) and shift is not None:
+            return w, shift
     return None
 
 

@@ -40,6 +40,13 @@ class Projection:
     def nodes(self) -> tuple[int, ...]:
         return (self.node, *self.lora_nodes)
 
+    def given_role(self) -> Role:
+        """Its role, once recognition gave it one; PatternError for a projection still without."""
+        if self.role is None:
+            raise PatternError(f"the {self.in_features}x{self.out_features} projection at node #{self.node} "
+                               "serves no recognised role")
+        return self.role
+
 
 def find_weight_matmuls(g: GraphIndex) -> list[Projection]:
     found: list[Projection] = []
@@ -74,7 +81,7 @@ def _follow_to_base(
 ) -> Projection | None:
     """The projection (not one in ``exclude``) whose (biased) output ``tensor`` is, through transparent ops
     and bias/LoRA Adds: a depth-first search, left operand first, of at most ``FOLLOW_LIMIT`` tensors."""
-    stack, seen = [tensor], set()
+    stack, seen = [tensor], set[str]()
     while stack and len(seen) < FOLLOW_LIMIT:
         tensor = stack.pop()
         if tensor in seen:

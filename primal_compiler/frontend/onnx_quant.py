@@ -58,7 +58,9 @@ def dequantize_graph(model: onnx.ModelProto) -> QuantTable:
     """Rewrite ``model.graph`` in place (see the module docstring); the table of what was rewritten."""
     graph = model.graph
     inits, producer, consumers = indexes(graph)
-    table, drop, replace, placeholders = QuantTable(), set(), {}, []
+    table, placeholders = QuantTable(), []
+    drop: set[int] = set()
+    replace: dict[int, list[onnx.NodeProto]] = {}
 
     def const(name: str) -> TensorProto | None:
         return inits.get(name) if name else None
@@ -271,7 +273,7 @@ def _attrs(node) -> dict:
 
 def weight_formats(table: QuantTable | None, weights: list[str]) -> tuple[WeightQuant, ...]:
     """The distinct formats of the quantized weights among ``weights`` (one name per projection), with counts."""
-    counts: dict[tuple, int] = {}
+    counts: dict[tuple[str, int, int, bool], int] = {}
     for name in weights:
         spec = table.weights.get(name) if table is not None else None
         if spec is not None:

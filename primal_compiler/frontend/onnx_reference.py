@@ -26,7 +26,8 @@ def float_activation_twin(path: str | Path) -> bytes | None:
     model = onnx.load(str(path))
     graph = model.graph
     inits, producer, consumers = indexes(graph)
-    replace, drop = {}, set()
+    replace: dict[int, list[onnx.NodeProto]] = {}
+    drop: set[int] = set()
     for i, node in enumerate(graph.node):
         if node.op_type != "MatMulInteger":
             continue

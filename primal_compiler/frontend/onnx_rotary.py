@@ -62,7 +62,7 @@ def _joins(g: GraphIndex, dim: int, head_dim: int) -> list[set[int]]:
             continue
         tail = g.node_of(node.input[1])
         bounds = _bounds(g, tail) if tail is not None and tail.op_type == "Slice" else None
-        if bounds is None or bounds[0] != dim or min(bounds[1], TO_END) < head_dim:
+        if tail is None or bounds is None or bounds[0] != dim or min(bounds[1], TO_END) < head_dim:
             continue
         reached, _ = g.backward([node.input[0]], frozenset())
         heads = [i for i in reached if g.nodes[i].op_type == "Slice" and g.nodes[i].input[0] == tail.input[0]
@@ -116,14 +116,14 @@ def _table_closure(g: GraphIndex, seeds: frozenset[str]) -> set[str]:
 def interleaved(g: GraphIndex) -> bool:
     """True when the rotations pair adjacent dimensions (``rotate_every_two``), False for halves or when no
     rotation is written out (a ``RotaryEmbedding`` op); a :class:`PatternError` names a node that is neither."""
-    forms = {}
+    forms: dict[bool, str] = {}
     for i, node in enumerate(g.nodes):
         src = g.node_of(node.input[0]) if node.op_type == "Neg" else None
         found = _slice_last(g, src) if src is not None and src.op_type == "Slice" else None
         if found is None:
             continue
         if found[2] == 2:
-            _check_every_two(g, i, src)
+            _check_every_two(g, i, src, found)
         forms.setdefault(found[2] == 2, node.name or f"#{i}")
     if len(forms) > 1:
         raise PatternError(f"unsupported RoPE: node {forms[False]} rotates halves of a head and node {forms[True]} "
@@ -131,14 +131,14 @@ def interleaved(g: GraphIndex) -> bool:
     return True in forms
 
 
-def _check_every_two(g: GraphIndex, neg: int, odd) -> None:
+def _check_every_two(g: GraphIndex, neg: int, odd, odd_bounds: tuple[int, int, int]) -> None:
     """``Neg(x[..., 1::2])`` must be interleaved before ``x[..., 0::2]``: ``Concat(Unsqueeze(-x1), Unsqueeze(x0))``
     on a new last axis, so output ``2j`` is ``-x[2j + 1]`` and ``2j + 1`` is ``x[2j]``."""
     node = g.nodes[neg]
     name = node.name or f"#{neg}"
     wrong = PatternError(f"unsupported rotation at node {name} (Neg of x[..., 1::2]): not GPT-J's rotate_every_two "
                          "(-x1, x0, -x3, x2, ...)")
-    if _slice_last(g, odd)[0] != 1:
+    if odd_bounds[0] != 1:
         raise wrong
     ups = [g.nodes[i] for i in g.consumers.get(node.output[0], ())]
     joins = [g.nodes[i] for u in ups if u.op_type == "Unsqueeze" for i in g.consumers.get(u.output[0], ())]
@@ -147,8 +147,9 @@ def _check_every_two(g: GraphIndex, neg: int, odd) -> None:
     join = joins[0]
     other = g.node_of(join.input[1])
     even = g.node_of(other.input[0]) if other is not None and other.op_type == "Unsqueeze" else None
-    if (join.input[0] != ups[0].output[0] or attr(join, "axis", 0) != -1 or even is None or even.op_type != "Slice"
-            or even.input[0] != odd.input[0] or _slice_last(g, even)[::2] != (0, 2)):
+    even_bounds = _slice_last(g, even) if even is not None and even.op_type == "Slice" else None
+    if (join.input[0] != ups[0].output[0] or attr(join, "axis", 0) != -1 or even is None or even_bounds is None
+            or even.input[0] != odd.input[0] or even_bounds[::2] != (0, 2)):
         raise wrong
 
 

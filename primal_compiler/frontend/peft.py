@@ -51,7 +51,7 @@ ADAPTER_LIMIT_BYTES = 64 << 30
 _LORA_KEY = re.compile(r"^(?P<module>.+)\.lora_(?P<part>[AB])(?:\.(?P<adapter>[^.]+))?\.weight$")
 _LAYER_PATH = re.compile(r"(?:^|\.)(?:layers|h|blocks|layer)\.(?P<index>[0-9]{1,6})\.(?P<path>.+)$")
 _MODULE_NAME = re.compile(r"\^?[A-Za-z0-9_.]+")
-_DTYPES = {"F64": np.float64, "F32": np.float32, "F16": np.float16, "BF16": "bfloat16"}  # bfloat16: ml_dtypes
+_DTYPES: dict[str, Any] = {"F64": np.float64, "F32": np.float32, "F16": np.float16, "BF16": "bfloat16"}  # bfloat16: ml_dtypes
 
 
 def load_peft_adapter(path: str | Path, *, shapes_only: bool = False) -> ModelWeights:
@@ -264,7 +264,8 @@ def _adapter_config(path: Path) -> dict[str, Any]:
         raise InputError(where, f"peft_type is {kind}, not LORA")
     if "r" not in raw:
         raise InputError(where, "has no r (the LoRA rank)")
-    r, alpha = raw.get("r"), raw.get("lora_alpha", raw.get("r"))
+    r = raw["r"]
+    alpha = raw["lora_alpha"] if "lora_alpha" in raw else r
     _check_rank(where, "r", r)
     _check_alpha(where, "lora_alpha", alpha)
     rank_pattern = raw.get("rank_pattern") or {}
@@ -283,7 +284,7 @@ def _adapter_config(path: Path) -> dict[str, Any]:
         raise InputError(where, f"use_rslora must be true or false, got {rslora!r}")
     return {
         "r": r,
-        "lora_alpha": float(alpha),
+        "lora_alpha": float(alpha),  # a positive finite number: checked above
         "target_modules": raw.get("target_modules"),
         "rank_pattern": rank_pattern,
         "rank_default": not rank_pattern,  # every module has rank r unless a pattern overrides it

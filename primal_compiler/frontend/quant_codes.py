@@ -20,10 +20,10 @@ from onnx import TensorProto
 from primal_compiler.frontend.patterns import PatternError
 
 #: Code types DequantizeLinear may hold here, with their bits.
-CODE_BITS = {TensorProto.INT4: 4, TensorProto.UINT4: 4, TensorProto.INT8: 8, TensorProto.UINT8: 8,
+CODE_BITS: dict[int, int] = {TensorProto.INT4: 4, TensorProto.UINT4: 4, TensorProto.INT8: 8, TensorProto.UINT8: 8,
              TensorProto.INT16: 16, TensorProto.UINT16: 16, TensorProto.INT32: 32}
 #: The range of each code type (QuantizeLinear saturates to it).
-CODE_RANGE = {t: ((-(1 << (b - 1)), (1 << (b - 1)) - 1) if t in (TensorProto.INT4, TensorProto.INT8, TensorProto.INT16,
+CODE_RANGE: dict[int, tuple[int, int]] = {t: ((-(1 << (b - 1)), (1 << (b - 1)) - 1) if t in (TensorProto.INT4, TensorProto.INT8, TensorProto.INT16,
                                                                 TensorProto.INT32) else (0, (1 << b) - 1))
               for t, b in CODE_BITS.items()}
 

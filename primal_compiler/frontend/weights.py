@@ -108,7 +108,7 @@ def check_lora(weights: ModelWeights, model: Model, padded: bool = False) -> Non
         got = lora.get((layer, role))
         if got is None and padded and role not in have_roles:
             continue  # stored as zeros
-        if got is None:
+        if got is None or got.a is None or got.b is None or lin.lora is None:
             raise InputError(where, f"has no LoRA weights for layer {layer} {role.value}, which has LoRA in the model")
         rank = got.a.shape[1] if padded and got.a.ndim == 2 and 0 < got.a.shape[1] <= lin.lora.rank else lin.lora.rank
         for part, value, shape in (
@@ -121,9 +121,9 @@ def check_lora(weights: ModelWeights, model: Model, padded: bool = False) -> Non
     for (layer, role), p in weights.projections.items():
         if p.w is None or layer >= model.num_layers:
             continue
-        lin = model.layers[layer].linear(role)
-        if lin is not None and p.w.shape != (lin.in_features, lin.out_features):
-            shape = (lin.in_features, lin.out_features)
+        base = model.layers[layer].linear(role)
+        if base is not None and p.w.shape != (base.in_features, base.out_features):
+            shape = (base.in_features, base.out_features)
             what = f"layer {layer} {role.value} weight"
             raise InputError(where, f"{what} is {dims_text(p.w.shape)}, model expects {dims_text(shape)}")
 

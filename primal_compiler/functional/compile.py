@@ -10,6 +10,8 @@ which sets blocking's traffic context too).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import primal_compiler.transforms  # noqa: F401  (registers every pass)
 from primal_compiler.errors import InputError
 from primal_compiler.ir.model import Model
@@ -17,8 +19,11 @@ from primal_compiler.ir.program import Program
 from primal_compiler.passmgr import PassManager
 from primal_compiler.pipeline import Pipeline, Workload
 
+if TYPE_CHECKING:
+    from primal_compiler.target.spec import PrimalTarget
 
-def compile_for_replay(model: Model, target, prompt_len: int, generate: int, pipeline: str = "default",
+
+def compile_for_replay(model: Model, target: PrimalTarget, prompt_len: int, generate: int, pipeline: str = "default",
                        context: int | None = None, adapters: int = 0) -> Program:
     """``model`` compiled by ``pipeline`` (which must end with kv-ring and codegen) for a prompt of
     ``prompt_len`` tokens and ``generate`` generated tokens; ``context`` overrides kv-ring's context;

@@ -24,6 +24,8 @@ Every problem is an :class:`InputError` naming the record.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
 from primal_compiler.errors import InputError
@@ -36,6 +38,10 @@ from primal_compiler.ir.tiles import ROLE_CODES, Macro, Part
 from primal_compiler.isa.opcodes import CONTROLLER, NONE16, BufKind, Opcode, buf_name
 from primal_compiler.mapping.lower import geometry
 
+if TYPE_CHECKING:
+    from primal_compiler.ir.program import Program
+    from primal_compiler.target.spec import PrimalTarget
+
 CTL = (CONTROLLER, 0)
 ALL = slice(None)
 OP, FLAGS, CT, PE, DST_CT, DST_PE, LAYER, SRC_BUF, DST_BUF, GROUP, COUNT, NBYTES, ARG = range(13)
@@ -44,16 +50,16 @@ OP, FLAGS, CT, PE, DST_CT, DST_PE, LAYER, SRC_BUF, DST_BUF, GROUP, COUNT, NBYTES
 class Machine:
     """One replay: the program, its parameters in one precision, and the evolving state."""
 
-    def __init__(self, program, target, params: Params, numerics: Numerics, where: str,
+    def __init__(self, program: Program, target: PrimalTarget, params: Params, numerics: Numerics, where: str,
                  producers: bool = False) -> None:
-        self.program, self.model, self.kv, self.params, self.num = program, program.model, program.kv, params, numerics
+        self.program, self.model, self.kv, self.params, self.num = program, program.model, program.need_kv(), params, numerics
         self.where = where
         self.geo = geometry(program.model, target)
-        stream = program.stream
+        stream = program.need_stream()
         self.group_ptr = stream.group_ptr.tolist()
         self.group_ct = stream.group_ct.tolist()
         self.group_pe = stream.group_pe.tolist()
-        t = program.tiles
+        t = program.need_tiles()
         rram = np.flatnonzero(t.macro == Macro.RRAM)
         sram = np.flatnonzero(t.macro == Macro.SRAM)
         self.rram_at = dict(zip(zip(t.ct[rram].tolist(), t.pe[rram].tolist()), rram.tolist()))
@@ -118,7 +124,7 @@ class Machine:
         old = self.buffers.get(key)
         width = offset + data.shape[1]
         kept = old is not None and old.shape[0] == data.shape[0]
-        if not kept:
+        if old is None or not kept:
             new = np.full((data.shape[0], width), np.nan, np.float32)
         elif old.shape[1] < width:
             new = np.full((data.shape[0], width), np.nan, np.float32)
@@ -170,7 +176,7 @@ class Machine:
             raise self.fail("no RRAM tile is placed on this PE")
         xbar = self.crossbars.get(row)
         if xbar is None:
-            t, (R, C) = self.program.tiles, (self.geo.rram_rows, self.geo.rram_cols)
+            t, (R, C) = self.program.need_tiles(), (self.geo.rram_rows, self.geo.rram_cols)
             layer, role = int(t.layer[row]), ROLE_CODES[t.role[row]]
             i, j = int(t.brow[row]), int(t.bcol[row])
             rows, cols = slice(i * R, i * R + t.rows[row]), slice(j * C, j * C + t.cols[row])
@@ -191,7 +197,7 @@ class Machine:
             raise self.fail(f"loads adapter {adapter}, but the replay was given {given} adapter"
                             f"{'s' if given != 1 else ''} (one --adapter directory per adapter id, in order)")
         a, b = self.params.lora[adapter]
-        t, SR, W = self.program.tiles, self.geo.sram_rows, self.geo.lora_width
+        t, SR, W = self.program.need_tiles(), self.geo.sram_rows, self.geo.lora_width
         key = (int(t.layer[row]), ROLE_CODES[t.role[row]])
         i, k = int(t.brow[row]), int(t.bcol[row])
         matrix = a[key] if t.part[row] == Part.LORA_A else b[key].T  # B stored out x r
@@ -202,7 +208,7 @@ class Machine:
         row = self.rram_at.get(pos)
         if row is None:
             raise self.fail(f"group member ct={pos[0]} pe={pos[1]} holds no RRAM tile")
-        return int(self.program.tiles.slice[row])
+        return int(self.program.need_tiles().slice[row])
 
     # --- KV scratchpad -------------------------------------------------------------------------
     def kv_slot(self, pos: tuple[int, int], slot: int, kind: int, layer: int) -> list:

@@ -81,9 +81,11 @@ def load_params(model: Model, weights_path: str | Path,
         problem = "no such file" if not path.exists() else "not an ONNX file (expected MODEL.onnx)"
         raise InputError(str(path), problem)
     onnx = load_onnx_weights(path)
-    where = onnx.source
-    if onnx.model.num_layers != model.num_layers:
-        have = onnx.model.num_layers
+    where, recognised, tables = onnx.source, onnx.model, onnx.tables
+    if recognised is None or tables is None:  # never: load_onnx_weights recognises the file or refuses it
+        raise InputError(where, "holds no recognised model")
+    if recognised.num_layers != model.num_layers:
+        have = recognised.num_layers
         raise InputError(where, f"has {have} decoder layers, the program's model has {model.num_layers}")
     if onnx.rope_unread is not None and model.positional == Positional.ROPE:
         raise InputError(where, f"node {onnx.rope_unread}: RoPE from cos/sin caches is not read, so the replay "
@@ -93,8 +95,11 @@ def load_params(model: Model, weights_path: str | Path,
     for src in sources:
         if model.lora_targets or src.lora:
             check_lora(src, model, padded=len(sources) > 1)
-    w, bias, stored = {}, {}, {}
-    lora = tuple(({}, {}) for _ in sources)
+    w: dict[tuple[int, Role], np.ndarray] = {}
+    bias: dict[tuple[int, Role], np.ndarray] = {}
+    stored: dict[tuple[int, Role], tuple[np.ndarray, np.ndarray]] = {}
+    lora: tuple[tuple[dict[tuple[int, Role], np.ndarray], dict[tuple[int, Role], np.ndarray]], ...] = tuple(
+        ({}, {}) for _ in sources)
     L, h = model.num_layers, model.hidden_size
     for n, layer in enumerate(model.layers):
         for lin in layer.linears:
@@ -112,11 +117,12 @@ def load_params(model: Model, weights_path: str | Path,
                 for src, (a, b) in zip(sources, lora):
                     a[key], b[key] = _padded(src.get(n, lin.role), lin)
     head = onnx.get(L, Role.LM_HEAD)
-    w[(L, Role.LM_HEAD)] = _expect(where, "LM head weight", head.w if head else None, (h, model.vocab_size))
+    if head is None:
+        raise InputError(where, "has no LM head projection, which the program's model has")
+    w[(L, Role.LM_HEAD)] = _expect(where, "LM head weight", head.w, (h, model.vocab_size))
     _keep_codes(stored, (L, Role.LM_HEAD), head)
     if model.lm_head_bias:
         bias[(L, Role.LM_HEAD)] = _expect(where, "LM head bias", head.bias, (model.vocab_size,))
-    tables = onnx.tables
     embed = _expect(where, "token embedding", tables.embed, (model.vocab_size, h))
     pos = None
     if model.positional == Positional.LEARNED:

@@ -39,8 +39,12 @@ column REDUCE give back W and dropping any slice changes the result.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from primal_compiler.target.spec import PrimalTarget
 
 PRECISIONS = ("exact", "hardware")
 
@@ -59,7 +63,7 @@ class HardwareSpec:
     kv_bits: int
 
     @classmethod
-    def of(cls, target, precision) -> HardwareSpec:
+    def of(cls, target: PrimalTarget, precision) -> HardwareSpec:
         r = target.rram
         return cls(r.bits_per_cell, r.input_bits, r.dac_bits, r.rows_active_per_read, r.adc_bits,
                    target.sram.input_bits, precision.embed_bits, precision.kv_bits)
@@ -146,7 +150,7 @@ class Numerics:
             return Crossbar((block / (slices * 2.0 ** (self.bits_per_cell * slice_index))).astype(np.float32))
         g = self.hw.rows_per_read
         own = _group_scales(stored, bits, g)
-        if own is not None:  # left-aligned in the bit width, so the digits below the codes hold zeros
+        if own is not None and stored is not None:  # left-aligned in the bit width, so the digits below the codes hold zeros
             shift = bits - _signed_bits(stored[0])
             q, scale = stored[0].astype(np.int64) << shift, own / float(1 << shift)
         else:

@@ -50,7 +50,7 @@ _PREAMBLE = np.dtype([("magic", "S8"), ("version", "<u4"), ("header_len", "<u8")
 _TRAILER = 32
 STREAM_ARRAYS = ("stream.records", "stream.group_ptr", "stream.group_ct", "stream.group_pe")
 _RECORD_DESCR = [list(f) for f in RECORD.descr]
-_STREAM_DTYPES = {"stream.group_ptr": np.dtype("<i8"), "stream.group_ct": np.dtype("<u2"),
+_STREAM_DTYPES: dict[str, np.dtype] = {"stream.group_ptr": np.dtype("<i8"), "stream.group_ct": np.dtype("<u2"),
                   "stream.group_pe": np.dtype("<u2")}
 
 
@@ -80,7 +80,8 @@ def save_program(path: str | os.PathLike, meta: dict, arrays: Mapping[str, np.nd
         check_compiled(meta, plain, stream, where)
     columns = (stream.records, stream.group_ptr, stream.group_ct, stream.group_pe)
     stored = {name: np.asarray(a, order="C") for name, a in zip(STREAM_ARRAYS, columns)} | plain
-    table, offset = [], 0
+    table: list[dict[str, Any]] = []
+    offset = 0
     for name, a in stored.items():
         dtype = _RECORD_DESCR if name == "stream.records" else a.dtype.str
         table.append({"name": name, "dtype": dtype, "shape": list(a.shape), "offset": offset, "nbytes": a.nbytes})
@@ -229,7 +230,8 @@ def _parse_header(data: bytearray, start: int, payload_len: int) -> tuple[dict, 
     missing = [name for name in STREAM_ARRAYS if name not in stored]
     if missing:
         raise ValueError(f"no array {missing[0]} (the instruction stream)")
-    stream = Stream(*(stored.pop(name) for name in STREAM_ARRAYS),
+    records, group_ptr, group_ct, group_pe = (stored.pop(name) for name in STREAM_ARRAYS)
+    stream = Stream(records, group_ptr, group_ct, group_pe,
                     tuple(Section(name, begin, stop) for name, begin, stop in sections))
     return meta, stored, stream
 
@@ -237,6 +239,7 @@ def _parse_header(data: bytearray, start: int, payload_len: int) -> tuple[dict, 
 def _array(data: bytearray, start: int, payload_len: int, entry: dict) -> np.ndarray:
     """One array of the table, its entry checked against the payload; ValueError on a bad entry."""
     name, shape, offset, nbytes = entry["name"], entry["shape"], entry["offset"], entry["nbytes"]
+    dtype: np.dtype
     if name == "stream.records":
         if entry["dtype"] != _RECORD_DESCR:
             raise ValueError("stream.records: dtype is not the IPCN record layout of this format version")

@@ -243,7 +243,7 @@ def access_text(d: Descriptor, a: Access) -> str:
     cond = []
     if a.args:
         cond.append("arg is " + "/".join(d.arg_enum(v).name if d.arg_enum else str(v) for v in a.args))
-    cond += [f.name for f in Flag if a.flags & f] + [f"not {f.name}" for f in Flag if a.without & f]
+    cond += [f"{f.name}" for f in Flag if a.flags & f] + [f"not {f.name}" for f in Flag if a.without & f]
     return f"`{_BUFFER[a.buffer]}@{place}{_EXTENT[a.extent]}`" + (" if " + " and ".join(cond) if cond else "")
 
 

@@ -47,10 +47,10 @@ def _names(ops: tuple[Opcode, ...]) -> str:
 
 
 class Problem(NamedTuple):
-    """First illegality found: ``kind`` is meta/stream/record/group/section, ``index`` its position."""
+    """First illegality found: ``kind`` is meta/stream/record/group/section, ``position`` which one."""
 
     kind: str
-    index: int
+    position: int
     message: str
 
 
@@ -126,7 +126,7 @@ def _record_checks(r: np.ndarray, meta: Mapping[str, Any], num_groups: int) -> I
     op, ct, pe = r["op"], r["ct"], r["pe"]
     yield "op", ~np.isin(op, list(Opcode)), lambda v, o: f"{v} is not an opcode (0..{len(Opcode) - 1})"
     yield "flags", (r["flags"] & (0xFF ^ _FLAG_BITS)) != 0, \
-        lambda v, o: f"{v:#x} sets bits outside {'|'.join(f.name for f in Flag)}"
+        lambda v, o: f"{v:#x} sets bits outside {'|'.join(f'{f.name}' for f in Flag)}"
     pg = np.isin(op, WHOLE_CT)
     yield "ct", (ct >= num_cts) & (ct != CONTROLLER), lambda v, o: f"{v} >= num_cts {num_cts}"
     yield "ct", pg & (ct == CONTROLLER), lambda v, o: f"{o} gates a CT, not the controller"

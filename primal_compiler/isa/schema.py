@@ -29,7 +29,7 @@ import math
 import re
 from collections.abc import Mapping
 from dataclasses import fields, is_dataclass
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TYPE_CHECKING
 
 import numpy as np
 
@@ -39,6 +39,9 @@ from primal_compiler.ir.tiles import COLUMNS, ROLE_CODES, Macro, Part
 from primal_compiler.isa.opcodes import Opcode, step_ends
 from primal_compiler.isa.stream import Stream
 from primal_compiler.mapping.lower import Geometry, lower_model
+
+if TYPE_CHECKING:
+    from primal_compiler.target.spec import PrimalTarget
 
 COMPILED = "primal-program"  # meta ``format`` of a program written by primal compile
 INT_MAX = 2**31 - 1  # every count in the model IR and the KV layout fits an int32
@@ -82,7 +85,7 @@ def check_compiled(meta: Mapping[str, Any], arrays: Mapping[str, np.ndarray], st
         raise InputError(where, issue.message)
 
 
-def tiles_issue(meta: Mapping[str, Any], arrays: Mapping[str, np.ndarray], target) -> Issue | None:
+def tiles_issue(meta: Mapping[str, Any], arrays: Mapping[str, np.ndarray], target: PrimalTarget) -> Issue | None:
     """Whether the tile table's weight columns (every column but the placement's ``ct``, ``seq``, ``pe`` and
     lora-sparsity's ``zero``) are what lowering ``model_ir`` with ``target``'s macros gives (the functional
     replay cuts the weights by them); ``compiled_issue`` must have passed."""
@@ -168,14 +171,15 @@ def _meta_issue(meta: Mapping[str, Any]) -> Issue | None:
     return None
 
 
-def _typed(obj: object, path: str) -> str | None:
+def _typed(obj: Any, path: str) -> str | None:
     """Where a model dataclass holds a value of the wrong JSON type or out of range (ints 0..INT_MAX, finite floats)."""
     for f in fields(obj):
         value, where = getattr(obj, f.name), f"{path}.{f.name}"
+        kind = f.type if isinstance(f.type, str) else f.type.__name__  # a string: the models' annotations are postponed
         ok = {"int": lambda v: _int(v, 0), "bool": lambda v: type(v) is bool, "str": lambda v: type(v) is str,
-              "float": lambda v: type(v) in (int, float) and math.isfinite(v)}.get(f.type)
+              "float": lambda v: type(v) in (int, float) and math.isfinite(v)}.get(kind)
         if ok is not None and not ok(value):
-            return f"{where}: expected {'an int in 0..' + str(INT_MAX) if f.type == 'int' else 'a ' + f.type}, " \
+            return f"{where}: expected {'an int in 0..' + str(INT_MAX) if kind == 'int' else 'a ' + kind}, " \
                    f"got {_show(value)}"
         for k, item in enumerate(value if isinstance(value, tuple) else (value,)):
             if is_dataclass(item):
@@ -210,10 +214,10 @@ def _array_issue(meta: Mapping[str, Any], arrays: Mapping[str, np.ndarray], stre
         if name not in arrays and (name not in POWER or power):
             why = "the srpg schedule needs pg_ct, pg_on and pg_off" if name in POWER else "a compiled program has it"
             return Issue("array", name, f"array {name}: missing ({why})")
-        a = arrays.get(name)
-        if a is not None and (a.dtype != dtype or a.ndim != 1):
-            return Issue("array", name, f"array {name}: expected a 1-D {dtype} array, got {a.dtype} of shape "
-                                        f"{list(a.shape)}")
+        given = arrays.get(name)
+        if given is not None and (given.dtype != dtype or given.ndim != 1):
+            return Issue("array", name, f"array {name}: expected a 1-D {dtype} array, got {given.dtype} of shape "
+                                        f"{list(given.shape)}")
     a, kv = arrays, meta["kv"]
     num_cts, pes, layers = meta["num_cts"], meta["mesh_rows"] * meta["mesh_cols"], meta["num_layers"]
     units = kv["context"] // kv["chunk_tokens"] * kv["batch"] * kv["kv_heads"] * 2

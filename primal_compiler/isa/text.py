@@ -125,7 +125,7 @@ def _record_text(op: int, values: list[int]) -> str:
         elif field in ("src_buf", "dst_buf"):
             parts.append(f"{field}={buf_name(v)}")
         elif field == "flags":
-            parts.append("flags=" + "|".join(f.name for f in Flag if v & f))
+            parts.append("flags=" + "|".join(f"{f.name}" for f in Flag if v & f))
         elif field == "arg" and d.arg_hex:
             parts.append(f"arg={v:#x}")
         else:
@@ -150,7 +150,7 @@ class _Assembler:
         self.meta_line = 0
         self.arrays: dict[str, np.ndarray] = {}
         self.array_lines: dict[str, int] = {}
-        self.counts: tuple[int, int, int] | None = None  # declared by disasm's first line
+        self.counts: tuple[int, ...] | None = None  # records, groups, sections: declared by disasm's first line
         self.data: tuple[str, np.dtype, list[int], int, list[str]] | None = None  # open .data block
         self.group_sizes: list[int] = []
         self.group_members: list[tuple[int, int]] = []
@@ -174,7 +174,7 @@ class _Assembler:
                 continue
             try:
                 if self.data is not None:
-                    self.data_line(line)
+                    self.data_line(self.data, line)
                 elif not self.version_seen:
                     self.version(line)
                 elif line.startswith("."):
@@ -187,7 +187,7 @@ class _Assembler:
             raise self.fail(f".data {self.data[0]} is not closed by .end", self.data[3])
         if self.meta is None:
             raise self.fail("no .meta line")
-        return self.finish(len(lines))
+        return self.finish(self.meta, len(lines))
 
     def version(self, line: str) -> None:
         if line.split()[0] != ".primal":
@@ -197,8 +197,8 @@ class _Assembler:
         self.version_seen = True
 
     def directive(self, line: str) -> None:
-        word, *rest = line.split(None, 1)
-        rest = rest[0] if rest else ""
+        word, *tail = line.split(None, 1)
+        rest = tail[0] if tail else ""
         args = rest.split()
         if word == ".meta":
             if self.meta is not None:
@@ -249,13 +249,14 @@ class _Assembler:
         self.data = (name, dtype, shape, self.line, [])
         self.array_lines[name] = self.line
 
-    def data_line(self, line: str) -> None:
+    def data_line(self, data: tuple[str, np.dtype, list[int], int, list[str]], line: str) -> None:
+        """One line inside the open ``.data`` block ``data``; ``.end`` closes it into an array."""
         if line != ".end":
             if line.startswith("."):
-                raise ValueError(f".data {self.data[0]}: expected base64 lines or .end, got {line.split()[0]}")
-            self.data[4].append(line)
+                raise ValueError(f".data {data[0]}: expected base64 lines or .end, got {line.split()[0]}")
+            data[4].append(line)
             return
-        name, dtype, shape, start, chunks = self.data
+        name, dtype, shape, start, chunks = data
         try:
             raw = base64.b64decode("".join(chunks), validate=True)
         except binascii.Error as exc:
@@ -299,7 +300,7 @@ class _Assembler:
         self.rows.append((int(op), values["flags"], *(values[f] for f in ORDER[:-1])))
         self.row_lines.append(self.line)
 
-    def finish(self, last: int) -> tuple[dict, dict[str, np.ndarray], Stream]:
+    def finish(self, meta: dict, last: int) -> tuple[dict, dict[str, np.ndarray], Stream]:
         records = np.array(self.rows, dtype=RECORD) if self.rows else np.zeros(0, RECORD)
         members = np.array(self.group_members, dtype=np.uint16).reshape(-1, 2)
         sizes = np.array(self.group_sizes, dtype=np.int64)
@@ -312,17 +313,17 @@ class _Assembler:
             raise self.fail("the first line declares {} records, {} groups, {} sections but the text holds {}, {}, {} "
                             "(truncated? after editing on purpose, fix or delete this line)"
                             .format(*self.counts, *held), 1)
-        problem = stream_problem(stream, self.meta)
+        problem = stream_problem(stream, meta)
         if problem is not None:
             lines = {"record": self.row_lines, "group": self.group_lines, "section": [s[2] for s in self.sections]}
-            line = lines[problem.kind][problem.index] if problem.kind in lines else self.meta_line
+            line = lines[problem.kind][problem.position] if problem.kind in lines else self.meta_line
             raise self.fail(problem.message, line)
-        issue = compiled_issue(self.meta, self.arrays, stream) if is_compiled(self.meta) else None
+        issue = compiled_issue(meta, self.arrays, stream) if is_compiled(meta) else None
         if issue is not None:
-            lines = {"array": self.array_lines, "section": {name: line for name, _, line in self.sections}}
+            keyed = {"array": self.array_lines, "section": {name: line for name, _, line in self.sections}}
             raise self.fail(issue.message, last if issue.kind == "end" else
-                            lines.get(issue.kind, {}).get(issue.key, self.meta_line))
-        return self.meta, self.arrays, stream
+                            keyed.get(issue.kind, {}).get(issue.key, self.meta_line))
+        return meta, self.arrays, stream
 
 
 def _value(field: str, text: str, op: int) -> int:
@@ -347,7 +348,7 @@ def _value(field: str, text: str, op: int) -> int:
         return sum({int(Flag[name]) for name in text.split("|")})
     enum = descriptor(op).arg_enum if field == "arg" else None
     if enum is not None:
-        mask = ARG_ENUM_MASK[op]
+        mask = ARG_ENUM_MASK[Opcode(op)]
         name, _, rest = text.partition("+")
         if name not in enum.__members__:
             raise ValueError(f"field arg: {name!r} is not in {enum.__name__} ({', '.join(enum.__members__)})")

@@ -16,6 +16,7 @@ lowered once and replicated.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -23,6 +24,9 @@ from primal_compiler.errors import InputError
 from primal_compiler.ir.model import DecoderLayer, Linear, Model, Role
 from primal_compiler.ir.tiles import ROLE_INDEX, Macro, Part, TileTable
 from primal_compiler.target.table import MAX_PES
+
+if TYPE_CHECKING:
+    from primal_compiler.target.spec import PrimalTarget
 
 
 @dataclass(frozen=True)
@@ -43,7 +47,7 @@ class Geometry:
         return max(1, self.sram_cols_bits // self.lora_bits)
 
 
-def geometry(model, target) -> Geometry:
+def geometry(model, target: PrimalTarget) -> Geometry:
     """The geometry ``model`` is cut with on ``target``: the target's macros, the model's precision."""
     p = model.precision
     return Geometry(target.rram.rows, target.rram.cols, target.rram.bits_per_cell, target.sram.rows,

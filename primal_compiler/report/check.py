@@ -36,12 +36,16 @@ import sys
 from dataclasses import replace
 from functools import lru_cache
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from primal_compiler.errors import InputError, one_line
 from primal_compiler.ir.model import Activation, LoRA, Model, NormKind, Positional, Role
 from primal_compiler.target import PrimalTarget
+
+if TYPE_CHECKING:
+    from primal_compiler.ir.program import Program
 
 #: The prompt, unless one is given: token ids 1, 2, 3, 4 (reduced modulo the vocabulary); 0 is often padding.
 PROMPT = (1, 2, 3, 4)
@@ -164,11 +168,16 @@ def with_adapter(model: Model, adapter_dir: str | Path) -> tuple[Model, str]:
         if n >= model.num_layers or model.layers[n].linear(role) is None:
             raise InputError(adapter.source, f"has LoRA on layer {n} {role.value}, a projection model {model.name} "
                                              "does not have")
-    found = {key: LoRA(p.rank, p.scale * p.rank) for key, p in lora.items()}
+    found: dict[tuple[int, Role], LoRA] = {}
+    for key, p in lora.items():
+        rank = p.rank
+        if rank is None:  # ModelWeights.lora holds only the projections with LoRA factors
+            raise InputError(adapter.source, f"has no LoRA factors on layer {key[0]} {key[1].value}")
+        found[key] = LoRA(rank, p.scale * rank)
     layers = tuple(replace(layer, linears=tuple(replace(lin, lora=found.get((n, lin.role))) for lin in layer.linears))
                    for n, layer in enumerate(model.layers))
     roles = sorted({role.value for _, role in lora})
-    ranks = sorted({p.rank for p in lora.values()})
+    ranks = sorted({f.rank for f in found.values()})
     return replace(model, layers=layers), f"{','.join(roles)} r{'/'.join(str(r) for r in ranks)}"
 
 
@@ -225,7 +234,7 @@ def check_onnx(path: str, target: PrimalTarget, prompt: list[int] | None = None,
     def compiled(m: Model):
         return compile_for_replay(m, target, len(prompt), generate, "fast")
 
-    def replay(program, adapter: str | None, force: list[int] | None) -> np.ndarray:
+    def replay(program: Program, adapter: str | None, force: list[int] | None) -> np.ndarray:
         return replay_functional(program, target, path, adapter, prompt=prompt, generate=generate,
                                  precision="exact", where=path, force=force).logits
 

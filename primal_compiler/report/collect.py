@@ -7,13 +7,16 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, TYPE_CHECKING
 
 from primal_compiler.version import __version__
 from primal_compiler.baselines.family import DEFAULT as DEFAULT_BASELINES
 from primal_compiler.baselines.family import Selection
 from primal_compiler.compiled import Compiled
 from primal_compiler.errors import InputError
+
+if TYPE_CHECKING:
+    from primal_compiler.isa.stream import Stream
 
 
 def load_compiled(path: Path, target_name=None) -> Compiled:
@@ -88,7 +91,7 @@ def h100_for(meta: dict, m: dict) -> dict | None:
     return {f.name: getattr(costs, f.name) for f in fields(costs) if f.name != "details"}
 
 
-def decode_steps(stream) -> int:
+def decode_steps(stream: Stream) -> int:
     """Decode steps of request 0: its decode ARGMAXes over its prefill's (one per pass)."""
     from primal_compiler.isa.opcodes import step_ends
 

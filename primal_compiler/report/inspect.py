@@ -3,11 +3,19 @@
 from __future__ import annotations
 
 from dataclasses import asdict, fields
+from typing import TYPE_CHECKING
 
+from primal_compiler.errors import InputError
 from primal_compiler.ir.program import Program
 
+if TYPE_CHECKING:
+    from primal_compiler.target.spec import PrimalTarget
+    import numpy as np
 
-def inspect_model(model, target, program: Program | None = None) -> dict:
+    from primal_compiler.frontend.weights import ProjectionWeights
+
+
+def inspect_model(model, target: PrimalTarget, program: Program | None = None) -> dict:
     """JSON-ready description; lowers and blocks the model (fast) when no program is given."""
     if program is None or program.layout is None:
         from primal_compiler.api import compile_model
@@ -15,7 +23,7 @@ def inspect_model(model, target, program: Program | None = None) -> dict:
         program = compile_model(model, target, "lower-tiles,blocking")
     model = program.model
     attn = model.attention
-    t = program.tiles
+    t, layout = program.need_tiles(), program.need_layout()
     p = model.precision
     return {
         "name": model.name, "source": model.source, "num_layers": model.num_layers,
@@ -43,10 +51,10 @@ def inspect_model(model, target, program: Program | None = None) -> dict:
         ],
         "needs": {
             "target": target.name, "rram_macros": int((t.macro == 0).sum()), "sram_macros": int((t.macro == 1).sum()),
-            "cts": program.layout.num_cts, "pes_per_ct": program.layout.rows * program.layout.cols,
-            "cts_per_layer": int((program.layout.ct_layer == 0).sum()),
-            "lm_head_cts": int((program.layout.ct_layer == model.num_layers).sum()),
-            "pe_utilisation": float((t.seq >= 0).sum() / (program.layout.num_cts * program.layout.rows * program.layout.cols)),
+            "cts": layout.num_cts, "pes_per_ct": layout.rows * layout.cols,
+            "cts_per_layer": int((layout.ct_layer == 0).sum()),
+            "lm_head_cts": int((layout.ct_layer == model.num_layers).sum()),
+            "pe_utilisation": float((t.seq >= 0).sum() / (layout.num_cts * layout.rows * layout.cols)),
             "weight_bytes": int(t.bytes.sum()),
         },
     }
@@ -72,15 +80,16 @@ def adapter_info(directory: str, model) -> dict:
     targets, zero, blocks = [], 0, 0
     for role, lora in adapter.loras.items():
         shaped = {k: p for k, p in adapter.shapes.lora.items() if k[1] == role}
-        first = next(iter(shaped.values()))
+        factors = [_factors(p) for p in shaped.values()]
+        first_a, first_b = factors[0]
         targets.append({
             "role": role.value, "modules": sorted({p.module.rsplit(".", 1)[-1] for p in shaped.values()}),
             "rank": lora.rank, "alpha": lora.alpha, "layers": len(shaped),
-            "lora_A": list(first.a.T.shape), "lora_B": list(first.b.T.shape), "dtype": str(first.a.dtype),
-            "bytes": sum(int(p.a.nbytes + p.b.nbytes) for p in shaped.values()),
+            "lora_A": list(first_a.T.shape), "lora_B": list(first_b.T.shape), "dtype": str(first_a.dtype),
+            "bytes": sum(int(a.nbytes + b.nbytes) for a, b in factors),
         })
-    for p in weights.lora.values():
-        for factor in (p.a, p.b.T):
+    for a, b in map(_factors, weights.lora.values()):
+        for factor in (a, b.T):
             z, n = _zero_blocks(factor)
             zero, blocks = zero + z, blocks + n
     return {
@@ -88,6 +97,13 @@ def adapter_info(directory: str, model) -> dict:
         "lora": adapter.spec, "targets": targets, "bytes": sum(t["bytes"] for t in targets),
         "blocks": blocks, "zero_blocks": zero, "blocks_counted": BLOCKS_COUNTED,
     }
+
+
+def _factors(p: ProjectionWeights) -> tuple[np.ndarray, np.ndarray]:
+    """The (A, B) factors of a projection of ``ModelWeights.lora`` (a PEFT adapter's pairs carry both)."""
+    if p.a is None or p.b is None:
+        raise InputError(p.module or "adapter", "a LoRA projection without both factors")
+    return p.a, p.b
 
 
 def _zero_blocks(factor) -> tuple[int, int]:

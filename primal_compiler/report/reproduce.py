@@ -16,7 +16,7 @@ constant of the default target to a source comment that is not a fit).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, TYPE_CHECKING
 
 from primal_compiler.report import collect
 from primal_compiler import compiled
@@ -25,6 +25,9 @@ from primal_compiler.executor.metrics import metrics
 from primal_compiler.executor.replay import replay
 from primal_compiler.ir.program import Program
 from primal_compiler.passmgr import PassManager, parse_pipeline, print_pipeline, resolve_pipeline
+
+if TYPE_CHECKING:
+    from primal_compiler.target.spec import PrimalTarget
 
 #: Reference values of SEED.md (never used to compute ours; only printed beside them).
 SEED = {
@@ -68,13 +71,13 @@ class Runner:
         self.say(f"placing {study.model} with {print_pipeline(tuple(head))}")
         self.placed = PassManager(tuple(head)).run(Program(model=self.model), self.target)
 
-    def run(self, tail: str, placed: Program | None = None, target=None) -> dict:
+    def run(self, tail: str, placed: Program | None = None, target: PrimalTarget | None = None) -> dict:
         """Metrics (plus the H100 baseline under ``h100``) of ``tail`` applied to a placed program."""
         target = target or self.target
         self.say(f"  {tail}")
         program = PassManager(parse_pipeline(tail)).run(placed or self.placed, target)
         meta, arrays = compiled.program_file(program, target)
-        m = metrics(replay(meta, arrays, program.stream, target))
+        m = metrics(replay(meta, arrays, program.need_stream(), target))
         m["h100"] = collect.h100_for(meta, m)
         m["baselines"] = family_for_program(meta, m, self.study.baselines)
         return m

@@ -82,7 +82,7 @@ def spec_from_dict(raw: dict[str, Any], where: str = "<spec>", max_points: int =
     checker = _Checker(where, base)
     defaults = dict(DEFAULTS)
     metrics = tuple(DEFAULT_METRICS)
-    opts = {"validate": False, "ga_executor": "serial", "description": ""}
+    validate, ga_executor, description = False, "serial", ""
     for key, value in sweep.items():
         here = f"sweep.{key}"
         if key == "metrics":
@@ -94,13 +94,13 @@ def spec_from_dict(raw: dict[str, Any], where: str = "<spec>", max_points: int =
         elif key == "validate":
             if not isinstance(value, bool):
                 raise InputError(where, f"{here}: expected a boolean, got {value!r}")
-            opts["validate"] = value
+            validate = value
         elif key == "ga_executor":
             if value not in GA_EXECUTORS:
                 raise InputError(where, f"{here}: must be one of {', '.join(GA_EXECUTORS)}, got {value!r}")
-            opts["ga_executor"] = value
+            ga_executor = value
         elif key in ("description", "name"):
-            opts["description"] = str(value)
+            description = str(value)
         elif key in FIELDS:
             defaults[key] = checker.field(key, value, here)
         elif _kind(key) in ("target", "pass"):
@@ -137,7 +137,7 @@ def spec_from_dict(raw: dict[str, Any], where: str = "<spec>", max_points: int =
         grids.append(Grid(name, tuple(axes)))
     _check_size(grids, max_points, where)
     spec = SweepSpec(source=where, defaults=tuple(defaults.items()), grids=tuple(grids), metrics=metrics,
-                     validate=opts["validate"], ga_executor=opts["ga_executor"], description=opts["description"])
+                     validate=validate, ga_executor=ga_executor, description=description)
     checker.check_spec(spec)
     clash = set(spec.axis_names) & {m.split(".")[0] for m in metrics}
     if clash:

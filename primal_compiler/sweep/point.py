@@ -25,15 +25,18 @@ from contextlib import contextmanager, nullcontext
 from dataclasses import replace
 from datetime import datetime, timezone
 from functools import lru_cache
-from typing import Any
+from typing import Any, TYPE_CHECKING
 
 import numpy as np
 
 from primal_compiler.sweep.metrics import flatten, select
 from primal_compiler.sweep.spec import Point
 
+if TYPE_CHECKING:
+    from primal_compiler.isa.stream import Stream
 
-def program_hash(stream, arrays: dict[str, np.ndarray]) -> str:
+
+def program_hash(stream: Stream, arrays: dict[str, np.ndarray]) -> str:
     """sha256 (hex) of the stream and the program arrays, independent of metadata and file layout."""
     h = hashlib.sha256()
 
@@ -82,8 +85,10 @@ def _passes(point: Point, executor):
     passes = []
     for p in parse_pipeline(point.pipeline):
         if hasattr(p, "executor_override") and point.ga_executor != "pipeline":
-            p = replace(p, executor="serial", progress=False) if executor is None else replace(
-                p, executor_override=executor, progress=False)
+            # options of the pass the check above found (the base Pass declares none of them)
+            changes: dict[str, Any] = ({"executor": "serial", "progress": False} if executor is None
+                                       else {"executor_override": executor, "progress": False})
+            p = replace(p, **changes)
         passes.append(p)
     return tuple(passes)
 

@@ -118,7 +118,7 @@ def run_sweep(spec: SweepSpec, out: str | Path, executor: Executor | None = None
     if limit is not None:
         todo = todo[:limit]
     run_id = uuid.uuid4().hex[:12]
-    own = None
+    own: Executor | None = None  # a pool this call made, and so shuts down
     if executor is None:
         import os
 
@@ -178,7 +178,7 @@ def run_sweep(spec: SweepSpec, out: str | Path, executor: Executor | None = None
                 buffer.append(r | {"run_id": run_id})
             if time.monotonic() - last_flush >= flush_s or not (queue or inflight or suspects):
                 flush()
-            if broken:
+            if broken and rebuild is not None:  # (broken is only ever set where rebuild is not None)
                 for f, p in list(inflight.items()):  # the pool is gone: what it still held is suspect
                     f.cancel()
                     suspects.append(p)

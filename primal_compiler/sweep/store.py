@@ -42,10 +42,13 @@ import json
 import os
 import secrets
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from primal_compiler.errors import InputError
 from primal_compiler.inputs import read_text
+
+if TYPE_CHECKING:  # at run time pyarrow is imported only where it is used (_pa)
+    import pyarrow as pa
 
 FORMAT = "primal-sweep-results"
 VERSION = 1
@@ -156,7 +159,7 @@ class ResultStore:
             return None
         return self._write_part(_table(rows, types or {}))
 
-    def read(self):
+    def read(self) -> pa.Table | None:
         """Every row as one ``pyarrow.Table`` (one row per point id), or None if nothing is written yet."""
         pa, _ = _pa()
         tables = [self._read_part(p) for p in self.parts()]

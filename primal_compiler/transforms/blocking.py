@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -11,6 +12,10 @@ from primal_compiler.mapping.hops import layout_hops
 from primal_compiler.ir.facts import Fact, facts
 from primal_compiler.passmgr import CONTEXT_RANGE, Pass, option
 from primal_compiler.mapping.lower import geometry
+
+if TYPE_CHECKING:
+    from primal_compiler.ir.program import Program
+    from primal_compiler.target.spec import PrimalTarget
 
 
 @dataclass(frozen=True)
@@ -34,9 +39,9 @@ class Blocking(Pass):
     context: int = option(2048, *CONTEXT_RANGE)
     workload_options = {"context": "context"}
 
-    def run(self, program, target):
+    def run(self, program: Program, target: PrimalTarget) -> Program:
         mesh = (target.ct.mesh_rows, target.ct.mesh_cols)
-        tiles, layout = block_model(program.model, program.tiles, geometry(program.model, target), mesh,
+        tiles, layout = block_model(program.model, program.need_tiles(), geometry(program.model, target), mesh,
                                     self.context, target.system.num_cts)
         tiles = apply_placement(tiles, layout)
         used = int((tiles.seq >= 0).sum())

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -11,6 +12,10 @@ from primal_compiler.errors import InputError
 from primal_compiler.isa.opcodes import Opcode
 from primal_compiler.ir.facts import Fact, facts
 from primal_compiler.passmgr import CONTEXT_RANGE, Pass, option
+
+if TYPE_CHECKING:
+    from primal_compiler.ir.program import Program
+    from primal_compiler.target.spec import PrimalTarget
 
 
 #: Requests one program may serve: each emits its own prefill (1.3 M records for Llama-2-13B), so 64 are
@@ -82,8 +87,8 @@ class Codegen(Pass):
     def check(self) -> None:
         parse_requests(self.requests)
 
-    def run(self, program, target):
-        kv = program.kv
+    def run(self, program: Program, target: PrimalTarget) -> Program:
+        kv = program.need_kv()
         prompt = self.prompt or kv.context - 1
         if prompt + 1 > kv.context:
             raise InputError(f"{self.name}.prompt", f"prompt {prompt} + 1 decoded token exceeds the KV context "

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from primal_compiler.mapping.blocking import apply_placement
 from primal_compiler.mapping.exact import solve_exact, star_bound
@@ -10,6 +11,10 @@ from primal_compiler.mapping.hops import layout_hops, template_hops
 from primal_compiler.mapping.instance import hub_slots
 from primal_compiler.ir.facts import Fact, facts
 from primal_compiler.passmgr import Pass, option
+
+if TYPE_CHECKING:
+    from primal_compiler.ir.program import Program
+    from primal_compiler.target.spec import PrimalTarget
 
 
 @dataclass(frozen=True)
@@ -32,8 +37,8 @@ class ExactPlacement(Pass):
     # CP-SAT deterministic time per template (about seconds); an hour at most.
     deterministic_time: float = option(20.0, 0.0, 3600.0)
 
-    def run(self, program, target):
-        layout = program.layout
+    def run(self, program: Program, target: PrimalTarget) -> Program:
+        layout = program.need_layout()
         uses = [int((layout.ct_template == k).sum()) for k in range(len(layout.templates))]
         per, total_cost, total_bound = {}, 0.0, 0.0
         for k, tp in enumerate(layout.templates):
@@ -51,7 +56,7 @@ class ExactPlacement(Pass):
             per[f"template{k}"] = {"byte_hops": cost, "lower_bound": bound, "proven_optimal": proven}
             total_cost += cost * uses[k]
             total_bound += bound * uses[k]
-        tiles = apply_placement(program.tiles, layout)
+        tiles = apply_placement(program.need_tiles(), layout)
         details = {"hops": layout_hops(layout), "byte_hops": total_cost, "lower_bound": total_bound,
                    "gap": (total_cost - total_bound) / total_bound if total_bound else 0.0, "templates": per}
         return program.evolve(tiles=tiles, layout=layout, pending_details=details)

@@ -6,6 +6,7 @@ import os
 import sys
 from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -19,6 +20,10 @@ from primal_compiler.mapping.instance import hub_slots
 from primal_compiler.ir.facts import Fact, facts
 from primal_compiler.passmgr import SEED_RANGE, Pass, internal, option
 from primal_compiler.procs import worker_pool
+
+if TYPE_CHECKING:
+    from primal_compiler.ir.program import Program
+    from primal_compiler.target.spec import PrimalTarget
 
 EXECUTORS = ("process", "thread", "serial")
 
@@ -75,8 +80,8 @@ class GaPlacement(Pass):
         if unknown:
             raise ValueError(f"seed_curves: unknown curve {unknown[0]!r}; curves: {', '.join(CURVES)}")
 
-    def run(self, program, target):
-        layout = program.layout
+    def run(self, program: Program, target: PrimalTarget) -> Program:
+        layout = program.need_layout()
         workers = self.workers or os.cpu_count() or 1
         own = None
         executor = self.executor_override
@@ -110,7 +115,7 @@ class GaPlacement(Pass):
             layout = layout.replace_template(k, slots=res.slots, hubs=hub_slots(tp.instance, res.slots))
             logs[f"template{k}"] = {"generations": res.generations, "byte_hops": res.cost,
                                     "max_hops": res.max_hops, "convergence": res.log}
-        tiles = apply_placement(program.tiles, layout)
+        tiles = apply_placement(program.need_tiles(), layout)
         return program.evolve(tiles=tiles, layout=layout, pending_details={"hops": layout_hops(layout), "ga": logs})
 
 
@@ -161,11 +166,11 @@ def _parse_pin(pin: str) -> tuple[str, int, int, int, int]:
         raise InputError("pass ga-placement", f"pin {pin!r} is not ROLE.BROW.BCOL@ROW.COL (e.g. q.0.3@5.7)") from None
 
 
-def _template_pins(program, tp, pins: tuple[str, ...]) -> tuple[tuple[int, int], ...]:
+def _template_pins(program: Program, tp, pins: tuple[str, ...]) -> tuple[tuple[int, int], ...]:
     """(tile index, PE) pins that fall in this template's CT."""
     if not pins:
         return ()
-    t = program.tiles
+    t = program.need_tiles()
     start = int(np.searchsorted(t.layer, tp.layer))
     rows = start + tp.rel_rows
     out = []

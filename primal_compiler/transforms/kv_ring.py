@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -11,6 +12,10 @@ from primal_compiler.isa.schema import KV_INTERLEAVES
 from primal_compiler.ir.facts import Fact, facts
 from primal_compiler.passmgr import CONTEXT_RANGE, Pass, option
 from primal_compiler.target.table import MAX_SCRATCHPAD_BYTES
+
+if TYPE_CHECKING:
+    from primal_compiler.ir.program import Program
+    from primal_compiler.target.spec import PrimalTarget
 
 
 @dataclass(frozen=True)
@@ -51,8 +56,8 @@ class KvRing(Pass):
         if self.context % self.chunk_tokens:
             raise ValueError(f"context {self.context} is not a multiple of chunk_tokens {self.chunk_tokens}")
 
-    def run(self, program, target):
-        model, layout = program.model, program.layout
+    def run(self, program: Program, target: PrimalTarget) -> Program:
+        model, layout = program.model, program.need_layout()
         attn = model.layers[0].attention
         layer_cts = [np.flatnonzero(layout.ct_layer == n) for n in range(model.num_layers)]
         mesh = (target.ct.mesh_rows, target.ct.mesh_cols)

@@ -20,6 +20,7 @@ The test is exact: a block counts as zero only if every stored value is
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -34,6 +35,10 @@ from primal_compiler.mapping.lower import Geometry
 from primal_compiler.ir.facts import Fact, facts
 from primal_compiler.passmgr import SEED_RANGE, Pass, option
 from primal_compiler.mapping.lower import geometry
+
+if TYPE_CHECKING:
+    from primal_compiler.ir.program import Program
+    from primal_compiler.target.spec import PrimalTarget
 
 
 @dataclass(frozen=True)
@@ -51,7 +56,7 @@ class LoraSparsity(Pass):
     zero_fraction: float = option(0.0, 0.0, 1.0)  # synthetic: mask this fraction of LoRA tiles, sampled with ``seed``
     seed: int = option(0, *SEED_RANGE)
 
-    def run(self, program, target):
+    def run(self, program: Program, target: PrimalTarget) -> Program:
         where = f"pass {self.name}"
         given = [name for name, on in (("weights", self.weights), ("adapter", self.adapter),
                                        ("zero_fraction", self.zero_fraction > 0)) if on]
@@ -59,7 +64,7 @@ class LoraSparsity(Pass):
             said = " and ".join(given) if given else "none of them"
             raise InputError(where, f"{said} given; set exactly one of weights=FILE.onnx, adapter=PEFT_DIR "
                                     f"or zero_fraction=F")
-        tiles = program.tiles
+        tiles = program.need_tiles()
         if self.zero_fraction > 0:
             zero, source = self.sampled(tiles), f"synthetic: zero_fraction={self.zero_fraction}, seed={self.seed}"
         else:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -11,6 +12,10 @@ from primal_compiler.ir.tiles import Macro
 from primal_compiler.mapping.lower import geometry, lower_model
 from primal_compiler.ir.facts import Fact, facts
 from primal_compiler.passmgr import Pass, option
+
+if TYPE_CHECKING:
+    from primal_compiler.ir.program import Program
+    from primal_compiler.target.spec import PrimalTarget
 
 
 @dataclass(frozen=True)
@@ -33,7 +38,7 @@ class LowerTiles(Pass):
     lm_head_bits: int = option(16, 1, 32)
     embed_bits: int = option(16, 1, 32)
 
-    def run(self, program, target):
+    def run(self, program: Program, target: PrimalTarget) -> Program:
         precision = Precision(
             base_weight_bits=self.base_bits, lora_weight_bits=self.lora_bits,
             embed_bits=self.embed_bits, lm_head_bits=self.lm_head_bits,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -10,6 +11,10 @@ from primal_compiler.codegen.power import gate, pipeline_configs
 from primal_compiler.isa.opcodes import Opcode
 from primal_compiler.ir.facts import Fact, facts
 from primal_compiler.passmgr import Pass, option
+
+if TYPE_CHECKING:
+    from primal_compiler.ir.program import Program
+    from primal_compiler.target.spec import PrimalTarget
 
 
 @dataclass(frozen=True)
@@ -32,13 +37,13 @@ class Srpg(Pass):
     gating: bool = option(True)
     pipeline_config: bool = option(True)
 
-    def run(self, program, target):
-        stream = program.stream
+    def run(self, program: Program, target: PrimalTarget) -> Program:
+        stream = program.need_stream()
         if self.pipeline_config:
             stream = pipeline_configs(stream)
         schedule = {"pg_ct": np.zeros(0, np.int64), "pg_on": np.zeros(0, np.int64), "pg_off": np.zeros(0, np.int64)}
         if self.gating:
-            stream, schedule = gate(stream, program.layout.num_cts, program.model.num_layers)
+            stream, schedule = gate(stream, program.need_layout().num_cts, program.model.num_layers)
         ops = stream.records["op"]
         details = {
             "records": len(stream), "windows": len(schedule["pg_ct"]),

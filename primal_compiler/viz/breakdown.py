@@ -35,10 +35,10 @@ def h100_energy(d: VizData) -> dict[str, float] | None:
     try:
         from primal_compiler.baselines.h100 import gpu_costs
         from primal_compiler.ir.model_json import model_from_dict
-        from primal_compiler.target import load_target
+        from primal_compiler.target import load_gpu_target
 
         m = d.metrics
-        c = gpu_costs(model_from_dict(d.meta["model_ir"]), load_target("h100"), m["batch"], m["context"],
+        c = gpu_costs(model_from_dict(d.meta["model_ir"]), load_gpu_target("h100", "h100"), m["batch"], m["context"],
                       prompt=m.get("prompt_tokens"))
         lora = total * c.details["lora_overhead_s"] / c.itl_s
     except (InputError, KeyError, ZeroDivisionError):  # the split is decoration: the total is the baseline's
@@ -69,7 +69,7 @@ def figure(d: VizData):
     p = primal_energy(d)
     g = h100_energy(d)
     tot_p = sum(p.values())
-    tot_g = sum(g.values()) if g else None
+    tot_g = sum(g.values()) if g else 0.0  # read only when there is a baseline
     ax = fig.add_subplot(1, 3, 1)
     names = ["PRIMAL"] + (["H100"] if g else [])
     totals = [tot_p] + ([tot_g] if g else [])

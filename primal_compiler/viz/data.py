@@ -11,6 +11,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -18,6 +19,11 @@ from primal_compiler.errors import InputError
 from primal_compiler.inputs import TEXT_LIMIT_BYTES, read_text
 from primal_compiler.ir.tiles import ROLE_CODES, Macro, Part
 from primal_compiler.isa.container import plain_json
+
+if TYPE_CHECKING:
+    from primal_compiler.executor.replay import Replay
+    from primal_compiler.isa.stream import Stream
+    from primal_compiler.target.spec import PrimalTarget
 
 #: PE labels beyond the role indices: hub, KV-only, empty.
 HUB, KV_ONLY, EMPTY = len(ROLE_CODES), len(ROLE_CODES) + 1, len(ROLE_CODES) + 2
@@ -32,9 +38,9 @@ class VizData:
     where: str
     meta: dict
     arrays: dict
-    stream: object
-    target: object
-    rp: object
+    stream: Stream
+    target: PrimalTarget
+    rp: Replay
     metrics: dict
     h100: dict | None
     records: list = field(default_factory=list)

@@ -57,11 +57,11 @@ def metrics_table(d: VizData) -> str:
     for name, key in rows:
         body.append(f"<tr><td>{name}</td><td class=num>{_fmt(m[key])}</td>"
                     + (f"<td class=num>{_fmt(g[key])}</td>" if g else "") + "</tr>")
-    for name, key in (("max hops (decode, on-CT)", "max_hops"), ("mean hops", "mean_hops"),
-                      ("traffic-weighted hops", "weighted_hops"), ("KV storage-bandwidth utilisation",
-                                                                   "kv_storage_utilisation"),
-                      ("CTs", "num_cts"), ("area (mm2)", None)):
-        value = m["area_mm2"]["total"] if key is None else m[key]
+    for name, metric in (("max hops (decode, on-CT)", "max_hops"), ("mean hops", "mean_hops"),
+                         ("traffic-weighted hops", "weighted_hops"), ("KV storage-bandwidth utilisation",
+                                                                      "kv_storage_utilisation"),
+                         ("CTs", "num_cts"), ("area (mm2)", None)):
+        value = m["area_mm2"]["total"] if metric is None else m[metric]
         body.append(f"<tr><td>{name}</td><td class=num>{_fmt(value)}</td>" + ("<td></td>" if g else "") + "</tr>")
     return f"<table>{head}{''.join(body)}</table>"
 

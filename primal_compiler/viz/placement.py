@@ -11,7 +11,10 @@ different labels). :func:`cell_center_px` maps a PE to figure pixels.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
+from matplotlib.artist import Artist
 from matplotlib.collections import LineCollection
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch, Rectangle
@@ -47,7 +50,7 @@ def draw_ct(ax, d: VizData, ct: int, legend: bool = True) -> None:
     label = pe_roles(d, ct).reshape(rows, cols)
     ax.imshow(label_colors()[label], interpolation="nearest", origin="upper",
               extent=(-0.5, cols - 0.5, rows - 0.5, -0.5))
-    edges = LineCollection(_boundaries(label), colors="#222222", linewidths=0.6)
+    edges = LineCollection(list(_boundaries(label)), colors="#222222", linewidths=0.6)
     edges.set_in_layout(False)
     ax.add_collection(edges)
     ax.add_patch(Rectangle((-0.5, -0.5), cols, rows, fill=False, edgecolor="#222222", linewidth=1.0))
@@ -71,7 +74,8 @@ def draw_ct(ax, d: VizData, ct: int, legend: bool = True) -> None:
     ax.set_title(f"CT {ct} ({d.layer_name(ct)}): {used} weight PEs", fontsize=9)
     if legend:
         present = sorted(set(np.unique(label).tolist()))
-        handles = [Patch(facecolor=label_colors()[k], edgecolor="#222222", label=LABEL_NAMES[k]) for k in present]
+        handles: list[Artist] = [Patch(facecolor=label_colors()[k], edgecolor="#222222", label=LABEL_NAMES[k])
+                                 for k in present]
         handles += [Line2D([], [], marker="s", linestyle="", markerfacecolor=style.LORA_COLORS[n],
                            markeredgecolor="#000000", markersize=5, label=f"LoRA {n} (SRAM)")
                     for n, bit in (("A", LORA_A), ("B", LORA_B)) if (lora & bit).any()]
@@ -97,7 +101,7 @@ def cell_center_px(fig, ax, pe: int, cols: int) -> tuple[int, int]:
     return int(round(x)), int(round(height - y))
 
 
-def draw_overview(ax, d: VizData, mark: list[int] = ()) -> None:
+def draw_overview(ax, d: VizData, mark: Sequence[int] = ()) -> None:
     """Package grid: each CT at its snake position, coloured by layer, the controller beside CT 0."""
     topo = d.rp.topo
     ct = np.arange(d.num_cts)
@@ -115,8 +119,8 @@ def draw_overview(ax, d: VizData, mark: list[int] = ()) -> None:
     ax.plot(x, y, color="#555555", linewidth=0.4, alpha=0.6, zorder=0)
     ax.add_patch(Rectangle((-1.45, -0.45), 0.9, 0.9, facecolor="#000000"))
     ax.text(-1.0, 0, "NMC", ha="center", va="center", fontsize=5, color="white")
-    for i in mark:
-        ax.annotate(f"CT {i}", (x[i], y[i] - 0.45), fontsize=6, color="#e41a1c", ha="center", va="bottom",
+    for k in mark:
+        ax.annotate(f"CT {k}", (x[k], y[k] - 0.45), fontsize=6, color="#e41a1c", ha="center", va="bottom",
                     xytext=(0, 1), textcoords="offset points")
     ax.set_xlim(-1.6, topo.package_cols - 0.4)
     ax.set_ylim(y.max() + 0.6, -0.9)
@@ -146,7 +150,8 @@ def combined_figure(d: VizData, picks: list[int]):
     for ct in picks:
         labels |= set(np.unique(pe_roles(d, ct)).tolist())
     colors = label_colors()
-    handles = [Patch(facecolor=colors[k], edgecolor="#222222", label=LABEL_NAMES[k]) for k in sorted(labels)]
+    handles: list[Artist] = [Patch(facecolor=colors[k], edgecolor="#222222", label=LABEL_NAMES[k])
+                             for k in sorted(labels)]
     handles += [Line2D([], [], marker="s", linestyle="", markerfacecolor=style.LORA_COLORS[n], markeredgecolor="#000",
                        markersize=5, label=f"LoRA {n} (SRAM)") for n in ("A", "B")]
     handles.append(Line2D([], [], marker="o", linestyle="", color=style.KV_DOT, markersize=4, label="+ KV chunks"))

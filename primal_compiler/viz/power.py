@@ -89,7 +89,7 @@ def power_series(d: VizData, w0: int, w1: int, bins: int = BINS) -> dict[str, np
     dyn = _binned(rp.start[sel], rp.finish[sel], e_dyn, edges) if len(sel) else np.zeros(bins)
     tl = rp.timeline
     leak = xpower.domain_leakage_w(d.target)
-    per_state_w = sum(leak.values()) * rp.topo.pes  # W per CT in each state
+    per_state_w = sum(leak.values(), start=np.zeros(len(xpower.STATES))) * rp.topo.pes  # W per CT in each state
     pj_per_cycle = per_state_w[tl.state] * 1e12 / d.clock_hz
     sta = _binned(tl.begin, tl.end, pj_per_cycle * (tl.end - tl.begin), edges)
     seconds = np.diff(edges) / d.clock_hz

@@ -94,7 +94,7 @@ def event_lines(d: VizData, sp: dict) -> list[str]:
     us = 1e6 / d.clock_hz
     names = [o.name for o in Opcode]
     row, col = np.nonzero(counts)
-    args = [[] for _ in range(n)]
+    args: list[list[str]] = [[] for _ in range(n)]
     for r, c, k in zip(row.tolist(), col.tolist(), counts[row, col].tolist()):
         args[r].append(f'"{names[c]}":{k}')
     main = counts.argmax(axis=1).tolist()

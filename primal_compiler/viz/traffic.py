@@ -101,9 +101,10 @@ def mesh_panel(ax, d: VizData, per_link: np.ndarray, title: str):
     dirs = np.tile(np.arange(4), topo.pes)
     seg = _segments(node % topo.mesh_cols, node // topo.mesh_cols, dirs)
     vmax = max(float(val.max()), 1.0)
-    norm = LogNorm(vmin=max(1.0, vmax / 1e4), vmax=vmax)
+    vmin = max(1.0, vmax / 1e4)
+    norm = LogNorm(vmin=vmin, vmax=vmax)
     cmap = style.plt.get_cmap("inferno_r")
-    lc = _draw_links(ax, seg, np.where(val > 0, np.maximum(val, norm.vmin), 0), norm, cmap)
+    lc = _draw_links(ax, seg, np.where(val > 0, np.maximum(val, vmin), 0), norm, cmap)
     used = np.flatnonzero(val > 0) // 4
     x0, x1, y0, y1 = 0, topo.mesh_cols - 1, 0, topo.mesh_rows - 1
     if len(used):  # zoom to the PEs that carry traffic (at least 8 x 8)
@@ -138,9 +139,10 @@ def package_panel(ax, d: VizData, per_link: np.ndarray, title: str) -> None:
     ax.scatter(x, y, s=max(6, 3000 / topo.grid_sites), marker="s", c="#dddddd", edgecolors="#999999", zorder=0)
     ax.scatter([-1], [y0[0]], s=max(6, 3000 / topo.grid_sites), marker="s", c="#000000", zorder=0)
     vmax = max(float(val.max()), 1.0)
-    norm = LogNorm(vmin=max(1.0, vmax / 1e4), vmax=vmax)
+    vmin = max(1.0, vmax / 1e4)
+    norm = LogNorm(vmin=vmin, vmax=vmax)
     if (val > 0).any():
-        lc = _draw_links(ax, seg, np.where(val > 0, np.maximum(val, norm.vmin), 0), norm,
+        lc = _draw_links(ax, seg, np.where(val > 0, np.maximum(val, vmin), 0), norm,
                          style.plt.get_cmap("viridis_r"), hottest_labels=False)
         ax.figure.colorbar(lc, ax=ax, fraction=0.046, pad=0.02, label="bytes per link")
     ax.set_xlim(-1.7, topo.package_cols - 0.3)
