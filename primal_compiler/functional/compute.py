@@ -50,7 +50,7 @@ from primal_compiler.functional.machine import (
 )
 from primal_compiler.ir.model import Activation, Positional, Role
 from primal_compiler.ir.tiles import Part
-from primal_compiler.isa.opcodes import ActFn, BufKind, DmacOp, Flag, HiddenBuf, Opcode, buf, buf_name
+from primal_compiler.isa.opcodes import ActFn, BufKind, DmacOp, Flag, HiddenBuf, buf, buf_name
 
 
 def _input(m: Machine, r: tuple, width: int, consumed: bool = True) -> np.ndarray:
@@ -66,7 +66,7 @@ def _input(m: Machine, r: tuple, width: int, consumed: bool = True) -> np.ndarra
 def smac_rram(m: Machine, r: tuple) -> None:
     pos = (r[CT], r[PE])
     row, xbar = m.crossbar(pos)
-    t = m.program.tiles
+    t = m.program.need_tiles()
     if r[ARG] != t.slice[row]:
         raise m.fail(f"names bit slice {r[ARG]} but the crossbar holds slice {t.slice[row]}")
     m.write(pos, r[DST_BUF], m.num.rram(xbar, _input(m, r, int(t.rows[row]))))
@@ -77,7 +77,7 @@ def smac_sram(m: Machine, r: tuple) -> None:
     row = m.sram_at.get(pos)
     if row is None:
         raise m.fail("no LoRA tile is hosted on this PE")
-    t = m.program.tiles
+    t = m.program.need_tiles()
     n_in, n_out = (t.rows[row], t.cols[row]) if t.part[row] == Part.LORA_A else (t.cols[row], t.rows[row])
     masked = m.mask.get(pos, 0) >> slot & 1
     x = _input(m, r, int(n_in), consumed=not masked)  # a masked macro's zero output depends on no input
@@ -112,7 +112,7 @@ def dmac(m: Machine, r: tuple) -> None:
             slopes = np.array(m.model.alibi_slopes[g * grp : (g + 1) * grp], np.float32)
             s = (s + slopes[None, :, None] * key_pos.astype(np.float32)[None, None, :]).astype(np.float32)
         if m.log is not None:
-            m.used_kv(pos, slot, live.any(axis=0))
+            m.used_kv(pos, slot, np.asarray(live.any(axis=0)))
         m.write(pos, r[DST_BUF], s.reshape(t, -1))
         return
     if op != DmacOp.PV:
@@ -153,6 +153,8 @@ def _embed(m: Machine, r: tuple) -> None:
     if m.model.embed_scale != 1.0:
         x = x * np.float32(m.model.embed_scale)
     if m.model.positional == Positional.LEARNED:
+        if m.pos_embed is None:  # never: load_params reads the table of a model with learned positions
+            raise m.fail("the model has learned positions but the weights no position embedding table")
         offset = m.model.num_pos_embeddings - m.model.max_position_embeddings
         x = x + m.pos_embed[offset + m.step_positions()]
     m.write(CTL, r[DST_BUF], x.astype(np.float32))
@@ -264,4 +266,3 @@ def act(m: Machine, r: tuple) -> None:
     m.write(pos, r[DST_BUF], y.astype(np.float32))
 
 
-HANDLERS = {Opcode.SMAC_RRAM: smac_rram, Opcode.SMAC_SRAM: smac_sram, Opcode.DMAC: dmac, Opcode.ACT: act}

@@ -21,9 +21,10 @@ matrix's input blocks.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -35,11 +36,31 @@ from primal_compiler.functional.params import load_params
 from primal_compiler.functional.precision import PRECISIONS, HardwareSpec, Numerics
 from primal_compiler.ir.model import Positional
 from primal_compiler.ir.tiles import Macro
+from primal_compiler.isa.descriptors import DESCRIPTORS, Descriptor
 from primal_compiler.isa.opcodes import ActFn, Flag, Opcode
 from primal_compiler.transforms.lora_sparsity import zero_tiles
 from primal_compiler.mapping.lower import geometry
 
-HANDLERS = {**routers.HANDLERS, **compute.HANDLERS}
+if TYPE_CHECKING:
+    from primal_compiler.ir.program import Program
+    from primal_compiler.target.spec import PrimalTarget
+
+
+def handlers(table: Mapping[Opcode, Descriptor]) -> dict[Opcode, Callable]:
+    """The functional rule of every opcode in ``table``: the function of :mod:`.routers` or :mod:`.compute`
+    its ``functional_rule`` names; NameError naming the opcode and the rule when neither defines it."""
+    out = {}
+    for op, d in table.items():
+        rule = next((f for f in (getattr(m, d.functional_rule, None) for m in (routers, compute))
+                     if callable(f) and getattr(f, "__module__", None) in (routers.__name__, compute.__name__)), None)
+        if rule is None:
+            raise NameError(f"opcode {op.name}: functional rule {d.functional_rule!r} is not a function of "
+                            f"{routers.__name__} or {compute.__name__}")
+        out[op] = rule
+    return out
+
+
+HANDLERS = handlers(DESCRIPTORS)
 
 
 @dataclass(frozen=True, eq=False)
@@ -67,7 +88,7 @@ class FunctionalResult:
                 "crossbars_stored": self.crossbars_stored}
 
 
-def _plan(program, where: str, prompt: list[int], generate: int) -> list[tuple[str, int, int, int | None]]:
+def _plan(program: Program, where: str, prompt: list[int], generate: int) -> list[tuple[str, int, int, int | None]]:
     """(name, start, stop, steps to run or None for all) of every section, once the program fits the run."""
     model, stream, kv = program.model, program.stream, program.kv
     if stream is None or kv is None:
@@ -75,7 +96,7 @@ def _plan(program, where: str, prompt: list[int], generate: int) -> list[tuple[s
     if kv.batch != 1:
         raise InputError(where, f"was compiled for batch {kv.batch}; the functional replay runs batch 1")
     rec = stream.records
-    plan = []
+    plan: list[tuple[str, int, int, int | None]] = []
     for s in stream.sections:
         part = rec[s.start : s.stop]
         steps = int(((part["op"] == Opcode.ACT) & (part["arg"] == ActFn.ARGMAX)).sum())
@@ -97,7 +118,7 @@ def _plan(program, where: str, prompt: list[int], generate: int) -> list[tuple[s
     return plan
 
 
-def _check_program(program, target, where: str, prompt: list[int], generate: int) -> None:
+def _check_program(program: Program, target: PrimalTarget, where: str, prompt: list[int], generate: int) -> None:
     model = program.model
     if target.rram.rows != target.rram.cols or target.sram.rows != target.rram.rows:
         raise InputError(where, f"the functional replay needs rram.rows == rram.cols == sram.rows, target "
@@ -115,10 +136,10 @@ def _check_program(program, target, where: str, prompt: list[int], generate: int
                                      f"{model.max_position_embeddings} learned positions")
 
 
-def _check_masks(program, target, adapter_dir) -> None:
+def _check_masks(program: Program, target: PrimalTarget, adapter_dir) -> None:
     """Every LoRA block the program masks (``lora-sparsity``) is all zero in each adapter directory given: a
     mask taken from another adapter would drop this one's update, so it is an InputError naming the directory."""
-    t = program.tiles
+    t = program.need_tiles()
     masked = (t.macro == Macro.SRAM) & (t.zero == 1)
     dirs = [adapter_dir] if isinstance(adapter_dir, (str, Path)) else list(adapter_dir or ())
     for d in dirs if masked.any() else ():
@@ -129,7 +150,7 @@ def _check_masks(program, target, adapter_dir) -> None:
                                      "values in (its lora-sparsity read another adapter's zeros)")
 
 
-def replay_functional(program, target, weights_path: str | Path,
+def replay_functional(program: Program, target: PrimalTarget, weights_path: str | Path,
                       adapter_dir: str | Path | Sequence[str | Path] | None = None, *,
                       prompt, generate: int = 1, precision: str = "exact", where: str | None = None,
                       force=None, producers: bool = False) -> FunctionalResult:
@@ -167,7 +188,7 @@ def replay_functional(program, target, weights_path: str | Path,
     m = Machine(program, target, params, numerics, where, producers=producers)
     m.prompt = prompt
     m.forced = forced
-    records = program.stream.records.tolist()
+    records = program.need_stream().records.tolist()
     executed = 0
     firsts = []
     for name, start, stop, limit in plan:

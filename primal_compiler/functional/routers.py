@@ -178,8 +178,3 @@ def mask(m: Machine, r: tuple) -> None:
 def sync(m: Machine, r: tuple) -> None:
     """A barrier: a sequential replay already finishes every earlier record first."""
 
-
-HANDLERS = {
-    Opcode.BCAST: bcast, Opcode.UNICAST: unicast, Opcode.REDUCE: reduce_, Opcode.CONFIG: config,
-    Opcode.KV_APPEND: kv_append, Opcode.PG_ON: power, Opcode.PG_OFF: power, Opcode.MASK: mask, Opcode.SYNC: sync,
-}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -11,16 +12,20 @@ from primal_compiler.mapping.hops import template_hops
 from primal_compiler.mapping.layout import Layout
 from primal_compiler.mapping.rules import layout_rules
 import primal_compiler.transforms  # noqa: F401  (registers every pass)
-from primal_compiler.passmgr import PassManager, parse_pipeline
+from primal_compiler.mapping.curves import CURVES
+from primal_compiler.passmgr import REGISTRY, PassManager, parse_pipeline
+from primal_compiler.transforms.ordering import OrderingPass
 
-STRATEGIES = {
-    "row-major": "row-major-order{hubs=port}",
-    "snake": "snake-order",
-    "spiral": "spiral-order",
-    "zigzag": "zigzag-order",
-    "zcurve": "zcurve-order",
-    "hilbert": "hilbert-order",
-}
+if TYPE_CHECKING:
+    from primal_compiler.target.spec import PrimalTarget
+
+def strategies() -> dict[str, str]:
+    """The pipeline tail of every registered ordering pass, keyed by its curve in the order of
+    :data:`~primal_compiler.mapping.curves.CURVES`: a new ordering pass is compared without being listed."""
+    by_curve = {cls.curve: cls for cls in REGISTRY.values() if issubclass(cls, OrderingPass)}
+    return {curve: by_curve[curve].name + ("" if by_curve[curve].compared_hubs == "median" else
+                                           f"{{hubs={by_curve[curve].compared_hubs}}}")
+            for curve in CURVES if curve in by_curve}
 
 
 def render_hops(h: dict | None) -> str:
@@ -41,7 +46,7 @@ def _row(h: dict, seconds: float) -> dict:
             "weighted_hops": round(h["weighted_hops"], 4), "seconds": round(seconds, 3)}
 
 
-def compare_strategies(model, target, context: int = 2048, seed: int = 0, generations: int = 30) -> dict:
+def compare_strategies(model, target: PrimalTarget, context: int = 2048, seed: int = 0, generations: int = 30) -> dict:
     """Hop statistics of every ordering, the GA and the exact lower bound, keyed by strategy.
 
     Every pipeline is parsed (so ``context``, ``seed`` and ``generations`` are range-checked by the
@@ -50,7 +55,7 @@ def compare_strategies(model, target, context: int = 2048, seed: int = 0, genera
     from primal_compiler.ir.program import Program
 
     head = parse_pipeline(f"lower-tiles,blocking{{context={context}}}")
-    runs = {name: parse_pipeline(spec) for name, spec in STRATEGIES.items()}
+    runs = {name: parse_pipeline(spec) for name, spec in strategies().items()}
     runs["ga"] = parse_pipeline(f"zcurve-order,ga-placement{{seed={seed},generations={generations}}}")
     start = time.perf_counter()
     blocked = PassManager(head).run(Program(model), target)
@@ -62,7 +67,7 @@ def compare_strategies(model, target, context: int = 2048, seed: int = 0, genera
         table[name] = _row(prog.records[-1].details["hops"], base_seconds + time.perf_counter() - t0)
         if name == "ga":
             table[name]["templates"] = [dict(row, rules=rules) for row, rules
-                                        in zip(template_gaps(prog.layout), layout_rules(prog))]
+                                        in zip(template_gaps(prog.need_layout()), layout_rules(prog))]
             table[name]["gap"] = _total_gap(table[name]["templates"])
     t0 = time.perf_counter()
     table["exact-bound"] = _bound_row(blocked.layout, base_seconds + 0.0)

@@ -12,3 +12,4 @@ class RowMajorOrder(OrderingPass):
     name = "row-major-order"
     summary = "place tiles in row by row from the port corner (the naive order)"
     curve = "row-major"
+    compared_hubs = "port"  # compared as the naive layout: hubs at the port PE too

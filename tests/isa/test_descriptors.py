@@ -107,6 +107,15 @@ def test_a_cost_rule_without_a_function_fails_naming_it():
         costs.rules(bad)
 
 
+def test_a_functional_rule_without_a_function_fails_naming_it():
+    bad = {Opcode.SYNC: dataclasses.replace(DESCRIPTORS[Opcode.SYNC], functional_rule="no_such_rule")}
+    with pytest.raises(NameError, match="SYNC.*no_such_rule"):
+        replay.handlers(bad)
+    imported = {Opcode.SYNC: dataclasses.replace(DESCRIPTORS[Opcode.SYNC], functional_rule="np")}
+    with pytest.raises(NameError, match="SYNC.*'np'"):  # a name the module imports is not a rule of it
+        replay.handlers(imported)
+
+
 def test_a_missing_entry_is_named_everywhere(monkeypatch):
     monkeypatch.delitem(DESCRIPTORS, Opcode.SYNC)
     assert missing() == ["SYNC"]

@@ -46,3 +46,31 @@ def test_naive_row_major_reaches_the_mesh_diameter(target):
 
     prog = compile_model(load_model("llama2-13b", "q,v:8"), target, "lower-tiles,blocking,row-major-order{hubs=port}")
     assert prog.records[-1].details["hops"]["max_hops"] == 62
+
+
+def test_a_new_ordering_needs_its_curve_its_pass_module_and_nothing_else(tiny_blocked, small_target, monkeypatch):
+    """docs/adding.md: a curve in CURVES and an OrderingPass subclass (which registers itself) are all it takes
+    for the pass to run in a pipeline and to be compared by ``primal map --compare``."""
+    from dataclasses import dataclass
+
+    from primal_compiler.passmgr import REGISTRY
+    from primal_compiler.report.hops import strategies
+    from primal_compiler.transforms.ordering import OrderingPass
+
+    def backwards(rows: int, cols: int) -> np.ndarray:
+        return np.arange(rows * cols)[::-1].copy()
+
+    monkeypatch.setitem(CURVES, "backwards", backwards)
+    try:
+        @dataclass(frozen=True)
+        class BackwardsOrder(OrderingPass):
+            name = "backwards-order"
+            summary = "place tiles from the last PE back"
+            curve = "backwards"
+
+        prog = PassManager(parse_pipeline("backwards-order"), verify=True).run(tiny_blocked, small_target)
+        pes = small_target.ct.mesh_rows * small_target.ct.mesh_cols
+        assert prog.need_layout().templates[0].slots[0] == pes - 1
+        assert strategies()["backwards"] == "backwards-order"
+    finally:
+        REGISTRY.pop("backwards-order", None)
