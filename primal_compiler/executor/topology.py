@@ -132,22 +132,18 @@ def _steps(x0, y0, x1, y1, x_first, q, t, step, base, stride_y, link, off, ct_ba
     """
     for phase in range(2):
         along_x = (phase == 0) == x_first
-        if along_x:
-            d = 0 if x1 > x0 else 1
-            while x0 != x1:
-                link[q] = base + (ct_base + y0 * stride_y + x0) * 4 + d
-                off[q] = t
-                q += 1
-                t += step
-                x0 += 1 if d == 0 else -1
-        else:
-            d = 2 if y1 > y0 else 3
-            while y0 != y1:
-                link[q] = base + (ct_base + y0 * stride_y + x0) * 4 + d
-                off[q] = t
-                q += 1
-                t += step
-                y0 += 1 if d == 2 else -1
+        forward = x1 > x0 if along_x else y1 > y0
+        d = (0 if along_x else 2) + (0 if forward else 1)  # +x, -x, +y, -y
+        delta = 1 if forward else -1
+        while (x0 != x1) if along_x else (y0 != y1):
+            link[q] = base + (ct_base + y0 * stride_y + x0) * 4 + d
+            off[q] = t
+            q += 1
+            t += step
+            if along_x:
+                x0 += delta
+            else:
+                y0 += delta
     return q, t
 
 
