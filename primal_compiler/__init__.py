@@ -19,25 +19,28 @@ source.
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from primal_compiler.ir.model import Model
     from primal_compiler.ir.program import Program
+    from primal_compiler.target.spec import PrimalTarget, Target
+
+    TargetChoice = str | os.PathLike | PrimalTarget  # a bundled name, a TOML path or a loaded target
 
 from primal_compiler.version import __version__
 
 __all__ = ["__version__", "compile", "load_program", "load_target", "run"]
 
 
-def load_target(name: str | os.PathLike) -> Any:
+def load_target(name: str | os.PathLike) -> Target:
     """A bundled target (``primal-7nm``, ``h100``, ...) or a target TOML file, strictly validated."""
     from primal_compiler.target import load_target as load
 
     return load(str(name))
 
 
-def compile(model: str | os.PathLike | Model, lora: str | None = None, *, target: Any = "primal-7nm",
+def compile(model: str | os.PathLike | Model, lora: str | None = None, *, target: TargetChoice = "primal-7nm",
             pipeline: str = "default", verify: bool = False) -> Program:
     """``model`` with LoRA ``lora`` (``"q,v:8"``; ignored for a Model, which carries its own) compiled by
     ``pipeline`` (a bundled name, a TOML path or pipeline text) for ``target`` (a name, a path or a loaded
@@ -47,11 +50,10 @@ def compile(model: str | os.PathLike | Model, lora: str | None = None, *, target
     from primal_compiler.ir.model import Model
 
     loaded = model if isinstance(model, Model) else load_model(str(model), lora)
-    chosen = load_target(target) if isinstance(target, (str, os.PathLike)) else target
-    return compile_model(loaded, chosen, pipeline, verify=verify)
+    return compile_model(loaded, _primal(target), pipeline, verify=verify)
 
 
-def load_program(path: str | os.PathLike, target: Any = None) -> Program:
+def load_program(path: str | os.PathLike, target: TargetChoice | None = None) -> Program:
     """The Program a program file or compile output directory was written from, checked against ``target`` (a
     name, a path or a loaded target; default the one the file names)."""
     from pathlib import Path
@@ -61,7 +63,7 @@ def load_program(path: str | os.PathLike, target: Any = None) -> Program:
     return load_compiled(Path(path), target).program()
 
 
-def run(program: Program | str | os.PathLike, target: Any = None, *, control: str | None = None,
+def run(program: Program | str | os.PathLike, target: TargetChoice | None = None, *, control: str | None = None,
         memory: str = "report", critical_path: bool = False) -> dict:
     """The run report (``primal run --json``) of a compiled Program (``target``: the one it was compiled
     for) or of a program file or compile output directory (``target``: default the one it names)."""
@@ -78,5 +80,13 @@ def run(program: Program | str | os.PathLike, target: Any = None, *, control: st
         if target is None or program.layout is None or program.stream is None:
             raise InputError("run", "a Program runs with its target and needs the placement and stream of a "
                                     "compile (a program file runs by its path)")
-        c = Compiled.of(program, load_target(target) if isinstance(target, (str, os.PathLike)) else target)
+        c = Compiled.of(program, _primal(target))
     return replay_report(c, control=control, critical_path=critical_path, memory=memory)
+
+
+def _primal(target: TargetChoice) -> PrimalTarget:
+    """The PRIMAL target ``target`` names or is; InputError naming it when it is a GPU baseline."""
+    from primal_compiler.target.loader import require_primal
+
+    loaded = load_target(target) if isinstance(target, (str, os.PathLike)) else target
+    return require_primal(loaded, f"target {getattr(loaded, 'name', target)}")
