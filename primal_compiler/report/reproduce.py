@@ -23,6 +23,7 @@ from primal_compiler import compiled
 from primal_compiler.baselines.family import DEFAULT, Selection, family_for_program
 from primal_compiler.executor.metrics import metrics
 from primal_compiler.executor.replay import replay
+from primal_compiler.ir.facts import Fact, facts
 from primal_compiler.ir.program import Program
 from primal_compiler.passmgr import PassManager, parse_pipeline, print_pipeline, resolve_pipeline
 
@@ -37,7 +38,9 @@ SEED = {
     "sparsity_gain": 0.17, "mixed_precision_gain": 1.8, "sram_power_share": 0.781,
 }
 
-TAIL = ("lora-sparsity", "kv-ring", "codegen", "srpg")
+PLACEMENT = facts(Fact.TILES, Fact.BLOCKED, Fact.PLACED, Fact.SEARCHED, Fact.BOUNDED)
+"""What the placement head of a study's pipeline provides: its passes provide nothing else; the rows' tails
+(lora-sparsity, kv-ring, codegen, srpg) are run per row on the placed program."""
 
 
 @dataclass(frozen=True)
@@ -67,7 +70,7 @@ class Runner:
                        f"{_kv(study.context)},{_kv(study.batch8_context, 8)}")
         self.target = load_primal_target(study.target)
         self.model = load_model(study.model, study.lora)
-        head = [p for p in resolve_pipeline(study.pipeline) if p.name not in TAIL]
+        head = [p for p in resolve_pipeline(study.pipeline) if p.provides <= PLACEMENT]
         self.say(f"placing {study.model} with {print_pipeline(tuple(head))}")
         self.placed = PassManager(tuple(head)).run(Program(model=self.model), self.target)
 
