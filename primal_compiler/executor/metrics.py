@@ -175,6 +175,8 @@ def metrics(rp: Replay, request: int = 0) -> dict:
         "itl_first_step_s": rp.seconds(float(gaps[:: max(1, steps)].mean())), "passes": int(len(pre_tok)),
         "tokens_per_s": tokens / window_s, "energy_per_token_j": energy / tokens, "tokens_per_j": tokens / energy,
         "power_w": energy / window_s,
+        "energy_per_token_by_component_j": {k: v / tokens for k, v in comp.items()},
+        "energy_per_token_by_state_j": {k: v / tokens for k, v in states.items()},
         "power_breakdown_w": {k: v / window_s for k, v in comp.items()},
         "power_by_state_w": {k: v / window_s for k, v in states.items()},
         "static_by_domain_w": {k: v / window_s for k, v in domains.items()},
