@@ -2,8 +2,9 @@
 
 A stream starts with every CT powered. :func:`touches` lists which CTs each
 record needs awake (issuer, destination, group members). :func:`gate`
-keeps each CT awake only over its *windows*: per section and per layer of the
-records that touch it, from the start of the previous layer's records (the
+keeps each CT awake only over its *windows*: per phase (a section, or with
+``per_step`` each step of it, so CTs are re-gated between the tokens of a
+generation) and per layer of the records that touch it, from the start of the previous layer's records (the
 wake-up lead, so a CT wakes while its predecessor computes) to its last
 touch; overlapping windows merge. It gates every CT at the start of the
 stream and inserts PG_ON before and PG_OFF after each window. Gated CTs keep
@@ -18,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 
 from primal_compiler.arrays import distinct
-from primal_compiler.isa.opcodes import ALL_PES, CONTROLLER, NONE16, NONE32, Opcode, empty
+from primal_compiler.isa.opcodes import ALL_PES, CONTROLLER, NONE16, NONE32, Opcode, empty, step_ends
 from primal_compiler.isa.stream import Section, Stream
 
 
@@ -47,6 +48,24 @@ def _section_of(stream: Stream) -> np.ndarray:
     for k, s in enumerate(stream.sections):
         sec[s.start : s.stop] = k
     return sec
+
+
+def phases(stream: Stream, per_step: bool) -> np.ndarray:
+    """Phase of every record, numbered in stream order: its section, and with ``per_step`` its step within
+    the section (a step ends with the controller ARGMAX of its last pass: one per sequence when codegen
+    pipelines a batch, so the passes of one step share a phase)."""
+    sec = _section_of(stream)
+    if not per_step:
+        return sec
+    ends = step_ends(stream.records)
+    step = np.zeros(len(stream), dtype=np.int64)
+    for s in stream.sections:
+        mine = ends[s.start : s.stop]
+        passes = max(1, len(np.unique(stream.records["dst_buf"][s.start : s.stop][mine])))
+        before = np.concatenate([[0], np.cumsum(mine)[:-1]])  # ARGMAXes before each record of the section
+        step[s.start : s.stop] = before // passes
+    _, dense = np.unique(sec * (int(step.max(initial=0)) + 1) + step, return_inverse=True)
+    return dense.astype(np.int64)
 
 
 def _reorder(stream: Stream, key: np.ndarray, extra: np.ndarray | None = None, extra_key=None) -> Stream:
@@ -87,16 +106,18 @@ def pipeline_configs(stream: Stream) -> Stream:
     return _reorder(stream, key)
 
 
-def windows(stream: Stream, num_layers: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Awake windows (CT, first record, last record), merged, sorted by CT then start."""
+def windows(stream: Stream, num_layers: int, per_step: bool = True) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Awake windows (CT, first record, last record), merged, sorted by CT then start: per phase
+    (:func:`phases`) and layer of the records that touch a CT, from the first record of the phase's
+    previous layer."""
     idx, ct = touches(stream)
     rec = stream.records
-    sec = _section_of(stream)
+    sec = phases(stream, per_step)
     layer = rec["layer"].astype(np.int64)
     layer = np.where(layer == NONE16, num_layers + 1, layer)
     slot = sec * (num_layers + 2) + layer
     # first record of each (section, layer): the wake-up lead of the next layer
-    slot_first = np.full(len(stream.sections) * (num_layers + 2), np.iinfo(np.int64).max, dtype=np.int64)
+    slot_first = np.full((int(sec.max(initial=0)) + 1) * (num_layers + 2), np.iinfo(np.int64).max, dtype=np.int64)
     np.minimum.at(slot_first, slot, np.arange(len(stream)))
     slot_first[slot_first == np.iinfo(np.int64).max] = -1
     key = ct * (slot.max(initial=0) + 1) + slot[idx]
@@ -108,7 +129,8 @@ def windows(stream: Stream, num_layers: int) -> tuple[np.ndarray, np.ndarray, np
     w_ct = uniq // (slot.max(initial=0) + 1)
     w_slot = uniq % (slot.max(initial=0) + 1)
     w_layer, w_sec = w_slot % (num_layers + 2), w_slot // (num_layers + 2)
-    starts = np.array([s.start for s in stream.sections], dtype=np.int64)
+    starts = np.full(int(sec.max(initial=0)) + 1, len(stream), dtype=np.int64)
+    np.minimum.at(starts, sec, np.arange(len(stream)))
     prev = np.where((w_layer >= 1) & (w_layer <= num_layers), slot_first[np.maximum(w_slot - 1, 0)], -1)
     lead = np.where(prev >= 0, prev, np.where(w_layer <= num_layers, starts[w_sec], lo))
     lo = np.minimum(lo, lead)
@@ -131,9 +153,10 @@ def _merge(ct: np.ndarray, lo: np.ndarray, hi: np.ndarray):
     return np.array(out_ct, np.int64), np.array(out_lo, np.int64), np.array(out_hi, np.int64)
 
 
-def gate(stream: Stream, num_cts: int, num_layers: int) -> tuple[Stream, dict[str, np.ndarray]]:
-    """Stream with PG_OFF/PG_ON around every CT's windows, and the schedule in final record indices."""
-    w_ct, lo, hi = windows(stream, num_layers)
+def gate(stream: Stream, num_cts: int, num_layers: int, per_step: bool = True) -> tuple[Stream, dict[str, np.ndarray]]:
+    """Stream with PG_OFF/PG_ON around every CT's windows (:func:`windows`), and the schedule in final
+    record indices."""
+    w_ct, lo, hi = windows(stream, num_layers, per_step)
     n_on = len(w_ct)
     extra = empty(num_cts + 2 * n_on)
     extra["op"][:num_cts] = Opcode.PG_OFF

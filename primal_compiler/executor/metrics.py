@@ -180,6 +180,7 @@ def metrics(rp: Replay, request: int = 0) -> dict:
         "power_breakdown_w": {k: v / window_s for k, v in comp.items()},
         "power_by_state_w": {k: v / window_s for k, v in states.items()},
         "static_by_domain_w": {k: v / window_s for k, v in domains.items()},
+        "sram_macros": {"powered": int(rp.timeline.sram_on.sum()), "total": rp.topo.num_cts * rp.topo.pes},
         "prefill_energy_j": sum(pre_comp.values()),
         "reconfig_exposed_s": rp.seconds(max(0, prefill_begin - t0)),
         "decode_issue_s": rp.seconds(decode_issue_cycles(rp, sec["decode"]) / steps),

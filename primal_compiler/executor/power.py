@@ -6,11 +6,16 @@ Static power per PE in each state comes from the target: active = every
 domain's leakage; waking = active leakage (the rails recharge; the wake-up
 energy itself is the ``PG_ON`` record's dynamic energy); gated = switched-off
 domains (RRAM periphery, router) at ``gated_leakage_fraction``, retained
-domains (SRAM-DCIM, scratchpad) at ``retained_leakage_fraction``.
+domains (SRAM-DCIM, scratchpad) at ``retained_leakage_fraction``. The SRAM-DCIM
+macros the srpg schedule switches off (``pg_sram_off``: those holding no LoRA
+weight, when the target's ``power_gating.gate_unused_sram`` allows it) leak at
+``gated_leakage_fraction`` in every state, counted as gated; the others follow
+their CT's state (:func:`sram_powered`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -28,12 +33,14 @@ DOMAINS = ("rram_adc", "sram_dcim", "router_dmac", "scratchpad")
 
 @dataclass(frozen=True)
 class Timeline:
-    """State intervals of every CT: ``ct``, ``state``, ``[begin, end)`` cycles (end = replay end)."""
+    """State intervals of every CT: ``ct``, ``state``, ``[begin, end)`` cycles (end = replay end); ``sram_on``:
+    per CT, its SRAM-DCIM macros not switched off (:func:`sram_powered`)."""
 
     ct: np.ndarray
     state: np.ndarray
     begin: np.ndarray
     end: np.ndarray
+    sram_on: np.ndarray
 
 
 def domain_leakage_w(target: PrimalTarget) -> dict[str, np.ndarray]:
@@ -47,8 +54,15 @@ def domain_leakage_w(target: PrimalTarget) -> dict[str, np.ndarray]:
     return {k: np.array([uw, uw, uw * frac]) * 1e-6 for k, (uw, frac) in leak.items()}
 
 
-def timeline(records, start, finish, num_cts: int, end: int) -> Timeline:
-    """Every CT's state intervals from the replayed ``PG_ON``/``PG_OFF`` records."""
+def sram_powered(arrays: Mapping[str, np.ndarray], num_cts: int, pes_per_ct: int) -> np.ndarray:
+    """Per CT: SRAM-DCIM macros that can be powered, all but the ``pg_sram_off`` of the srpg schedule (every
+    macro without one)."""
+    off = arrays.get("pg_sram_off")
+    return np.full(num_cts, pes_per_ct, dtype=np.int64) - (0 if off is None else off.astype(np.int64))
+
+
+def timeline(records, start, finish, num_cts: int, end: int, sram_on: np.ndarray) -> Timeline:
+    """Every CT's state intervals from the replayed ``PG_ON``/``PG_OFF`` records (``sram_on``: kept as is)."""
     op = records["op"]
     off = np.flatnonzero(op == Opcode.PG_OFF)
     on = np.flatnonzero(op == Opcode.PG_ON)
@@ -70,16 +84,36 @@ def timeline(records, start, finish, num_cts: int, end: int) -> Timeline:
     last[:-1] = ct[1:] != ct[:-1]
     nxt[last] = end
     keep = nxt > at
-    return Timeline(ct[keep], state[keep].astype(np.int8), at[keep], nxt[keep])
+    return Timeline(ct[keep], state[keep].astype(np.int8), at[keep], nxt[keep], sram_on)
 
 
-def state_cycles(tl: Timeline, begin: int, end: int) -> np.ndarray:
-    """CT-cycles spent in each state within ``[begin, end)`` (array over STATES)."""
-    span = np.clip(np.minimum(tl.end, end) - np.maximum(tl.begin, begin), 0, None)
+def state_cycles(tl: Timeline, begin: int, end: int, weight: np.ndarray | None = None) -> np.ndarray:
+    """CT-cycles spent in each state within ``[begin, end)`` (array over STATES); with ``weight`` (per CT),
+    each CT's cycles times its weight."""
+    span = np.clip(np.minimum(tl.end, end) - np.maximum(tl.begin, begin), 0, None).astype(np.float64)
+    if weight is not None:
+        span = span * weight[tl.ct]
     return np.bincount(tl.state, weights=span, minlength=len(STATES))
 
 
 def static_energy_j(tl: Timeline, target: PrimalTarget, pes_per_ct: int, begin: int, end: int) -> dict[str, np.ndarray]:
-    """Static joules within ``[begin, end)``: per domain, an array over STATES."""
+    """Static joules within ``[begin, end)``: per domain, an array over STATES (the SRAM-DCIM domain's
+    switched-off macros count as gated)."""
     seconds = state_cycles(tl, begin, end) / target.system.clock_hz * pes_per_ct
-    return {k: w * seconds for k, w in domain_leakage_w(target).items()}
+    out = {k: w * seconds for k, w in domain_leakage_w(target).items()}
+    kept = state_cycles(tl, begin, end, tl.sram_on.astype(np.float64)) / target.system.clock_hz
+    off = float((seconds - kept).sum())  # macro-seconds of the switched-off macros, whatever their CT's state
+    off_w = target.sram.leakage_uw * 1e-6 * target.power_gating.gated_leakage_fraction
+    out["sram_dcim"] = domain_leakage_w(target)["sram_dcim"] * kept + np.array([0.0, 0.0, off * off_w])
+    return out
+
+
+def interval_watts(tl: Timeline, target: PrimalTarget, pes_per_ct: int) -> np.ndarray:
+    """Static watts of the CT of every timeline interval in its state: all its domains, its switched-off
+    SRAM-DCIM macros at ``gated_leakage_fraction``."""
+    leak = domain_leakage_w(target)
+    others = sum((w for k, w in leak.items() if k != "sram_dcim"), start=np.zeros(len(STATES)))
+    on = tl.sram_on[tl.ct].astype(np.float64)
+    off_w = target.sram.leakage_uw * 1e-6 * target.power_gating.gated_leakage_fraction
+    return others[tl.state] * pes_per_ct + leak["sram_dcim"][tl.state] * on + (pes_per_ct - on) * off_w
+

@@ -183,7 +183,8 @@ def replay(meta: dict, arrays: dict, stream: Stream, target: PrimalTarget, where
     energy["links"] = costs.link_energy(ctx, n_mesh, n_other)
     mark("schedule")
     end = int(finish.max()) if len(finish) else 0
-    tl = power.timeline(stream.records, start, finish, topo.num_cts, end)
+    tl = power.timeline(stream.records, start, finish, topo.num_cts, end,
+                        power.sram_powered(arrays, topo.num_cts, topo.pes))
     mark("power")
     mem = memory.occupancy(stream, prints, start, finish, ctx, meta, arrays) if "model_ir" in meta else None
     mark("memory")

@@ -113,3 +113,11 @@ class TileTable:
     @property
     def nbytes(self) -> int:
         return sum(a.nbytes for a in self.columns().values())
+
+
+def lora_macros(macro: np.ndarray, ct: np.ndarray, pe: np.ndarray, host: np.ndarray, num_cts: int,
+                pes: int) -> np.ndarray:
+    """Per CT: SRAM-DCIM macros holding LoRA weights, the PEs of its SRAM tiles (placed tile columns)."""
+    sram = np.flatnonzero(macro == Macro.SRAM)
+    held = np.unique(ct[host[sram]].astype(np.int64) * pes + pe[sram])
+    return np.bincount(held // pes, minlength=num_cts).astype(np.int64)

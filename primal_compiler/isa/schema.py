@@ -35,7 +35,7 @@ import numpy as np
 
 from primal_compiler.errors import InputError
 from primal_compiler.ir.model_json import model_from_dict
-from primal_compiler.ir.tiles import COLUMNS, ROLE_CODES, Macro, Part
+from primal_compiler.ir.tiles import COLUMNS, ROLE_CODES, Macro, Part, lora_macros
 from primal_compiler.isa.opcodes import Opcode, step_ends
 from primal_compiler.isa.stream import Stream
 from primal_compiler.mapping.lower import Geometry, lower_model
@@ -54,8 +54,10 @@ TILES = {f"tile_{name}": np.dtype(dtype) for name, dtype in COLUMNS.items()}
 ARRAYS = {**TILES, **{name: np.dtype(dtype) for name, dtype in (
     ("ct_layer", "<i4"), ("ct_template", "<i4"), ("map_tpl_ptr", "<i8"), ("map_src_pe", "<i4"), ("map_dst_pe", "<i4"),
     ("map_hops", "<i4"), ("map_d2d_src", "<i4"), ("map_d2d_dst", "<i4"), ("kv_ct", "<u2"), ("kv_pe", "<u2"),
-    ("kv_slot", "<u2"), ("pg_ct", "<i8"), ("pg_on", "<i8"), ("pg_off", "<i8"))}}
-POWER = ("pg_ct", "pg_on", "pg_off")  # the srpg schedule: all three or none
+    ("kv_slot", "<u2"), ("pg_ct", "<i8"), ("pg_on", "<i8"), ("pg_off", "<i8"), ("pg_sram_off", "<i8"))}}
+POWER = ("pg_ct", "pg_on", "pg_off", "pg_sram_off")  # the srpg schedule: all or none
+"""The srpg schedule: per window its CT, PG_ON and PG_OFF records; per CT the SRAM-DCIM macros it keeps
+switched off (they hold no LoRA weight)."""
 WEIGHT_COLUMNS = ("layer", "role", "part", "macro", "brow", "bcol", "slice", "rows", "cols", "bytes", "host")
 SECTION = re.compile(r"(adapter|prefill|decode):(0|[1-9][0-9]{0,8})")
 
@@ -212,7 +214,8 @@ def _array_issue(meta: Mapping[str, Any], arrays: Mapping[str, np.ndarray], stre
     power = [n for n in POWER if n in arrays]
     for name, dtype in ARRAYS.items():
         if name not in arrays and (name not in POWER or power):
-            why = "the srpg schedule needs pg_ct, pg_on and pg_off" if name in POWER else "a compiled program has it"
+            why = "the srpg schedule needs pg_ct, pg_on, pg_off and pg_sram_off" if name in POWER \
+                else "a compiled program has it"
             return Issue("array", name, f"array {name}: missing ({why})")
         given = arrays.get(name)
         if given is not None and (given.dtype != dtype or given.ndim != 1):
@@ -229,7 +232,8 @@ def _array_issue(meta: Mapping[str, Any], arrays: Mapping[str, np.ndarray], stre
         (("map_src_pe", "map_dst_pe", "map_hops"), max(len(a["map_src_pe"]), 1), "one entry per mapped flow"),
         (("map_d2d_src", "map_d2d_dst"), len(a["map_d2d_src"]), "one entry per die-to-die transfer"),
         (("kv_ct", "kv_pe", "kv_slot"), layers * units, f"{units} KV units per layer x {layers} layers"),
-        (power, len(a.get("pg_ct", ())), "one entry per power window"),
+        ([n for n in power if n != "pg_sram_off"], len(a.get("pg_ct", ())), "one entry per power window"),
+        (("pg_sram_off",) if power else (), num_cts, f"one entry per CT (num_cts {num_cts})"),
     ):
         for name in names:
             if len(a[name]) != length:
@@ -251,6 +255,7 @@ def _array_issue(meta: Mapping[str, Any], arrays: Mapping[str, np.ndarray], stre
         lambda: _twice("kv_slot", (a["kv_ct"].astype(np.int64) * pes + a["kv_pe"]) * kv["chunk_slots"] + a["kv_slot"],
                        np.arange(len(a["kv_ct"])), "shares its CT, PE and chunk slot with another KV unit"),
         lambda: _power_issue(a, stream, num_cts) if power else None,
+        lambda: _sram_off_issue(a, num_cts, pes) if power else None,
     ):
         issue = check()
         if issue is not None:
@@ -322,6 +327,14 @@ def _kv_layers(a: Mapping[str, np.ndarray], units: int) -> Issue | None:
     layer, home = np.arange(len(a["kv_ct"])) // units, a["ct_layer"][a["kv_ct"]]
     return _first("kv_ct", home != layer, lambda i: f"(a unit of layer {layer[i]}) is CT {a['kv_ct'][i]} of layer "
                                                     f"{home[i]}; a layer's KV cache stays in its own CTs")
+
+
+def _sram_off_issue(a: Mapping[str, np.ndarray], num_cts: int, pes: int) -> Issue | None:
+    """A CT switches off at most its SRAM-DCIM macros that hold no LoRA weight."""
+    free = pes - lora_macros(a["tile_macro"], a["tile_ct"], a["tile_pe"], a["tile_host"], num_cts, pes)
+    return _first("pg_sram_off", (a["pg_sram_off"] < 0) | (a["pg_sram_off"] > free),
+                  lambda i: f"(CT {i}) switches off {a['pg_sram_off'][i]} SRAM-DCIM macros; it has {free[i]} "
+                            f"that hold no LoRA weight")
 
 
 def _power_issue(a: Mapping[str, np.ndarray], stream: Stream, num_cts: int) -> Issue | None:

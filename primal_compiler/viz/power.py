@@ -88,9 +88,7 @@ def power_series(d: VizData, w0: int, w1: int, bins: int = BINS) -> dict[str, np
     e_dyn = sum(v[sel] for v in rp.energy_pj.values())
     dyn = _binned(rp.start[sel], rp.finish[sel], e_dyn, edges) if len(sel) else np.zeros(bins)
     tl = rp.timeline
-    leak = xpower.domain_leakage_w(d.target)
-    per_state_w = sum(leak.values(), start=np.zeros(len(xpower.STATES))) * rp.topo.pes  # W per CT in each state
-    pj_per_cycle = per_state_w[tl.state] * 1e12 / d.clock_hz
+    pj_per_cycle = xpower.interval_watts(tl, d.target, rp.topo.pes) * 1e12 / d.clock_hz
     sta = _binned(tl.begin, tl.end, pj_per_cycle * (tl.end - tl.begin), edges)
     seconds = np.diff(edges) / d.clock_hz
     return {"t": (edges[:-1] + edges[1:]) / 2, "dynamic": dyn * 1e-12 / seconds, "static": sta * 1e-12 / seconds}

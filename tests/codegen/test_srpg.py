@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from primal_compiler.codegen.check import check_configs, check_kv_appends, check_power
+from primal_compiler.ir.tiles import Macro
 from primal_compiler.isa.opcodes import Opcode
 from primal_compiler.passmgr import PassManager, parse_pipeline
 
@@ -64,3 +65,31 @@ def test_each_part_turns_off(emitted, small_target, options, gates, pipelined):
     check_power(p.stream)
     check_configs(p.stream)
     assert (ops == Opcode.SMAC_RRAM).sum() == (emitted.stream.records["op"] == Opcode.SMAC_RRAM).sum()
+
+
+def _decode_state_changes(p, name: str = "decode:0") -> dict[int, int]:
+    """PG_ON records per CT inside section ``name``."""
+    part = p.stream.section(name)
+    on = part[part["op"] == Opcode.PG_ON]
+    return {int(c): int(n) for c, n in zip(*np.unique(on["ct"], return_counts=True))}
+
+
+def test_a_generation_re_gates_every_ct_between_its_tokens(small_target):
+    from primal_compiler.api import compile_model
+    from primal_compiler.frontend import load_model
+
+    model = load_model("tiny-llama", "q,v:8")
+    head = "lower-tiles,blocking,zcurve-order,kv-ring{context=64},codegen{steps=3}"
+    per_step = compile_model(model, small_target, f"{head},srpg")
+    per_section = compile_model(model, small_target, f"{head},srpg{{per_step=false}}")
+    for p in (per_step, per_section):
+        check_power(p.stream)
+    layer_cts = np.flatnonzero(per_step.layout.ct_layer < model.num_layers)
+    woken = _decode_state_changes(per_step)
+    assert all(woken.get(int(c), 0) == 3 for c in layer_cts)  # once per token: gated between the three
+    assert all(n == 1 for n in _decode_state_changes(per_section).values())  # awake across the tokens
+    sram = per_step.power["pg_sram_off"]  # the macros holding no LoRA weight stay off
+    lora = {(int(per_step.tiles.ct[per_step.tiles.host[i]]), int(per_step.tiles.pe[i]))
+            for i in np.flatnonzero(per_step.tiles.macro == Macro.SRAM)}
+    pes = small_target.ct.mesh_rows * small_target.ct.mesh_cols
+    assert sram.tolist() == [pes - sum(1 for c, _ in lora if c == ct) for ct in range(per_step.layout.num_cts)]

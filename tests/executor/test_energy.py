@@ -130,22 +130,30 @@ def _static_j(rp, begin: int, end: int) -> float:
     """Leakage of every CT over [begin, end), its state following its PG_ON / PG_OFF records."""
     t, r = rp.target, rp.stream.records
     pg = t.power_gating
-    active = (t.rram.leakage_uw + t.sram.leakage_uw + t.router.leakage_uw + t.router.scratchpad_leakage_uw) * 1e-6
-    gated = (t.rram.leakage_uw * pg.gated_leakage_fraction + t.sram.leakage_uw * pg.retained_leakage_fraction
-             + t.router.leakage_uw * pg.gated_leakage_fraction
+    active = (t.rram.leakage_uw + t.router.leakage_uw + t.router.scratchpad_leakage_uw) * 1e-6
+    gated = (t.rram.leakage_uw * pg.gated_leakage_fraction + t.router.leakage_uw * pg.gated_leakage_fraction
              + t.router.scratchpad_leakage_uw * pg.retained_leakage_fraction) * 1e-6
+    gating = any(r["op"] == Opcode.PG_OFF)  # srpg gated this program, so it switched unused macros off too
+    sram_on, sram_kept, sram_off = (t.sram.leakage_uw * f * 1e-6 for f in (1.0, pg.retained_leakage_fraction,
+                                                                             pg.gated_leakage_fraction))
+    held = {(int(rp.arrays["tile_ct"][rp.arrays["tile_host"][i]]), int(rp.arrays["tile_pe"][i]))
+            for i in range(len(rp.arrays["tile_macro"])) if rp.arrays["tile_macro"][i] == Macro.SRAM}
     total = 0.0
     for ct in range(rp.topo.num_cts):
-        events = [(0, -1, active)]  # (cycle, record, watts per PE from then on)
+        lora = sum(1 for c, _ in held if c == ct) if pg.gate_unused_sram and gating else rp.topo.pes
+        unused = (rp.topo.pes - lora) * sram_off  # watts of the macros holding no LoRA weight, in every state
+        active_ct, gated_ct = active * rp.topo.pes + lora * sram_on + unused, \
+            gated * rp.topo.pes + lora * sram_kept + unused
+        events = [(0, -1, active_ct)]  # (cycle, record, watts of the CT from then on)
         for i in range(len(r)):
             if r["ct"][i] == ct and r["op"][i] == Opcode.PG_OFF:
-                events.append((int(rp.finish[i]), 2 * i, gated))
+                events.append((int(rp.finish[i]), 2 * i, gated_ct))
             elif r["ct"][i] == ct and r["op"][i] == Opcode.PG_ON:
-                events += [(int(rp.start[i]), 2 * i, active), (int(rp.finish[i]), 2 * i + 1, active)]
+                events += [(int(rp.start[i]), 2 * i, active_ct), (int(rp.finish[i]), 2 * i + 1, active_ct)]
         events.sort()
         for (at, _, watts), (nxt, _, _) in zip(events, events[1:] + [(rp.end, 0, 0.0)]):
             span = max(0, min(nxt, end) - max(at, begin))
-            total += watts * rp.topo.pes * span / t.system.clock_hz
+            total += watts * span / t.system.clock_hz
     return total
 
 
