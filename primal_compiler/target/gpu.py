@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from primal_compiler.target.table import MAX_BYTES_PER_S, MAX_OPS_PER_S, MAX_RATE_HZ, SCHEMA_VERSION, Problem, Table, TargetBase
 from primal_compiler.target.table import internal_field as _internal
+from primal_compiler.target.table import ranges_field
 from primal_compiler.target.table import spec_field as _f
 
 
@@ -93,3 +94,4 @@ class GpuTarget(TargetBase):
     serving: GpuServingSpec = _f("table", "data types as served")
     kernels: GpuKernelSpec = _f("table", "fixed per-kernel costs")
     source: str = _internal("file the target was loaded from (not part of the hash)")
+    ranges: dict[str, tuple[float, float]] = ranges_field()

@@ -47,6 +47,7 @@ __all__ = [
 ]
 
 _EXTENDS = "extends"
+RANGE_SUFFIX = "_range"  # ``<key>_range = [low, high]``: the range the literature gives for a number
 
 
 def bundled_targets() -> dict[str, Path]:
@@ -99,10 +100,19 @@ def with_overrides(target: Target, overrides: Mapping[str, Any]) -> Target:
     """A copy of ``target`` with dotted keys replaced (``{"rram.adc_bits": 6}``), fully re-validated.
 
     An unknown key, a key that names a table, a wrong type or an impossible
-    value raises :class:`InputError` naming the key.
+    value raises :class:`InputError` naming the key. The stated ranges stay,
+    except those of the replaced keys (an override may leave its range).
     """
     where = f"override of {target.name}"
     raw = target.to_dict()
+    for dotted, (low, high) in target.ranges.items():  # the stated ranges stay, but not over a replaced value
+        if dotted not in overrides:
+            *path, last = dotted.split(".")
+            table = raw
+            for part in path:
+                table = table[part]
+            kind = type(table[last])
+            table[last + RANGE_SUFFIX] = [kind(low), kind(high)]
     home = target.source or target.name
     prov: dict[str, str] = {}
     cls = type(target)
@@ -234,20 +244,27 @@ def _build_target(raw: dict[str, Any], prov: dict[str, str], origin: str) -> Tar
     if not isinstance(kind, str) or kind not in KINDS:
         raise InputError(prov.get("kind", origin), f"kind: must be one of {', '.join(map(repr, KINDS))}, got {_describe(kind)}")
     cls = KINDS[kind]
-    target = _build(cls, raw, "", prov, origin)
+    ranges: dict[str, tuple[float, float]] = {}
+    target = _build(cls, raw, "", prov, origin, ranges)
     object.__setattr__(target, "source", origin)
+    object.__setattr__(target, "ranges", ranges)
     return target
 
 
-def _build(cls: type, raw: Any, prefix: str, prov: dict[str, str], origin: str) -> Any:
-    """Instantiate dataclass ``cls`` from table ``raw``, checking everything on the way."""
+def _build(cls: type, raw: Any, prefix: str, prov: dict[str, str], origin: str,
+           ranges: dict[str, tuple[float, float]] | None = None) -> Any:
+    """Instantiate dataclass ``cls`` from table ``raw``, checking everything on the way; a number's stated
+    range (``<key>_range = [low, high]`` beside it) goes into ``ranges`` under its dotted key."""
     table = prefix[:-1]
     if not isinstance(raw, dict):
         raise InputError(prov.get(table, origin), f"{table}: expected a table, got {_describe(raw)}")
     names = _schema_names(cls)
-    for k in sorted(set(raw) - set(names)):
-        raise InputError(prov.get(prefix + k, origin), f"{prefix}{k}: unknown key{_suggest(k, names)}")
     hints = type_hints(cls)
+    numbers = {n for n in names if hints[n] in (int, float)}
+    stated = {k for k in raw if k.endswith(RANGE_SUFFIX) and k.removesuffix(RANGE_SUFFIX) in numbers
+              and ranges is not None}
+    for k in sorted(set(raw) - set(names) - stated):
+        raise InputError(prov.get(prefix + k, origin), f"{prefix}{k}: unknown key{_suggest(k, names)}")
     values: dict[str, Any] = {}
     for f in fields(cls):
         if f.metadata.get("internal"):
@@ -257,17 +274,34 @@ def _build(cls: type, raw: Any, prefix: str, prov: dict[str, str], origin: str) 
             raise InputError(origin, f"{key}: missing key ({f.metadata['doc']})")
         typ = hints[f.name]
         if isinstance(typ, type) and is_dataclass(typ):
-            values[f.name] = _build(typ, raw[f.name], f"{key}.", prov, origin)
+            values[f.name] = _build(typ, raw[f.name], f"{key}.", prov, origin, ranges)
         else:
             where = prov.get(key, origin)
             value = _coerce(raw[f.name], typ, key, where)
             _check_rules(value, f.metadata, key, where)
             values[f.name] = value
+            if f.name + RANGE_SUFFIX in stated and ranges is not None:
+                ranges[key] = _range(raw[f.name + RANGE_SUFFIX], value, typ, f.metadata, key,
+                                     prov.get(key + RANGE_SUFFIX, origin))
     obj = cls(**values)
     for name, problem in obj._problems():
         key = name if "." in name else prefix + name
         raise InputError(prov.get(key, origin), f"{key}: {problem}")
     return obj
+
+
+def _range(raw: Any, value: Any, typ: type, meta: Mapping[str, Any], key: str, where: str) -> tuple[float, float]:
+    """The stated range ``[low, high]`` of ``key``: two values of its type passing its rules, low <= value
+    <= high."""
+    name = key + RANGE_SUFFIX
+    if not isinstance(raw, list) or len(raw) != 2:
+        raise InputError(where, f"{name}: expected [low, high], got {_describe(raw)}")
+    low, high = (_coerce(v, typ, name, where) for v in raw)
+    for v in (low, high):
+        _check_rules(v, meta, name, where)
+    if not low <= value <= high:
+        raise InputError(where, f"{key}: {value} is outside its stated range {low}..{high} ({name})")
+    return float(low), float(high)
 
 
 def _schema_names(cls: type) -> list[str]:

@@ -23,6 +23,7 @@ from primal_compiler.target.table import (
     MAX_SCRATCHPAD_BYTES, SCHEMA_VERSION, Problem, Table, TargetBase,
 )
 from primal_compiler.target.table import internal_field as _internal
+from primal_compiler.target.table import ranges_field
 from primal_compiler.target.table import spec_field as _f
 from primal_compiler.target.gpu import GpuTarget
 
@@ -250,6 +251,7 @@ class PowerGatingSpec(Table):
     gate_rram_periphery: bool = _f("bool", "a gated CT switches off its RRAM-ACIM periphery (ADCs, drivers)")
     gate_router: bool = _f("bool", "a gated CT switches off router logic and DMAC units (the interconnect)")
     retain_sram: bool = _f("bool", "SRAM-DCIM stays powered in a gated CT and keeps its LoRA weights")
+    gate_unused_sram: bool = _f("bool", "an SRAM-DCIM macro that holds no LoRA weight of the program is switched off in every state (a header per macro)")
     retain_scratchpad: bool = _f("bool", "scratchpads stay powered in a gated CT and keep their KV-cache slices")
     gated_leakage_fraction: float = _f("fraction", "residual leakage of a switched-off domain, as a fraction of its leakage", ge=0, le=1)
     retained_leakage_fraction: float = _f("fraction", "leakage of a retained domain while gated, as a fraction of its active leakage", ge=0, le=1)
@@ -290,6 +292,7 @@ class PrimalTarget(TargetBase):
     power_gating: PowerGatingSpec = _f("table", "power states")
     area: AreaSpec = _f("table", "PE area")
     source: str = _internal("file the target was loaded from (not part of the hash)")
+    ranges: dict[str, tuple[float, float]] = ranges_field()
 
     def _problems(self) -> Iterator[Problem]:
         pes = self.system.num_cts * self.ct.pes

@@ -65,6 +65,13 @@ def internal_field(doc: str) -> Any:
     return field(default="", compare=False, repr=False, metadata={"internal": True, "doc": doc})
 
 
+def ranges_field() -> Any:
+    """The stated ranges of a target's numbers (dotted key -> (low, high)): loaded, not hashed (a range
+    changes no result)."""
+    return field(default_factory=dict, compare=False, repr=False,
+                 metadata={"internal": True, "doc": "stated ranges (<key>_range = [low, high]), not part of the hash"})
+
+
 Problem = tuple[str, str]  # (field name relative to the table, what is wrong)
 
 

@@ -574,3 +574,35 @@ def test_a_gpu_target_is_refused_where_a_primal_target_is_needed():
     assert "primal-7nm" in info.value.problem and "\n" not in str(info.value)
     with pytest.raises(InputError, match="here: is a gpu target"):
         require_primal(load_target("h100"), "here")
+
+
+# --------------------------------------------------------------------------- stated ranges
+
+
+def test_a_stated_range_is_loaded_beside_its_value_and_changes_no_hash(tmp_path):
+    t = load_target("primal-7nm")
+    assert t.ranges["sram.leakage_uw"] == (0.5, 10.0) and t.sram.leakage_uw == 3.2
+    bare = _variant(tmp_path, _replace_line(SEVEN_TEXT, "leakage_uw_range", None, "sram"), "bare.toml")
+    assert "sram.leakage_uw" not in load_target(bare).ranges
+    assert load_target(bare).content_hash == t.content_hash
+    moved = with_overrides(t, {"sram.leakage_uw": 20.0})  # an override leaves its range, keeps the others
+    assert "sram.leakage_uw" not in moved.ranges and moved.ranges["router.injection_cycles"] == (0.0, 3.0)
+
+
+@pytest.mark.parametrize("line,message", [
+    ("leakage_uw_range = [4.0, 10.0]", "sram.leakage_uw: 3.2 is outside its stated range 4.0..10.0"),
+    ("leakage_uw_range = [0.5]", "sram.leakage_uw_range: expected [low, high]"),
+    ("leakage_uw_range = [-1.0, 10.0]", "sram.leakage_uw_range: "),
+    ('leakage_uw_range = ["low", 10.0]', "sram.leakage_uw_range: expected a number"),
+])
+def test_a_bad_stated_range_is_one_line_naming_the_key(tmp_path, line, message):
+    path = _variant(tmp_path, _replace_line(SEVEN_TEXT, "leakage_uw_range", line, "sram"))
+    err = _error(path)
+    _assert_one_line(err, path, None)
+    assert message in err.problem, err.problem
+
+
+def test_only_a_number_states_a_range(tmp_path):
+    path = _variant(tmp_path, SEVEN_TEXT.replace("[ct]\n", '[ct]\nrouting_range = ["xy", "yx"]\n'))
+    _assert_one_line(_error(path), path, "ct.routing_range")
+    assert "unknown key" in str(_error(path))
