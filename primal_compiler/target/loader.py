@@ -282,7 +282,7 @@ def _build(cls: type, raw: Any, prefix: str, prov: dict[str, str], origin: str,
             values[f.name] = value
             if f.name + RANGE_SUFFIX in stated and ranges is not None:
                 ranges[key] = _range(raw[f.name + RANGE_SUFFIX], value, typ, f.metadata, key,
-                                     prov.get(key + RANGE_SUFFIX, origin))
+                                     prov.get(key + RANGE_SUFFIX, origin), where)
     obj = cls(**values)
     for name, problem in obj._problems():
         key = name if "." in name else prefix + name
@@ -290,9 +290,10 @@ def _build(cls: type, raw: Any, prefix: str, prov: dict[str, str], origin: str,
     return obj
 
 
-def _range(raw: Any, value: Any, typ: type, meta: Mapping[str, Any], key: str, where: str) -> tuple[float, float]:
-    """The stated range ``[low, high]`` of ``key``: two values of its type passing its rules, low <= value
-    <= high."""
+def _range(raw: Any, value: Any, typ: type, meta: Mapping[str, Any], key: str, where: str,
+           value_where: str) -> tuple[float, float]:
+    """The stated range ``[low, high]`` of ``key`` (from file ``where``): two values of its type passing its
+    rules, low <= value <= high; a value outside is an error naming the file that holds the value."""
     name = key + RANGE_SUFFIX
     if not isinstance(raw, list) or len(raw) != 2:
         raise InputError(where, f"{name}: expected [low, high], got {_describe(raw)}")
@@ -300,7 +301,8 @@ def _range(raw: Any, value: Any, typ: type, meta: Mapping[str, Any], key: str, w
     for v in (low, high):
         _check_rules(v, meta, name, where)
     if not low <= value <= high:
-        raise InputError(where, f"{key}: {value} is outside its stated range {low}..{high} ({name})")
+        stated = f"{name}" if where == value_where else f"{name} of {where}"
+        raise InputError(value_where, f"{key}: {value} is outside its stated range {low}..{high} ({stated})")
     return float(low), float(high)
 
 

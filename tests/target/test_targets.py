@@ -606,3 +606,10 @@ def test_only_a_number_states_a_range(tmp_path):
     path = _variant(tmp_path, SEVEN_TEXT.replace("[ct]\n", '[ct]\nrouting_range = ["xy", "yx"]\n'))
     _assert_one_line(_error(path), path, "ct.routing_range")
     assert "unknown key" in str(_error(path))
+
+
+def test_an_extending_file_that_moves_a_value_out_of_its_inherited_range_is_named(tmp_path):
+    path = _variant(tmp_path, 'extends = "primal-7nm"\nname = "x"\n[router]\nleakage_uw = 50.0\n', "x.toml")
+    err = _error(path)
+    _assert_one_line(err, path, "router.leakage_uw")
+    assert "outside its stated range 9.0..36.0 (router.leakage_uw_range of" in err.problem
