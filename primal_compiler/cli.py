@@ -194,7 +194,7 @@ def cmd_reproduce(args) -> None:
     def say(line: str) -> None:
         print(line, file=sys.stderr, flush=True)
 
-    rows = reproduce(study, say)
+    rows = reproduce(study, say, solve_budget_s=args.solve_budget_s if args.solve else 0.0)
     print(json.dumps(rows, indent=2) if args.json else render_reproduce(rows))
 
 
@@ -226,7 +226,7 @@ def cmd_targets(args) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from primal_compiler.argtypes import option_arg, pipeline_arg
+    from primal_compiler.argtypes import float_arg, option_arg, pipeline_arg
     from primal_compiler.baselines.command import add_family_args
 
     p = argparse.ArgumentParser(prog="primal", description="PRIMAL mapping compiler and cost simulator")
@@ -301,6 +301,11 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--batch8-context", type=option_arg("kv-ring", "context"), default=256,
                     help="context of the batch-8 row (must fit 8 sequences)")
     sp.add_argument("--json", action="store_true", help="rows as JSON objects")
+    sp.add_argument("--solve", action="store_true",
+                    help="for every row more than 25%% from the seed, the stated-range target constant whose value "
+                         "would reproduce the seed's number, and whether it is plausible (docs/reproduce.md)")
+    sp.add_argument("--solve-budget-s", type=float_arg(1.0, 86_400.0), default=1800.0,
+                    help="wall-time budget of --solve in seconds (default 1800)")
     add_family_args(sp)
     sp.set_defaults(func=cmd_reproduce)
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -62,6 +62,7 @@ class Replay:
     start: np.ndarray  # int64 cycles
     finish: np.ndarray
     energy_pj: dict[str, np.ndarray]  # component -> per record
+    links_crossed: tuple[np.ndarray, np.ndarray]  # per record: distinct PE-mesh links, other links its bits cross
     timeline: power.Timeline
     stages: tuple[tuple[str, float], ...]
     link_wait: LinkWait
@@ -188,5 +189,40 @@ def replay(meta: dict, arrays: dict, stream: Stream, target: PrimalTarget, where
     mark("power")
     mem = memory.occupancy(stream, prints, start, finish, ctx, meta, arrays) if "model_ir" in meta else None
     mark("memory")
-    return Replay(meta, arrays, stream, target, topo, ctx, ctl, ptr, pred, busy, unit, dispatch, start, finish, energy, tl,
-                  tuple(stages), LinkWait(wait, link_by, link_bound, link_mesh), mem)
+    return Replay(meta, arrays, stream, target, topo, ctx, ctl, ptr, pred, busy, unit, dispatch, start, finish, energy,
+                  (n_mesh, n_other), tl, tuple(stages), LinkWait(wait, link_by, link_bound, link_mesh), mem)
+
+
+ENERGY_UNITS = ("pJ", "uW")
+"""Units of the target keys that change energy and never time (with the power-gating leakage fractions)."""
+
+
+def energy_only(key: str) -> bool:
+    """Whether target key ``key`` (dotted) prices energy only: a replay's timing does not depend on it, so
+    :func:`reprice` gives what a replay under a changed value gives."""
+    from primal_compiler.target.table import schema
+
+    unit = next((f.unit for f in schema(PrimalTarget) if f.key == key), None)
+    return unit in ENERGY_UNITS or key in ("power_gating.gated_leakage_fraction",
+                                           "power_gating.retained_leakage_fraction")
+
+
+def without_link_rows(rp: Replay) -> Replay:
+    """``rp`` without its per-(record, link) rows and dependency edges, the bulk of a replay's memory: what
+    :func:`~primal_compiler.executor.metrics.metrics` and :func:`reprice` read is kept (per record, per leg)."""
+    tr = rp.transfers
+    none32, none64 = np.zeros(0, np.int32), np.zeros(0, np.int64)
+    routes = replace(tr.routes, leg=none64, link=none32, offset=none32)
+    light = replace(tr, routes=routes, link=none32, link_offset=none32, link_ptr=np.zeros(len(tr.link_ptr), np.int64))
+    waits = replace(rp.link_wait, wait=none32)
+    return replace(rp, ctx=replace(rp.ctx, transfers=light), link_wait=waits, pred=none64,
+                   pred_ptr=np.zeros(len(rp.pred_ptr), np.int64))
+
+
+def reprice(rp: Replay, target: PrimalTarget) -> Replay:
+    """``rp`` with its dynamic energy recomputed for ``target``, its timing kept: exact when ``target`` differs
+    from the replayed one only in :func:`energy_only` keys (``tests/executor/test_reprice.py``)."""
+    ctx = replace(rp.ctx, target=target)
+    _, _, energy = costs.record_costs(ctx, "program")
+    energy["links"] = costs.link_energy(ctx, *rp.links_crossed)
+    return replace(rp, target=target, ctx=ctx, energy_pj=energy)

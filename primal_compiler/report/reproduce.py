@@ -22,10 +22,12 @@ from primal_compiler.report import collect
 from primal_compiler import compiled
 from primal_compiler.baselines.family import DEFAULT, Selection, family_for_program
 from primal_compiler.executor.metrics import metrics
-from primal_compiler.executor.replay import replay
+from primal_compiler.executor.replay import Replay, energy_only, replay, reprice, without_link_rows
 from primal_compiler.ir.facts import Fact, facts
 from primal_compiler.ir.program import Program
+from primal_compiler.isa.stream import Stream
 from primal_compiler.passmgr import PassManager, parse_pipeline, print_pipeline, resolve_pipeline
+from primal_compiler.target import require_primal, with_overrides
 
 if TYPE_CHECKING:
     from primal_compiler.target.spec import PrimalTarget
@@ -58,14 +60,15 @@ class Study:
 
 
 class Runner:
-    """Compiles and replays the variants of one study, reporting progress through ``say``."""
+    """Compiles and replays the variants of one study, reporting progress through ``say``; with ``keep``, each
+    named run's program and (light) replay stay for :meth:`rerun`."""
 
-    def __init__(self, study: Study, say: Callable[[str], None] = lambda s: None) -> None:
+    def __init__(self, study: Study, say: Callable[[str], None] = lambda s: None, keep: bool = False) -> None:
         """Check the study up front (every pipeline it runs parses, its target is a PRIMAL one), then place once."""
         from primal_compiler.frontend import load_model
         from primal_compiler.target import load_primal_target
 
-        self.study, self.say = study, say
+        self.study, self.say, self.keep = study, say, keep
         parse_pipeline(f"blocking{{context={study.context}}},lora-sparsity{{zero_fraction={study.zero_fraction}}},"
                        f"{_kv(study.context)},{_kv(study.batch8_context, 8)}")
         self.target = load_primal_target(study.target)
@@ -73,17 +76,28 @@ class Runner:
         head = [p for p in resolve_pipeline(study.pipeline) if p.provides <= PLACEMENT]
         self.say(f"placing {study.model} with {print_pipeline(tuple(head))}")
         self.placed = PassManager(tuple(head)).run(Program(model=self.model), self.target)
+        self.kept: dict[str, tuple[dict, dict, Stream, Replay, dict]] = {}
 
-    def run(self, tail: str, placed: Program | None = None, target: PrimalTarget | None = None) -> dict:
-        """Metrics (plus the H100 baseline under ``h100``) of ``tail`` applied to a placed program."""
-        target = target or self.target
+    def run(self, tail: str, placed: Program | None = None, name: str = "") -> dict:
+        """Metrics (plus the H100 baseline under ``h100`` and the GPU family under ``baselines``) of ``tail``
+        applied to a placed program."""
         self.say(f"  {tail}")
-        program = PassManager(parse_pipeline(tail)).run(placed or self.placed, target)
-        meta, arrays = compiled.program_file(program, target)
-        m = metrics(replay(meta, arrays, program.need_stream(), target))
-        m["h100"] = collect.h100_for(meta, m)
-        m["baselines"] = family_for_program(meta, m, self.study.baselines)
-        return m
+        program = PassManager(parse_pipeline(tail)).run(placed or self.placed, self.target)
+        meta, arrays = compiled.program_file(program, self.target)
+        rp = replay(meta, arrays, program.need_stream(), self.target)
+        m = metrics(rp)
+        gpu = {"h100": collect.h100_for(meta, m), "baselines": family_for_program(meta, m, self.study.baselines)}
+        if self.keep and name:
+            self.kept[name] = (meta, arrays, program.need_stream(), without_link_rows(rp), gpu)
+        return m | gpu
+
+    def rerun(self, name: str, target: PrimalTarget, energy: bool) -> dict:
+        """Metrics of kept run ``name`` under ``target``: repriced when only :func:`energy_only` keys differ
+        (``energy``), replayed otherwise (the compiled program is kept: the keys solved for are ones the
+        compiler does not read)."""
+        meta, arrays, stream, rp, gpu = self.kept[name]
+        again = reprice(rp, target) if energy else replay(meta, arrays, stream, target)
+        return metrics(again) | gpu
 
     def place(self, order: str, lower: str = "lower-tiles") -> Program:
         spec = f"{lower},blocking{{context={self.study.context}}},{order}"
@@ -100,21 +114,24 @@ def _row(metric: str, ours: float, seed: float | None, note: str = "") -> dict:
     return {"metric": metric, "ours": ours, "seed": seed, "ratio": ratio, "note": note}
 
 
-def reproduce(study: Study, say: Callable[[str], None] = lambda s: None) -> list[dict]:
-    """The reproduction rows of ``study`` (see the module docstring)."""
-    s, run = study, Runner(study, say)
-    base = run.run(f"{_kv(s.context)},srpg")
-    g = base["h100"]
-    b8 = run.run(f"{_kv(s.batch8_context, 8)},srpg")
-    ungated = run.run(f"{_kv(s.context)},srpg{{gating=false}}")
-    serial = run.run(f"{_kv(s.context)},srpg{{pipeline_config=false}}")
-    sparse = run.run(f"lora-sparsity{{zero_fraction={s.zero_fraction}}},{_kv(s.context)},srpg")
-    naive_placed = run.place("row-major-order{hubs=port}")
-    naive = run.run(f"{_kv(s.context)},srpg", naive_placed)
-    zc_placed = run.place("zcurve-order")
-    zcurve = run.run(f"{_kv(s.context)},srpg", zc_placed)
-    uniform = run.run(f"{_kv(s.context)},srpg",
-                      run.place("zcurve-order", "lower-tiles{base_bits=8,lm_head_bits=8,embed_bits=8}"))
+def runs(study: Study, run: Runner) -> dict[str, dict]:
+    """Metrics of every variant the table reads, by name."""
+    s = study
+    out = {"base": run.run(f"{_kv(s.context)},srpg", name="base"),
+           "b8": run.run(f"{_kv(s.batch8_context, 8)},srpg", name="b8"),
+           "ungated": run.run(f"{_kv(s.context)},srpg{{gating=false}}", name="ungated"),
+           "serial": run.run(f"{_kv(s.context)},srpg{{pipeline_config=false}}", name="serial"),
+           "sparse": run.run(f"lora-sparsity{{zero_fraction={s.zero_fraction}}},{_kv(s.context)},srpg", name="sparse")}
+    out["naive"] = run.run(f"{_kv(s.context)},srpg", run.place("row-major-order{hubs=port}"), name="naive")
+    out["zcurve"] = run.run(f"{_kv(s.context)},srpg", run.place("zcurve-order"), name="zcurve")
+    out["uniform"] = run.run(f"{_kv(s.context)},srpg", run.place(
+        "zcurve-order", "lower-tiles{base_bits=8,lm_head_bits=8,embed_bits=8}"), name="uniform")
+    return out
+
+
+def table(study: Study, r: dict[str, dict]) -> list[dict]:
+    """The reproduction rows from the variants' metrics ``r`` (:func:`runs`)."""
+    s, base, g, b8 = study, r["base"], r["base"]["h100"], r["b8"]
     sram_share = (base["power_breakdown_w"]["sram_dcim"] + base["static_by_domain_w"]["sram_dcim"]) / base["power_w"]
     return [
         _row("PRIMAL tokens/J (batch 1, decode)", base["tokens_per_j"], SEED["tokens_per_j"]),
@@ -129,22 +146,42 @@ def reproduce(study: Study, say: Callable[[str], None] = lambda s: None) -> list
         _row("TTFT (s)", base["ttft_s"], SEED["ttft_s"]),
         _row("ITL PRIMAL (ms)", base["itl_s"] * 1e3, SEED["itl_ms"]),
         _row("ITL H100 (ms, baseline model)", g["itl_s"] * 1e3, SEED["h100_itl_ms"]),
-        _row("max hops, naive row-major (mapped legs)", naive["hops"]["mapped"]["max_hops"], SEED["max_hops_naive"]),
-        _row("max hops, Z-curve (mapped legs)", zcurve["hops"]["mapped"]["max_hops"], SEED["max_hops_zcurve"]),
+        _row("max hops, naive row-major (mapped legs)", r["naive"]["hops"]["mapped"]["max_hops"],
+             SEED["max_hops_naive"]),
+        _row("max hops, Z-curve (mapped legs)", r["zcurve"]["hops"]["mapped"]["max_hops"], SEED["max_hops_zcurve"]),
         _row(f"max hops, {s.pipeline} pipeline (mapped legs)", base["hops"]["mapped"]["max_hops"],
              SEED["max_hops_zcurve"], note="seed: Z-curve"),
         _row(f"max hops, {s.pipeline} pipeline (all legs, KV and attention too)", base["max_hops"],
              SEED["max_hops_zcurve"], note="kv-ring spreads each layer's cache over all its routers"),
-        _row("SRPG power saved", 1 - base["power_w"] / ungated["power_w"], SEED["srpg_saving"]),
-        _row("pipelined LoRA reconfiguration: TTFT cut", 1 - base["ttft_s"] / serial["ttft_s"], SEED["pipelined_ttft_cut"]),
+        _row("SRPG power saved", 1 - base["power_w"] / r["ungated"]["power_w"], SEED["srpg_saving"]),
+        _row("pipelined LoRA reconfiguration: TTFT cut", 1 - base["ttft_s"] / r["serial"]["ttft_s"],
+             SEED["pipelined_ttft_cut"]),
         _row(f"zero-LoRA-block skipping: throughput gain ({s.zero_fraction:.1%} blocks zero)",
-             sparse["tokens_per_s"] / base["tokens_per_s"] - 1, SEED["sparsity_gain"]),
+             r["sparse"]["tokens_per_s"] / base["tokens_per_s"] - 1, SEED["sparsity_gain"]),
         _row("mixed precision (4-bit base, FP16 head) vs uniform 8-bit: tokens/J gain",
-             zcurve["tokens_per_j"] / uniform["tokens_per_j"], SEED["mixed_precision_gain"], note="both Z-curve placed"),
+             r["zcurve"]["tokens_per_j"] / r["uniform"]["tokens_per_j"], SEED["mixed_precision_gain"],
+             note="both Z-curve placed"),
         _row("SRAM-DCIM share of power (decode)", sram_share, SEED["sram_power_share"]),
         *_family_rows(base, "batch 1", energy=True),
         *_family_rows(b8, f"batch 8, context {s.batch8_context}", energy=False),
     ]
+
+
+def reproduce(study: Study, say: Callable[[str], None] = lambda s: None, solve_budget_s: float = 0.0) -> list[dict]:
+    """The reproduction rows of ``study`` (see the module docstring); with a positive ``solve_budget_s``, every
+    row more than 25% from the seed also carries ``solve`` (:mod:`primal_compiler.report.solve`)."""
+    runner = Runner(study, say, keep=solve_budget_s > 0)
+    measured = runs(study, runner)
+    rows = table(study, measured)
+    if solve_budget_s > 0:
+        from primal_compiler.report.solve import solve_rows
+
+        def evaluate(key: str, value: float) -> list[dict]:
+            changed = require_primal(with_overrides(runner.target, {key: value}), study.target)
+            return table(study, {name: runner.rerun(name, changed, energy_only(key)) for name in measured})
+
+        solve_rows(rows, runner.target, evaluate, solve_budget_s, say)
+    return rows
 
 
 def _family_rows(m: dict, where: str, energy: bool) -> list[dict]:

@@ -62,3 +62,52 @@ def test_no_constant_of_the_default_target_is_fitted():
     text = (Path(__file__).parents[2] / "targets" / "primal-7nm.toml").read_text(encoding="utf-8")
     fitted = [line for line in text.splitlines() if "#" in line and re.search(r"\b(calibrated|fitted)\b", line.split("#", 1)[1])]
     assert not fitted, fitted
+
+
+@pytest.fixture(scope="module")
+def solved():
+    return reproduce(TINY, solve_budget_s=600)
+
+
+def test_solve_names_a_constant_or_says_why_for_every_row_off_by_a_quarter(solved):
+    from primal_compiler.report.solve import OFF, TOLERANCE
+
+    off = [r for r in solved if r["seed"] and abs(r["ratio"] - 1) > OFF]
+    assert off and all("solve" in r for r in off)
+    assert all("solve" not in r for r in solved if r not in off)
+    for r in off:
+        s = r["solve"]
+        if s["constant"] is None:
+            assert s["why"].startswith("no stated-range constant")
+            continue
+        assert set(s) == {"constant", "value", "range", "plausible", "reached", "evaluations"}
+        assert s["plausible"] == (s["range"][0] <= s["value"] <= s["range"][1])
+        assert s["reached"] == pytest.approx(r["seed"], rel=TOLERANCE)
+    hops = next(r for r in off if r["metric"].startswith("max hops, Z-curve"))
+    assert hops["solve"] == {"constant": None, "why": "no stated-range constant moves this row"}
+
+
+def test_a_solved_value_reproduces_the_seed_when_compiled_for(solved, tmp_path):
+    """The solve reprices kept replays; a fresh study on a target holding the solved value replays it all."""
+    row = next(r for r in solved if r["metric"] == "SRPG power saved")
+    s = row["solve"]
+    assert s["constant"] is not None
+    table, key = s["constant"].split(".")
+    path = tmp_path / "solved.toml"
+    path.write_text(f'extends = "primal-7nm"\nname = "solved"\n[{table}]\n{key} = {s["value"]!r}\n'
+                    f'{key}_range = [{s["value"]!r}, {s["value"]!r}]\n')
+    again = reproduce(Study(model=TINY.model, context=TINY.context, batch8_context=TINY.batch8_context,
+                            pipeline=TINY.pipeline, target=str(path)))
+    redone = next(r for r in again if r["metric"] == "SRPG power saved")
+    assert redone["ours"] == pytest.approx(s["reached"], rel=1e-9)
+
+
+def test_the_solve_budget_stops_the_search_and_says_so():
+    from primal_compiler.errors import InputError
+    from primal_compiler.report.solve import solve_rows
+
+    rows = reproduce(TINY, solve_budget_s=1e-9)
+    stopped = [r["solve"] for r in rows if "solve" in r]
+    assert stopped and all("time budget" in s["why"] for s in stopped if s["constant"] is None)
+    with pytest.raises(InputError, match="--solve: the time budget must be positive"):
+        solve_rows(rows, None, lambda k, v: rows, 0)
