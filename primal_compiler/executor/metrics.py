@@ -144,26 +144,45 @@ def prompt_tokens(rp: Replay, prefill: np.ndarray, batch: int) -> int | None:
     return int(embed["count"].astype(np.int64).sum()) // (hidden * batch)
 
 
-def metrics(rp: Replay, request: int = 0) -> dict:
-    """Every metric of request ``request`` as one JSON-ready dict (seconds, joules, watts)."""
+def _span(rp: Replay, request: int) -> tuple[dict[str, np.ndarray], int, int, np.ndarray, np.ndarray, int, int]:
+    """(sections, batch, start of the request, prefill and decode ARGMAXes, first-token and last-token cycles)."""
     sec = _sections(rp, request)
-    kv = rp.meta.get("kv", {})
-    batch = int(kv.get("batch", 1))
-    first = np.concatenate([sec["adapter"], sec["prefill"]])
-    t0 = int(rp.start[first].min())
-    pre_tok = _argmax(rp, sec["prefill"])
-    dec_tok = _argmax(rp, sec["decode"])
+    batch = int(rp.meta.get("kv", {}).get("batch", 1))
+    t0 = int(rp.start[np.concatenate([sec["adapter"], sec["prefill"]])].min())
+    pre_tok, dec_tok = _argmax(rp, sec["prefill"]), _argmax(rp, sec["decode"])
     if not len(pre_tok) or not len(dec_tok):
         raise KeyError(f"request {request}: prefill and decode must each end with a controller ARGMAX")
-    first_token = int(rp.finish[pre_tok].max())
-    gaps, steps = step_gaps(rp, pre_tok, dec_tok)
-    begin, end = first_token, int(rp.finish[dec_tok].max())
-    itl_cycles = float(gaps.mean())
+    return sec, batch, t0, pre_tok, dec_tok, int(rp.finish[pre_tok].max()), int(rp.finish[dec_tok].max())
+
+
+def energy_metrics(rp: Replay, request: int = 0) -> dict:
+    """The energy and power figures of :func:`metrics` alone: all that a change of energy constants moves
+    (``executor.replay.reprice``)."""
+    sec, batch, t0, pre_tok, dec_tok, begin, end = _span(rp, request)
+    _, steps = step_gaps(rp, pre_tok, dec_tok)
     comp, states, domains = _window_energy(rp, sec["decode"], begin, end)
-    energy = sum(comp.values())
-    window_s = rp.seconds(end - begin)
+    energy, window_s, tokens = sum(comp.values()), rp.seconds(end - begin), batch * steps
+    pre_comp, _, _ = _window_energy(rp, np.concatenate([sec["adapter"], sec["prefill"]]), t0, begin)
+    return {
+        "energy_per_token_j": energy / tokens, "tokens_per_j": tokens / energy, "power_w": energy / window_s,
+        "energy_per_token_by_component_j": {k: v / tokens for k, v in comp.items()},
+        "energy_per_token_by_state_j": {k: v / tokens for k, v in states.items()},
+        "power_breakdown_w": {k: v / window_s for k, v in comp.items()},
+        "power_by_state_w": {k: v / window_s for k, v in states.items()},
+        "static_by_domain_w": {k: v / window_s for k, v in domains.items()},
+        "sram_macros": {"powered": int(rp.timeline.sram_on.sum()), "total": rp.topo.num_cts * rp.topo.pes},
+        "prefill_energy_j": sum(pre_comp.values()),
+    }
+
+
+def metrics(rp: Replay, request: int = 0) -> dict:
+    """Every metric of request ``request`` as one JSON-ready dict (seconds, joules, watts)."""
+    sec, batch, t0, pre_tok, dec_tok, first_token, end = _span(rp, request)
+    kv = rp.meta.get("kv", {})
+    gaps, steps = step_gaps(rp, pre_tok, dec_tok)
+    itl_cycles = float(gaps.mean())
+    window_s = rp.seconds(end - first_token)
     tokens = batch * steps
-    pre_comp, _, _ = _window_energy(rp, first, t0, begin)
     stored, capacity = costs.kv_storage(rp.ctx, sec["decode"])
     hops = hop_stats(rp, sec["decode"])
     prefill_begin = int(rp.start[sec["prefill"]].min())
@@ -173,15 +192,7 @@ def metrics(rp: Replay, request: int = 0) -> dict:
         "ttft_s": rp.seconds(first_token - t0), "itl_s": rp.seconds(itl_cycles),
         "itl_p50_s": rp.seconds(float(np.percentile(gaps, 50))), "itl_p99_s": rp.seconds(float(np.percentile(gaps, 99))),
         "itl_first_step_s": rp.seconds(float(gaps[:: max(1, steps)].mean())), "passes": int(len(pre_tok)),
-        "tokens_per_s": tokens / window_s, "energy_per_token_j": energy / tokens, "tokens_per_j": tokens / energy,
-        "power_w": energy / window_s,
-        "energy_per_token_by_component_j": {k: v / tokens for k, v in comp.items()},
-        "energy_per_token_by_state_j": {k: v / tokens for k, v in states.items()},
-        "power_breakdown_w": {k: v / window_s for k, v in comp.items()},
-        "power_by_state_w": {k: v / window_s for k, v in states.items()},
-        "static_by_domain_w": {k: v / window_s for k, v in domains.items()},
-        "sram_macros": {"powered": int(rp.timeline.sram_on.sum()), "total": rp.topo.num_cts * rp.topo.pes},
-        "prefill_energy_j": sum(pre_comp.values()),
+        "tokens_per_s": tokens / window_s, **energy_metrics(rp, request),
         "reconfig_exposed_s": rp.seconds(max(0, prefill_begin - t0)),
         "decode_issue_s": rp.seconds(decode_issue_cycles(rp, sec["decode"]) / steps),
         "control": rp.control.mode, "program_load_s": rp.seconds(rp.control.load_cycles),

@@ -4,8 +4,8 @@ For every row more than 25% from the seed, the constants tried are the
 target's stated ranges (``<key>_range``, docs/targets.md): what the target
 itself declares uncertain. A row is evaluated with one constant moved at a
 time (an energy constant by repricing the kept replays, any other by
-replaying the kept programs; every evaluation gives every row). Where the
-seed's number lies between two evaluated points, bisection (the row taken
+replaying the kept programs that the row reads). Where the seed's number
+lies between two evaluated points, false position (Illinois; the row taken
 as monotonic in the constant) finds the value to 0.5%, an integer key to
 its nearest integer. An energy constant, which moves energy affinely, is
 also followed beyond its range (doubling or halving, up to 2**10, within
@@ -38,30 +38,30 @@ EXTEND = 10  # an energy constant is followed out to 2**EXTEND times its range e
 
 @dataclass
 class _Search:
-    """Evaluations of the rows, cached by (key, value), within a wall-time budget."""
+    """Evaluations of rows, cached by (key, value, row), within a wall-time budget."""
 
-    evaluate: Callable[[str, float], list[dict]]
+    evaluate: Callable[[str, float, int], float]
     deadline: float
     count: int = 0
-    cache: dict[tuple[str, float], list[float] | None] = field(default_factory=dict)
+    cache: dict[tuple[str, float, int], float | None] = field(default_factory=dict)
 
-    def rows(self, key: str, value: float) -> list[float] | None:
-        """Every row's value with ``key`` at ``value``; None where the key's rules refuse the value."""
-        if (key, value) not in self.cache:
+    def row(self, key: str, value: float, row: int) -> float | None:
+        """Row ``row``'s value with ``key`` at ``value``; None where the key's rules refuse the value."""
+        if (key, value, row) not in self.cache:
             if time.monotonic() > self.deadline:
                 raise TimeoutError
             self.count += 1
             try:
-                self.cache[key, value] = [r["ours"] for r in self.evaluate(key, value)]
+                self.cache[key, value, row] = self.evaluate(key, value, row)
             except InputError:
-                self.cache[key, value] = None
-        return self.cache[key, value]
+                self.cache[key, value, row] = None
+        return self.cache[key, value, row]
 
 
-def solve_rows(rows: list[dict], target: PrimalTarget, evaluate: Callable[[str, float], list[dict]],
+def solve_rows(rows: list[dict], target: PrimalTarget, evaluate: Callable[[str, float, int], float],
                budget_s: float, say: Callable[[str], None] = lambda s: None) -> None:
     """Add ``solve`` to every row of ``rows`` more than :data:`OFF` from its seed (module docstring).
-    ``evaluate(key, value)``: the rows with target key ``key`` at ``value``."""
+    ``evaluate(key, value, i)``: row ``i``'s value with target key ``key`` at ``value``."""
     if budget_s <= 0:
         raise InputError("--solve", f"the time budget must be positive, got {budget_s:g} s")
     todo = [i for i, r in enumerate(rows) if r["seed"] and abs(r["ours"] / r["seed"] - 1) > OFF]
@@ -101,9 +101,9 @@ def _solve_one(search: _Search, key: str, v0: float, rng: tuple[float, float], r
     lo, hi = (int(x) for x in rng) if integer else rng
     points = {}
     for v in sorted({lo, v0, hi}):
-        got = search.rows(key, v)
+        got = search.row(key, v, row)
         if got is not None:
-            points[v] = got[row]
+            points[v] = got
     if len(set(points.values())) <= 1:
         return None
     pairs = sorted(points.items())
@@ -111,7 +111,7 @@ def _solve_one(search: _Search, key: str, v0: float, rng: tuple[float, float], r
         pairs = _extend(search, key, row, seed, pairs)
     for (a, fa), (b, fb) in zip(pairs, pairs[1:]):
         if min(fa, fb) <= seed <= max(fa, fb):
-            value, reached = _bisect(search, key, row, seed, a, fa, b, fb, integer)
+            value, reached = _root(search, key, row, seed, a, fa, b, fb, integer)
             return {"constant": key, "value": value, "range": [rng[0], rng[1]], "plausible": rng[0] <= value <= rng[1],
                     "reached": reached, "move": abs(value - v0) / (rng[1] - rng[0]), "evaluations": search.count}
     return {"value": None}
@@ -125,34 +125,42 @@ def _extend(search: _Search, key: str, row: int, seed: float, pairs: list[tuple[
         return pairs
     for k in range(1, EXTEND + 1):
         v = b * 2 ** k if up else a / 2 ** k
-        got = search.rows(key, v)
+        got = search.row(key, v, row)
         if got is None:
             break
-        pairs = [*pairs, (v, got[row])] if up else [(v, got[row]), *pairs]
+        pairs = [*pairs, (v, got)] if up else [(v, got), *pairs]
         if min(pairs[0][1], pairs[-1][1]) <= seed <= max(pairs[0][1], pairs[-1][1]):
             break
     return pairs
 
 
-def _bisect(search: _Search, key: str, row: int, seed: float, a: float, fa: float, b: float, fb: float,
-            integer: bool) -> tuple[float, float]:
-    """(value, the row's value there) between ``a`` and ``b`` where the row meets ``seed``."""
+def _root(search: _Search, key: str, row: int, seed: float, a: float, fa: float, b: float, fb: float,
+          integer: bool) -> tuple[float, float]:
+    """(value, the row's value there) between ``a`` < ``b`` where the row meets ``seed``: false position with
+    the Illinois rule (an end kept twice has its residual's weight halved)."""
+    wa = wb = 1.0
+    kept = 0
     for _ in range(40):
-        if abs(fa - seed) <= TOLERANCE * abs(seed):
-            return a, fa
-        if abs(fb - seed) <= TOLERANCE * abs(seed):
-            return b, fb
-        if integer and b - a <= 1:
+        for v, f in ((a, fa), (b, fb)):
+            if abs(f - seed) <= TOLERANCE * abs(seed):
+                return v, f
+        ga, gb = (fa - seed) * wa, (fb - seed) * wb
+        m = (a * gb - b * ga) / (gb - ga)
+        if integer:
+            if b - a <= 1:
+                break
+            m = min(max(round(m), a + 1), b - 1)
+        elif not a < m < b:
+            m = (a + b) / 2
+        fm = search.row(key, m, row)
+        if fm is None:
             break
-        m = (a + b) // 2 if integer else (a + b) / 2
-        got = search.rows(key, m)
-        if got is None:
-            break
-        fm = got[row]
-        if min(fa, fm) <= seed <= max(fa, fm):
-            b, fb = m, fm
+        if (fm < seed) == (fa < seed):  # the root lies between m and b
+            a, fa, wa = m, fm, 1.0
+            wb, kept = (wb / 2 if kept == 1 else wb), 1
         else:
-            a, fa = m, fm
+            b, fb, wb = m, fm, 1.0
+            wa, kept = (wa / 2 if kept == -1 else wa), -1
     return (a, fa) if abs(fa - seed) <= abs(fb - seed) else (b, fb)
 
 
