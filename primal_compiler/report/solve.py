@@ -74,7 +74,8 @@ def solve_rows(rows: list[dict], target: PrimalTarget, evaluate: Callable[[str, 
         for key in keys:
             say(f"solving: {key}")
             for i in todo:
-                hit = _solve_one(search, key, _value(target, key), target.ranges[key], i, rows[i]["seed"])
+                hit = _solve_one(search, key, _value(target, key), target.ranges[key], i, rows[i]["seed"],
+                                 rows[i]["ours"])
                 if hit is not None:
                     moved.add(i)
                     if hit.get("value") is not None:
@@ -93,14 +94,14 @@ def _value(target: PrimalTarget, key: str) -> float:
     return obj
 
 
-def _solve_one(search: _Search, key: str, v0: float, rng: tuple[float, float], row: int,
-               seed: float) -> dict[str, Any] | None:
-    """The value of ``key`` giving row ``row`` its ``seed`` (``{"value": None}`` when the key moves the row
-    but cannot reach it); None when the key does not move the row."""
+def _solve_one(search: _Search, key: str, v0: float, rng: tuple[float, float], row: int, seed: float,
+               ours: float) -> dict[str, Any] | None:
+    """The value of ``key`` giving row ``row`` (``ours`` at the target's ``v0``) its ``seed``
+    (``{"value": None}`` when the key moves the row but cannot reach it); None when it does not move it."""
     integer = isinstance(v0, int)
     lo, hi = (int(x) for x in rng) if integer else rng
-    points = {}
-    for v in sorted({lo, v0, hi}):
+    points = {v0: ours}
+    for v in sorted({lo, hi} - {v0}):
         got = search.row(key, v, row)
         if got is not None:
             points[v] = got
