@@ -170,7 +170,8 @@ def _choose(hits: list[dict[str, Any]], moved: bool, done: int, keys: int, evalu
         best = min(hits, key=lambda h: (not h["plausible"], h["move"]))
         return {k: v for k, v in best.items() if k != "move"}
     if done < keys:
-        why = f"the search stopped at its time budget after {done} of {keys} constants ({evaluations} evaluations)"
+        why = (f"the search stopped at its time budget after {done} of {keys} constants ({evaluations} evaluations), "
+               f"none of them reaching the seed's number")
     elif moved:
         why = "no stated-range constant reaches the seed's number (those that move the row stop short)"
     else:
