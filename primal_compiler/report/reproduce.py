@@ -191,25 +191,28 @@ def reproduce(study: Study, say: Callable[[str], None] = lambda s: None, solve_b
         from primal_compiler.report.solve import solve_rows
 
         fns = [fn for *_, fn in specs(study)]
-        cache: dict[tuple[str, float, str], dict] = {}
-
-        class Lazy(dict):  # the variants under one changed key, each replayed or repriced when a row reads it
-            def __init__(self, key: str, value: float) -> None:
-                super().__init__()
-                self.key, self.value = key, value
-                self.target = require_primal(with_overrides(runner.target, {key: value}), study.target)
-
-            def __missing__(self, name: str) -> dict:
-                got = cache.get((self.key, self.value, name))
-                if got is None:
-                    got = cache[self.key, self.value, name] = runner.rerun(name, self.target, energy_only(self.key))
-                return got
+        changed: dict[tuple[str, float], _Changed] = {}
 
         def evaluate(key: str, value: float, row: int) -> float:
-            return float(fns[row](Lazy(key, value)))
+            if (key, value) not in changed:
+                changed[key, value] = _Changed(runner, key, value)
+            return float(fns[row](changed[key, value]))
 
         solve_rows(rows, runner.target, evaluate, solve_budget_s, say)
     return rows
+
+
+class _Changed(dict):
+    """The variants' metrics with one target key moved, each repriced or replayed when a row first reads it."""
+
+    def __init__(self, runner: Runner, key: str, value: float) -> None:
+        super().__init__()
+        self.runner, self.energy = runner, energy_only(key)
+        self.target = require_primal(with_overrides(runner.target, {key: value}), runner.study.target)
+
+    def __missing__(self, name: str) -> dict:
+        self[name] = got = self.runner.rerun(name, self.target, self.energy)
+        return got
 
 
 def _family_rows(m: dict, where: str, energy: bool) -> list[dict]:
