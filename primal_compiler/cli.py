@@ -341,8 +341,17 @@ class Terminated(BaseException):
     """SIGTERM, raised in the main thread so every ``finally`` and temp-directory cleanup runs."""
 
 
+_SIGNALLED: list[int] = []  # the signal that interrupted this command, if one did
+
+
 def _on_sigterm(signum: int, frame: object) -> None:
+    _SIGNALLED.append(signal.SIGTERM)
     raise Terminated()
+
+
+def _on_sigint(signum: int, frame: object) -> None:
+    _SIGNALLED.append(signal.SIGINT)
+    raise KeyboardInterrupt
 
 
 def _run(argv: list[str] | None) -> int:
@@ -367,6 +376,10 @@ def _run(argv: list[str] | None) -> int:
         print("primal: out of memory (the input is larger than this machine can hold)", file=sys.stderr)
         return 1
     except Exception as exc:  # a bug: one line by default, the traceback with --debug
+        if _SIGNALLED:  # the signal surfaced as another error (an extension module whose import it cut short)
+            interrupted = _SIGNALLED[0] == signal.SIGINT
+            print("primal: interrupted" if interrupted else "primal: terminated", file=sys.stderr)
+            return 130 if interrupted else 143
         debug = bool(getattr(args, "debug", False))
         if debug:
             traceback.print_exc()
@@ -380,12 +393,15 @@ def _run(argv: list[str] | None) -> int:
 def main(argv: list[str] | None = None) -> int:
     """Run one command; the exit code is 0, 2 (bad input), 70 (internal error), 130/143 (SIGINT/SIGTERM)."""
     in_main = threading.current_thread() is threading.main_thread()
-    previous = signal.signal(signal.SIGTERM, _on_sigterm) if in_main else None
+    _SIGNALLED.clear()
+    previous = (signal.signal(signal.SIGTERM, _on_sigterm), signal.signal(signal.SIGINT, _on_sigint)) \
+        if in_main else None
     try:
         return _run(argv)
     finally:
-        if in_main:
-            signal.signal(signal.SIGTERM, previous)
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous[0])
+            signal.signal(signal.SIGINT, previous[1])
 
 
 if __name__ == "__main__":

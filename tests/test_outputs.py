@@ -253,3 +253,24 @@ def test_an_internal_error_is_one_line_and_debug_shows_the_traceback(monkeypatch
     assert "--debug" in err and "Traceback" not in err
     assert main(["--debug", "passes"]) == 70
     assert "Traceback" in capsys.readouterr().err
+
+
+def test_a_signal_that_surfaces_as_another_error_is_still_an_interruption(monkeypatch, capsys):
+    """SIGINT inside an extension module's import can come out as ImportError("initialization failed")."""
+    import argparse
+
+    from primal_compiler import cli
+
+    def cut_short(args) -> None:
+        try:
+            cli._on_sigint(signal.SIGINT, None)
+        except KeyboardInterrupt:
+            raise ImportError("initialization failed") from None
+
+    parser = argparse.ArgumentParser()
+    parser.set_defaults(func=cut_short)
+    monkeypatch.setattr(cli, "build_parser", lambda: parser)
+    assert cli.main([]) == 130
+    assert capsys.readouterr().err == "primal: interrupted\n"
+    parser.set_defaults(func=lambda args: 1 / 0)  # without a signal, the same kind of error is a bug
+    assert cli.main([]) == 70
