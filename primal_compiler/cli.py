@@ -14,13 +14,13 @@ import json
 import os
 import signal
 import sys
-import threading
 import traceback
 from pathlib import Path
 
 from primal_compiler.argtypes import token_ids
 from primal_compiler.errors import InputError, one_line
 from primal_compiler.outdir import check_destination, output_file
+from primal_compiler.signals import Terminated, handled, received
 
 
 def _target(name: str):
@@ -337,23 +337,6 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-class Terminated(BaseException):
-    """SIGTERM, raised in the main thread so every ``finally`` and temp-directory cleanup runs."""
-
-
-_SIGNALLED: list[int] = []  # the signal that interrupted this command, if one did
-
-
-def _on_sigterm(signum: int, frame: object) -> None:
-    _SIGNALLED.append(signal.SIGTERM)
-    raise Terminated()
-
-
-def _on_sigint(signum: int, frame: object) -> None:
-    _SIGNALLED.append(signal.SIGINT)
-    raise KeyboardInterrupt
-
-
 def _run(argv: list[str] | None) -> int:
     args = None
     try:
@@ -376,8 +359,8 @@ def _run(argv: list[str] | None) -> int:
         print("primal: out of memory (the input is larger than this machine can hold)", file=sys.stderr)
         return 1
     except Exception as exc:  # a bug: one line by default, the traceback with --debug
-        if _SIGNALLED:  # the signal surfaced as another error (an extension module whose import it cut short)
-            interrupted = _SIGNALLED[0] == signal.SIGINT
+        if received() is not None:  # a signal surfaced as another error (signals.py)
+            interrupted = received() == signal.SIGINT
             print("primal: interrupted" if interrupted else "primal: terminated", file=sys.stderr)
             return 130 if interrupted else 143
         debug = bool(getattr(args, "debug", False))
@@ -392,16 +375,8 @@ def _run(argv: list[str] | None) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     """Run one command; the exit code is 0, 2 (bad input), 70 (internal error), 130/143 (SIGINT/SIGTERM)."""
-    in_main = threading.current_thread() is threading.main_thread()
-    _SIGNALLED.clear()
-    previous = (signal.signal(signal.SIGTERM, _on_sigterm), signal.signal(signal.SIGINT, _on_sigint)) \
-        if in_main else None
-    try:
+    with handled():
         return _run(argv)
-    finally:
-        if previous is not None:
-            signal.signal(signal.SIGTERM, previous[0])
-            signal.signal(signal.SIGINT, previous[1])
 
 
 if __name__ == "__main__":

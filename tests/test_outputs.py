@@ -259,11 +259,11 @@ def test_a_signal_that_surfaces_as_another_error_is_still_an_interruption(monkey
     """SIGINT inside an extension module's import can come out as ImportError("initialization failed")."""
     import argparse
 
-    from primal_compiler import cli
+    from primal_compiler import cli, signals
 
     def cut_short(args) -> None:
         try:
-            cli._on_sigint(signal.SIGINT, None)
+            signals.on_sigint(signal.SIGINT, None)
         except KeyboardInterrupt:
             raise ImportError("initialization failed") from None
 
