@@ -103,9 +103,13 @@ def static_energy_j(tl: Timeline, target: PrimalTarget, pes_per_ct: int, begin: 
     out = {k: w * seconds for k, w in domain_leakage_w(target).items()}
     kept = state_cycles(tl, begin, end, tl.sram_on.astype(np.float64)) / target.system.clock_hz
     off = float((seconds - kept).sum())  # macro-seconds of the switched-off macros, whatever their CT's state
-    off_w = target.sram.leakage_uw * 1e-6 * target.power_gating.gated_leakage_fraction
-    out["sram_dcim"] = domain_leakage_w(target)["sram_dcim"] * kept + np.array([0.0, 0.0, off * off_w])
+    out["sram_dcim"] = domain_leakage_w(target)["sram_dcim"] * kept + np.array([0.0, 0.0, off * _off_w(target)])
     return out
+
+
+def _off_w(target: PrimalTarget) -> float:
+    """Watts of one switched-off SRAM-DCIM macro."""
+    return target.sram.leakage_uw * 1e-6 * target.power_gating.gated_leakage_fraction
 
 
 def interval_watts(tl: Timeline, target: PrimalTarget, pes_per_ct: int) -> np.ndarray:
@@ -114,6 +118,5 @@ def interval_watts(tl: Timeline, target: PrimalTarget, pes_per_ct: int) -> np.nd
     leak = domain_leakage_w(target)
     others = sum((w for k, w in leak.items() if k != "sram_dcim"), start=np.zeros(len(STATES)))
     on = tl.sram_on[tl.ct].astype(np.float64)
-    off_w = target.sram.leakage_uw * 1e-6 * target.power_gating.gated_leakage_fraction
-    return others[tl.state] * pes_per_ct + leak["sram_dcim"][tl.state] * on + (pes_per_ct - on) * off_w
+    return others[tl.state] * pes_per_ct + leak["sram_dcim"][tl.state] * on + (pes_per_ct - on) * _off_w(target)
 
