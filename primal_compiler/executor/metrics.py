@@ -158,8 +158,12 @@ def _span(rp: Replay, request: int) -> tuple[dict[str, np.ndarray], int, int, np
 def energy_metrics(rp: Replay, request: int = 0) -> dict:
     """The energy and power figures of :func:`metrics` alone: all that a change of energy constants moves
     (``executor.replay.reprice``)."""
-    sec, batch, t0, pre_tok, dec_tok, begin, end = _span(rp, request)
-    _, steps = step_gaps(rp, pre_tok, dec_tok)
+    span = _span(rp, request)
+    return _energy(rp, span, step_gaps(rp, span[3], span[4])[1])
+
+
+def _energy(rp: Replay, span: tuple, steps: int) -> dict:
+    sec, batch, t0, _, _, begin, end = span
     comp, states, domains = _window_energy(rp, sec["decode"], begin, end)
     energy, window_s, tokens = sum(comp.values()), rp.seconds(end - begin), batch * steps
     pre_comp, _, _ = _window_energy(rp, np.concatenate([sec["adapter"], sec["prefill"]]), t0, begin)
@@ -177,7 +181,8 @@ def energy_metrics(rp: Replay, request: int = 0) -> dict:
 
 def metrics(rp: Replay, request: int = 0) -> dict:
     """Every metric of request ``request`` as one JSON-ready dict (seconds, joules, watts)."""
-    sec, batch, t0, pre_tok, dec_tok, first_token, end = _span(rp, request)
+    span = _span(rp, request)
+    sec, batch, t0, pre_tok, dec_tok, first_token, end = span
     kv = rp.meta.get("kv", {})
     gaps, steps = step_gaps(rp, pre_tok, dec_tok)
     itl_cycles = float(gaps.mean())
@@ -192,7 +197,7 @@ def metrics(rp: Replay, request: int = 0) -> dict:
         "ttft_s": rp.seconds(first_token - t0), "itl_s": rp.seconds(itl_cycles),
         "itl_p50_s": rp.seconds(float(np.percentile(gaps, 50))), "itl_p99_s": rp.seconds(float(np.percentile(gaps, 99))),
         "itl_first_step_s": rp.seconds(float(gaps[:: max(1, steps)].mean())), "passes": int(len(pre_tok)),
-        "tokens_per_s": tokens / window_s, **energy_metrics(rp, request),
+        "tokens_per_s": tokens / window_s, **_energy(rp, span, steps),
         "reconfig_exposed_s": rp.seconds(max(0, prefill_begin - t0)),
         "decode_issue_s": rp.seconds(decode_issue_cycles(rp, sec["decode"]) / steps),
         "control": rp.control.mode, "program_load_s": rp.seconds(rp.control.load_cycles),
