@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, replace
+from functools import cache
 
 import numpy as np
 
@@ -200,11 +201,15 @@ ENERGY_UNITS = ("pJ", "uW")
 def energy_only(key: str) -> bool:
     """Whether target key ``key`` (dotted) prices energy only: a replay's timing does not depend on it, so
     :func:`reprice` gives what a replay under a changed value gives."""
+    return _units().get(key) in ENERGY_UNITS or key in ("power_gating.gated_leakage_fraction",
+                                                        "power_gating.retained_leakage_fraction")
+
+
+@cache
+def _units() -> dict[str, str]:
     from primal_compiler.target.table import schema
 
-    unit = next((f.unit for f in schema(PrimalTarget) if f.key == key), None)
-    return unit in ENERGY_UNITS or key in ("power_gating.gated_leakage_fraction",
-                                           "power_gating.retained_leakage_fraction")
+    return {f.key: f.unit for f in schema(PrimalTarget)}
 
 
 def without_link_rows(rp: Replay) -> Replay:
