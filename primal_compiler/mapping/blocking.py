@@ -14,10 +14,10 @@ import numpy as np
 
 from primal_compiler.errors import InputError
 from primal_compiler.ir.model import Model
-from primal_compiler.ir.tiles import Macro, TileTable
+from primal_compiler.ir.tiles import TileTable
 from primal_compiler.mapping.hops import mapped_legs
 from primal_compiler.mapping.instance import hub_slots
-from primal_compiler.mapping.layout import CtTemplate, Layout, _template_instances, column_major
+from primal_compiler.mapping.layout import CtTemplate, Layout, _template_instances, column_major, pe_owners
 from primal_compiler.mapping.lower import layer_templates
 from primal_compiler.target.table import MAX_CTS, MAX_PES
 
@@ -115,10 +115,10 @@ def restore_layout(model: Model, tiles: TileTable, geo, mesh: tuple[int, int], c
     same &= np.array_equal(layout.ct_template, legs["ct_template"]) and np.array_equal(layout.ct_layer, legs["ct_layer"])
     if not same:
         raise InputError(where, "tile_ct, tile_seq, ct_layer, ct_template: not the blocking of the program's model")
-    ptr, owner = legs["map_tpl_ptr"], (tiles.macro == Macro.RRAM) | (tiles.host == np.arange(len(tiles)))
+    ptr, owners = legs["map_tpl_ptr"], pe_owners(tiles, np.arange(len(tiles)))
     first_ct = np.unique(layout.ct_template, return_index=True)[1]  # every template is some CT's
     for k, tp in enumerate(layout.templates):
-        mine = owner & (tiles.ct == first_ct[k])
+        mine = owners[tiles.ct[owners] == first_ct[k]]
         slots = np.empty(tp.instance.num_tiles, np.int32)
         slots[tiles.seq[mine]] = tiles.pe[mine]
         hubs = np.full(tp.instance.num_hubs, -1, np.int32)
