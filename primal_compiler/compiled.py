@@ -67,7 +67,10 @@ class Compiled:
         from primal_compiler.transforms.blocking import Blocking
 
         meta, arrays, target = self.meta, self.arrays, self.target
-        passes = parse_pipeline(meta["pipeline"])
+        try:
+            passes = parse_pipeline(meta["pipeline"])
+        except InputError as e:
+            raise InputError(self.where, f"meta pipeline: {e}") from None
         held: frozenset[Fact] = frozenset()
         for p in passes:
             held = (held - p.invalidates) | p.provides

@@ -21,13 +21,14 @@ machine held for that location in that pass (``tests/executor/test_memory.py``).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any, TYPE_CHECKING
 
 import numpy as np
 
 from primal_compiler.errors import InputError
 from primal_compiler.executor.deps import Footprints
+from primal_compiler.ir.model import Precision
 from primal_compiler.isa.descriptors import END
 from primal_compiler.isa.opcodes import CONTROLLER, BufKind, Opcode, ReduceOp, buf_name, step_ends
 
@@ -122,7 +123,7 @@ def occupancy(stream: Stream, f: Footprints, start: np.ndarray, finish: np.ndarr
     """Every buffer instance's bytes and lifetime, and every PE's peak occupancy (see the module docstring)."""
     records = stream.records
     pes, num = ctx.topo.pes, ctx.topo.num_cts * ctx.topo.pes
-    precision = meta["model_ir"]["precision"]
+    precision = asdict(Precision(**meta["model_ir"]["precision"]))  # the loader's reading: absent widths default
     widths = _widths(precision, ctx.target.router.dmac_bits)
     kind = f.tag >> 12
     keep = (f.ct != CONTROLLER) & (f.tag < 0xF000)  # a pseudo-buffer's kind is 15

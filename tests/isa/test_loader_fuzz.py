@@ -239,3 +239,20 @@ def test_viz_refuses_a_bad_records_file_in_one_line(tmp_path, base, content):
     with pytest.raises(InputError) as exc:
         data.load(tmp_path)
     assert exc.value.where == str(tmp_path / "records.json") and "\n" not in str(exc.value)
+
+
+def test_a_pipeline_that_does_not_parse_names_the_file_when_the_program_is_rebuilt(tmp_path, base):
+    """An escape of the fuzz: the loader takes any string, the Program rebuild parses it."""
+    meta, arrays, sections = parts(base)
+    meta["pipeline"] = "primal-7nm"
+    path = write(tmp_path, meta, arrays, sections)
+    with pytest.raises(InputError) as exc:
+        collect.load_compiled(path, None).program()
+    assert exc.value.where == str(path) and "meta pipeline: pass primal-7nm: unknown pass" in exc.value.problem
+
+
+def test_a_precision_without_a_width_replays_at_its_default(tmp_path, base):
+    """An escape of the fuzz: model_ir's precision may leave a width at its default; the replay read it raw."""
+    meta, arrays, sections = parts(base)
+    del meta["model_ir"]["precision"]["kv_bits"]
+    assert consume(write(tmp_path, meta, arrays, sections)) == "replayed"
