@@ -188,7 +188,8 @@ def cmd_reproduce(args) -> None:
     from primal_compiler.baselines.family import selection
     from primal_compiler.report.reproduce import Study, render_reproduce, reproduce
 
-    study = Study(model=args.model, lora=args.lora, target=args.target, pipeline=args.pipeline, context=args.context,
+    study = Study(model=args.model, lora=args.lora, target=args.target, digital=args.digital,
+                  pipeline=args.pipeline, context=args.context,
                   batch8_context=args.batch8_context, baselines=selection(args.baseline_gpu, args.baselines))
 
     def say(line: str) -> None:
@@ -296,6 +297,7 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--model", default="llama2-13b")
     sp.add_argument("--lora", default="q,v:8")
     sp.add_argument("--target", default="primal-7nm")
+    sp.add_argument("--digital", default="digital-7nm", help="the all-digital reference target of the PE-level rows")
     sp.add_argument("-p", "--pipeline", type=pipeline_arg, default="default", help="pipeline of the main placement")
     sp.add_argument("--context", type=option_arg("kv-ring", "context"), default=2048)
     sp.add_argument("--batch8-context", type=option_arg("kv-ring", "context"), default=256,

@@ -33,7 +33,7 @@ from primal_compiler.executor.transfers import Transfers
 from primal_compiler.isa.descriptors import DESCRIPTORS, Descriptor
 from primal_compiler.isa.opcodes import CONTROLLER, ActFn, DmacOp, Flag, Opcode
 
-COMPONENTS = ("rram_adc", "sram_dcim", "router_dmac", "links", "controller", "wakeup")
+COMPONENTS = ("rram_adc", "base_dcim", "sram_dcim", "router_dmac", "links", "controller", "wakeup")
 
 
 @dataclass(frozen=True)
@@ -80,29 +80,43 @@ def _pos(c: Ctx, rec):
     return r["ct"][rec].astype(np.int64), r["pe"][rec].astype(np.int64)
 
 
+def base_mvm(target: PrimalTarget, rows, cols) -> tuple[int, np.ndarray, str]:
+    """(cycles, picojoules, energy component) of one input vector through a base tile of ``rows x cols``
+    weights (arrays or scalars): the RRAM-ACIM pulses, conversions, cells and word lines, or in an all-digital
+    target (:attr:`~PrimalTarget.digital_base`) the tile's SRAM-DCIM macros in parallel, ``mac_energy_pj``
+    scaled from ``sram.weight_bits`` to the base ``weight_bits``."""
+    t, s = target.rram, target.sram
+    rows, cols = np.asarray(rows, dtype=np.int64), np.asarray(cols, dtype=np.int64)
+    if target.digital_base:
+        return s.mac_latency_cycles, rows * cols * (t.weight_bits / s.weight_bits) * s.mac_energy_pj, "base_dcim"
+    pulses = -(-t.input_bits // t.dac_bits)
+    conv = pulses * _ceil(rows, t.rows_active_per_read) * cols
+    pj = (conv * (t.adc_energy_pj_per_conversion + t.shift_add_energy_pj_per_conversion)
+          + pulses * rows * cols * t.array_read_energy_pj + pulses * rows * t.row_driver_energy_pj)
+    return t.mvm_latency_cycles, pj, "rram_adc"
+
+
+def lora_mvm_pj(target: PrimalTarget, rows, cols) -> np.ndarray:
+    """Picojoules of one input vector through ``rows x cols`` LoRA weights of the SRAM-DCIM macro (it takes
+    ``sram.mac_latency_cycles``)."""
+    return np.asarray(rows, dtype=np.int64) * np.asarray(cols, dtype=np.int64) * target.sram.mac_energy_pj
+
+
 def _smac_rram(c: Ctx, rec):
-    t = c.target.rram
     ct, pe = _pos(c, rec)
     key = ct * c.topo.pes + pe
-    rows, cols = c.rram_rows[key], c.rram_cols[key]
     count = c.records["count"][rec].astype(np.int64)
-    pulses = -(-t.input_bits // t.dac_bits)
-    groups = _ceil(rows, t.rows_active_per_read)
-    conv = pulses * groups * cols
-    per_vec = (conv * (t.adc_energy_pj_per_conversion + t.shift_add_energy_pj_per_conversion)
-               + pulses * rows * cols * t.array_read_energy_pj + pulses * rows * t.row_driver_energy_pj)
-    busy = count * t.mvm_latency_cycles
-    return busy, c.unit(RRAM_UNIT, ct, pe), {"rram_adc": per_vec * count}
+    cycles, pj, component = base_mvm(c.target, c.rram_rows[key], c.rram_cols[key])
+    return count * cycles, c.unit(RRAM_UNIT, ct, pe), {component: pj * count}
 
 
 def _smac_sram(c: Ctx, rec):
-    s = c.target.sram
     ct, pe = _pos(c, rec)
     key = ct * c.topo.pes + pe
     fired = (c.records["flags"][rec] & Flag.SKIPPED) == 0
     count = c.records["count"][rec].astype(np.int64) * fired
-    macs = c.sram_rows[key] * c.sram_cols[key] * count
-    return count * s.mac_latency_cycles, c.unit(SRAM_UNIT, ct, pe), {"sram_dcim": macs * s.mac_energy_pj}
+    energy = lora_mvm_pj(c.target, c.sram_rows[key], c.sram_cols[key]) * count
+    return count * c.target.sram.mac_latency_cycles, c.unit(SRAM_UNIT, ct, pe), {"sram_dcim": energy}
 
 
 def _kv_read_bytes(c: Ctx, rec):

@@ -41,7 +41,7 @@ from primal_compiler.executor.replay import Replay
 from primal_compiler.executor.transfers import attention_legs
 from primal_compiler.isa.opcodes import CONTROLLER, ActFn, Opcode, step_ends
 
-COMPONENT_KEYS = ("rram_adc", "sram_dcim", "router_dmac", "links", "controller", "wakeup", "static")
+COMPONENT_KEYS = ("rram_adc", "base_dcim", "sram_dcim", "router_dmac", "links", "controller", "wakeup", "static")
 
 
 def _argmax(rp: Replay, rec: np.ndarray) -> np.ndarray:
@@ -94,7 +94,7 @@ def _window_energy(rp: Replay, rec: np.ndarray, begin: int, end: int) -> tuple[d
     comp = {k: dyn.get(k, 0.0) for k in COMPONENT_KEYS if k != "static"}
     comp["static"] = float(static_by_state.sum())
     states = {s: float(static_by_state[i]) for i, s in enumerate(power.STATES)}
-    states["active"] += sum(dyn[k] for k in ("rram_adc", "sram_dcim", "router_dmac", "links"))
+    states["active"] += sum(dyn[k] for k in ("rram_adc", "base_dcim", "sram_dcim", "router_dmac", "links"))
     states["waking"] += dyn["wakeup"]
     states["controller"] = dyn["controller"]
     return comp, states, {k: float(v.sum()) for k, v in static.items()}

@@ -6,7 +6,9 @@ Static power per PE in each state comes from the target: active = every
 domain's leakage; waking = active leakage (the rails recharge; the wake-up
 energy itself is the ``PG_ON`` record's dynamic energy); gated = switched-off
 domains (RRAM periphery, router) at ``gated_leakage_fraction``, retained
-domains (SRAM-DCIM, scratchpad) at ``retained_leakage_fraction``. The SRAM-DCIM
+domains (SRAM-DCIM, scratchpad) at ``retained_leakage_fraction``. An all-digital
+target's base-weight macros (``base_dcim``, ``base_sram_macros`` per PE) are
+always retained: they are volatile and nothing reloads them. The SRAM-DCIM
 macros the srpg schedule switches off (``pg_sram_off``: those holding no LoRA
 weight, when the target's ``power_gating.gate_unused_sram`` allows it) leak at
 ``gated_leakage_fraction`` in every state, counted as gated; the others follow
@@ -28,7 +30,7 @@ if TYPE_CHECKING:
 
 STATES = ("active", "waking", "gated")
 ACTIVE, WAKING, GATED = range(3)
-DOMAINS = ("rram_adc", "sram_dcim", "router_dmac", "scratchpad")
+DOMAINS = ("rram_adc", "base_dcim", "sram_dcim", "router_dmac", "scratchpad")
 
 
 @dataclass(frozen=True)
@@ -47,7 +49,9 @@ def domain_leakage_w(target: PrimalTarget) -> dict[str, np.ndarray]:
     """Per domain: static watts of one PE in each state (index by ACTIVE/WAKING/GATED)."""
     pg = target.power_gating
     off, keep = pg.gated_leakage_fraction, pg.retained_leakage_fraction
-    leak = {"rram_adc": (target.rram.leakage_uw, off if pg.gate_rram_periphery else 1.0),
+    digital = target.digital_base  # an all-digital PE: no RRAM periphery; its base macros are retained, as SRAM-DCIM
+    leak = {"rram_adc": (0.0 if digital else target.rram.leakage_uw, off if pg.gate_rram_periphery else 1.0),
+            "base_dcim": (target.base_sram_macros * target.sram.leakage_uw, keep),  # volatile: nothing reloads them
             "sram_dcim": (target.sram.leakage_uw, keep if pg.retain_sram else off),
             "router_dmac": (target.router.leakage_uw, off if pg.gate_router else 1.0),
             "scratchpad": (target.router.scratchpad_leakage_uw, keep if pg.retain_scratchpad else off)}

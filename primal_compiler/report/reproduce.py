@@ -19,7 +19,8 @@ from dataclasses import dataclass
 from collections.abc import Mapping
 from typing import Callable, TYPE_CHECKING
 
-from primal_compiler.report import collect
+from primal_compiler.errors import InputError
+from primal_compiler.report import collect, pe
 from primal_compiler import compiled
 from primal_compiler.baselines.family import DEFAULT, Selection, family_for_program
 from primal_compiler.executor.metrics import energy_metrics, metrics
@@ -39,6 +40,7 @@ SEED = {
     "tokens_per_s": 145.4, "batch8_ratio": 2.3, "ttft_s": 2.533, "itl_ms": 12.5, "h100_itl_ms": 15.2,
     "max_hops_naive": 62, "max_hops_zcurve": 41, "srpg_saving": 0.80, "pipelined_ttft_cut": 0.42,
     "sparsity_gain": 0.17, "mixed_precision_gain": 1.8, "sram_power_share": 0.781,
+    "static_saving_vs_digital": 0.89, "density_vs_digital": 8.7,
 }
 
 PLACEMENT = facts(Fact.TILES, Fact.BLOCKED, Fact.PLACED, Fact.SEARCHED, Fact.BOUNDED)
@@ -53,6 +55,7 @@ class Study:
     model: str = "llama2-13b"
     lora: str = "q,v:8"
     target: str = "primal-7nm"
+    digital: str = "digital-7nm"  # the all-digital reference PE the seed's 89% and 8.7x compare with
     pipeline: str = "default"
     context: int = 2048
     batch8_context: int = 256  # the largest context whose KV space holds 8 sequences on the default target
@@ -73,19 +76,24 @@ class Runner:
         parse_pipeline(f"blocking{{context={study.context}}},lora-sparsity{{zero_fraction={study.zero_fraction}}},"
                        f"{_kv(study.context)},{_kv(study.batch8_context, 8)}")
         self.target = load_primal_target(study.target)
+        self.digital = load_primal_target(study.digital)
+        if not self.digital.digital_base:
+            raise InputError(self.digital.source or study.digital, "not an all-digital reference target (its system.base_weight_array is "
+                                            f"{self.digital.system.base_weight_array!r}, not 'sram-dcim')")
         self.model = load_model(study.model, study.lora)
         head = [p for p in resolve_pipeline(study.pipeline) if p.provides <= PLACEMENT]
         self.say(f"placing {study.model} with {print_pipeline(tuple(head))}")
         self.placed = PassManager(tuple(head)).run(Program(model=self.model), self.target)
         self.kept: dict[str, tuple[dict, dict, Stream, Replay, dict]] = {}  # name -> program, light replay, metrics
 
-    def run(self, tail: str, placed: Program | None = None, name: str = "") -> dict:
+    def run(self, tail: str, placed: Program | None = None, name: str = "", target: PrimalTarget | None = None) -> dict:
         """Metrics (plus the H100 baseline under ``h100`` and the GPU family under ``baselines``) of ``tail``
-        applied to a placed program."""
-        self.say(f"  {tail}")
-        program = PassManager(parse_pipeline(tail)).run(placed or self.placed, self.target)
-        meta, arrays = compiled.program_file(program, self.target)
-        rp = replay(meta, arrays, program.need_stream(), self.target)
+        applied to a placed program, compiled for and replayed on ``target`` (the study's by default)."""
+        self.say(f"  {tail}" + (f" on {target.name}" if target else ""))
+        target = target or self.target
+        program = PassManager(parse_pipeline(tail)).run(placed or self.placed, target)
+        meta, arrays = compiled.program_file(program, target)
+        rp = replay(meta, arrays, program.need_stream(), target)
         m = metrics(rp)
         m |= {"h100": collect.h100_for(meta, m), "baselines": family_for_program(meta, m, self.study.baselines)}
         if self.keep and name:
@@ -124,6 +132,8 @@ def runs(study: Study, run: Runner) -> dict[str, dict]:
            "ungated": run.run(f"{_kv(s.context)},srpg{{gating=false}}", name="ungated"),
            "serial": run.run(f"{_kv(s.context)},srpg{{pipeline_config=false}}", name="serial"),
            "sparse": run.run(f"lora-sparsity{{zero_fraction={s.zero_fraction}}},{_kv(s.context)},srpg", name="sparse")}
+    out["digital"] = run.run(f"{_kv(s.context)},srpg", name="digital", target=run.digital)
+    out["pe"] = pe.compare(run.target, run.digital)
     out["naive"] = run.run(f"{_kv(s.context)},srpg", run.place("row-major-order{hubs=port}"), name="naive")
     out["zcurve"] = run.run(f"{_kv(s.context)},srpg", run.place("zcurve-order"), name="zcurve")
     out["uniform"] = run.run(f"{_kv(s.context)},srpg", run.place(
@@ -137,6 +147,10 @@ Spec = tuple[str, float | None, str, Callable[[Runs], float]]
 
 def _sram_share(m: dict) -> float:
     return (m["power_breakdown_w"]["sram_dcim"] + m["static_by_domain_w"]["sram_dcim"]) / m["power_w"]
+
+
+def _static_w(m: dict) -> float:
+    return sum(m["static_by_domain_w"].values())
 
 
 def specs(study: Study) -> list[Spec]:
@@ -170,7 +184,20 @@ def specs(study: Study) -> list[Spec]:
          lambda r: r["sparse"]["tokens_per_s"] / r["base"]["tokens_per_s"] - 1),
         ("mixed precision (4-bit base, FP16 head) vs uniform 8-bit: tokens/J gain", SEED["mixed_precision_gain"],
          "both Z-curve placed", lambda r: r["zcurve"]["tokens_per_j"] / r["uniform"]["tokens_per_j"]),
-        ("SRAM-DCIM share of power (decode)", SEED["sram_power_share"], "", lambda r: _sram_share(r["base"])),
+        ("SRAM-DCIM share of power (decode)", SEED["sram_power_share"], "the whole machine's decode average",
+         lambda r: _sram_share(r["base"])),
+        ("SRAM-DCIM share of PE peak power", SEED["sram_power_share"], "report/pe.py: every unit busy",
+         lambda r: r["pe"]["target"]["peak_share"]["sram_dcim"]),
+        ("static power saved vs all-digital PE (active)", SEED["static_saving_vs_digital"], "digital-7nm's PE",
+         lambda r: r["pe"]["static_saving"]),
+        ("static power saved vs all-digital PE (gated CT)", SEED["static_saving_vs_digital"], "digital-7nm's PE",
+         lambda r: r["pe"]["static_saving_gated"]),
+        ("static power saved vs all-digital machine (decode)", SEED["static_saving_vs_digital"],
+         "the same program replayed on digital-7nm", lambda r: 1 - _static_w(r["base"]) / _static_w(r["digital"])),
+        ("compute density vs all-digital (base MACs/s per mm2)", SEED["density_vs_digital"], "digital-7nm's PE",
+         lambda r: r["pe"]["compute_density_ratio"]),
+        ("storage density vs all-digital (base weight bits per mm2)", SEED["density_vs_digital"],
+         "the seed says compute density", lambda r: r["pe"]["storage_density_ratio"]),
     ]
 
 
@@ -209,9 +236,14 @@ class _Changed(dict):
         super().__init__()
         self.runner, self.energy = runner, energy_only(key)
         self.target = require_primal(with_overrides(runner.target, {key: value}), runner.study.target)
+        self.digital = require_primal(with_overrides(runner.digital, {key: value}), runner.study.digital)
 
     def __missing__(self, name: str) -> dict:
-        self[name] = got = self.runner.rerun(name, self.target, self.energy)
+        if name == "pe":
+            got = pe.compare(self.target, self.digital)
+        else:
+            got = self.runner.rerun(name, self.digital if name == "digital" else self.target, self.energy)
+        self[name] = got
         return got
 
 

@@ -37,9 +37,9 @@ DEFAULT_METRICS = (
 
 #: Leaves of table metrics, so a table name expands to the same columns whether or not a point succeeded.
 TABLE_LEAVES = {
-    "power_breakdown_w": ("rram_adc", "sram_dcim", "router_dmac", "links", "controller", "wakeup", "static"),
+    "power_breakdown_w": ("rram_adc", "base_dcim", "sram_dcim", "router_dmac", "links", "controller", "wakeup", "static"),
     "power_by_state_w": ("active", "waking", "gated", "controller"),
-    "static_by_domain_w": ("rram_adc", "sram_dcim", "router_dmac", "scratchpad"),
+    "static_by_domain_w": ("rram_adc", "base_dcim", "sram_dcim", "router_dmac", "scratchpad"),
     "area_mm2": ("rram", "sram", "router", "dmac", "scratchpad", "total"),
     "records": ("total", "decode", "prefill", "adapter"),
     "h100": ("ttft_s", "itl_s", "tokens_per_s", "tokens_per_j", "energy_per_token_j", "power_w",

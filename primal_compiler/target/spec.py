@@ -43,6 +43,7 @@ class SystemSpec(Table):
     control: str = _f("enum", "who dispatches records: a sequencer per CT running its own part of the stream (distributed), or the NMC alone (central)", choices=("distributed", "central"))
     nmc_issue_cycles: int = _f("cycles", "cycles the NMC's sequencer takes to dispatch one instruction record (every record under central control, the controller's own under distributed)", ge=1, le=MAX_CYCLES)
     nmc_issue_energy_pj: float = _f("pJ", "energy of the NMC fetching, decoding and issuing one instruction record", ge=0)
+    base_weight_array: str = _f("enum", "what holds a PE's frozen base weights: its RRAM-ACIM macro (PRIMAL), or SRAM-DCIM macros enough for the same tile (the all-digital reference PE; [rram] then gives only the tile's shape)", choices=("rram-acim", "sram-dcim"))
 
 
 @dataclass(frozen=True)
@@ -263,7 +264,7 @@ class PowerGatingSpec(Table):
 class AreaSpec(Table):
     """Area of one PE by component."""
 
-    rram_um2: float = _f("um2", "RRAM-ACIM macro: crossbar, ADCs, drivers, analog routing", gt=0)
+    rram_um2: float = _f("um2", "the base-weight array: the RRAM-ACIM macro (crossbar, ADCs, drivers, analog routing), or an all-digital PE's base SRAM-DCIM macros", gt=0)
     sram_um2: float = _f("um2", "SRAM-DCIM macro: cells and adder trees", gt=0)
     router_um2: float = _f("um2", "router logic: ports, buffers, crossbar, control", gt=0)
     dmac_um2: float = _f("um2", "the router's DMAC units", gt=0)
@@ -294,11 +295,28 @@ class PrimalTarget(TargetBase):
     source: str = _internal("file the target was loaded from (not part of the hash)")
     ranges: dict[str, tuple[float, float]] = ranges_field()
 
+    @property
+    def digital_base(self) -> bool:
+        """Base weights sit in SRAM-DCIM macros (the all-digital reference PE), not in an RRAM-ACIM crossbar."""
+        return self.system.base_weight_array == "sram-dcim"
+
+    @property
+    def base_sram_macros(self) -> int:
+        """SRAM-DCIM macros per PE holding base weights: enough bits for one RRAM tile's weights
+        (``weights_per_macro x weight_bits``) when :attr:`digital_base`, else 0."""
+        if not self.digital_base:
+            return 0
+        return -(-self.rram.weights_per_macro * self.rram.weight_bits // self.sram.bits)
+
     def _problems(self) -> Iterator[Problem]:
         pes = self.system.num_cts * self.ct.pes
         if pes > MAX_PES:
             yield "system.num_cts", (f"{self.system.num_cts} CTs x {self.ct.pes} PEs = {pes:,} PEs exceeds the "
                                      f"package limit of {MAX_PES:,} PEs")
+        base = self.base_sram_macros * self.area.sram_um2
+        if self.digital_base and not math.isclose(self.area.rram_um2, base, rel_tol=1e-6):
+            yield "area.rram_um2", (f"{self.area.rram_um2:g} is not the all-digital base array's {self.base_sram_macros}"
+                                    f" SRAM-DCIM macros x area.sram_um2 = {base:g}")
         need = -(-self.system.clock_hz // self.rram.adc_sample_rate_hz)  # ceil
         if self.rram.adc_latency_cycles < need:
             yield "rram.adc_latency_cycles", (

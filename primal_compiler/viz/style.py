@@ -28,7 +28,7 @@ STATE_COLORS = {"active": "#4daf4a", "waking": "#ff7f00", "gated": "#d9d9d9", "r
 
 #: Energy components (metrics.COMPONENT_KEYS) and PE area components.
 COMPONENT_COLORS = {
-    "rram_adc": "#1f77b4", "sram_dcim": "#ff7f0e", "router_dmac": "#2ca02c", "links": "#d62728",
+    "rram_adc": "#1f77b4", "base_dcim": "#aec7e8", "sram_dcim": "#ff7f0e", "router_dmac": "#2ca02c", "links": "#d62728",
     "controller": "#9467bd", "wakeup": "#8c564b", "static": "#7f7f7f",
     "rram": "#1f77b4", "sram": "#ff7f0e", "router": "#2ca02c", "dmac": "#17becf", "scratchpad": "#bcbd22",
     "h100_base": "#444444", "h100_lora": "#aaaaaa",

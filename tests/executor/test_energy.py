@@ -14,6 +14,8 @@ import math
 import pytest
 
 from primal_compiler.executor.metrics import metrics
+from primal_compiler.executor.replay import replay
+from primal_compiler.target import load_target, with_overrides
 from primal_compiler.ir.tiles import Macro
 from primal_compiler.isa.opcodes import CONTROLLER, NONE32, ActFn, Flag, Opcode
 
@@ -85,13 +87,16 @@ def _dynamic_pj(rp, rec: list[int]) -> dict[str, float]:
     rram, sram, router = t.rram, t.sram, t.router
     rram_tiles, sram_tiles = _tile_shapes(arrays, Macro.RRAM), _tile_shapes(arrays, Macro.SRAM)
     ops = {fn: getattr(t.act, f"{fn.name.lower()}_ops_per_element") for fn in ActFn}
-    e = dict.fromkeys(("rram_adc", "sram_dcim", "router_dmac", "links", "controller", "wakeup"), 0.0)
+    e = dict.fromkeys(("rram_adc", "base_dcim", "sram_dcim", "router_dmac", "links", "controller", "wakeup"), 0.0)
     for i in rec:
         r = stream.records[i]
         op, count, nbytes = Opcode(int(r["op"])), int(r["count"]), int(r["nbytes"])
         here = (int(r["ct"]), int(r["pe"]))
         e["controller"] += t.system.nmc_issue_energy_pj  # every record passes the NMC's issue port
-        if op == Opcode.SMAC_RRAM:
+        if op == Opcode.SMAC_RRAM and t.system.base_weight_array == "sram-dcim":  # the tile's SRAM macros
+            rows, cols = rram_tiles[here]
+            e["base_dcim"] += count * rows * cols * sram.mac_energy_pj * rram.weight_bits / sram.weight_bits
+        elif op == Opcode.SMAC_RRAM:
             rows, cols = rram_tiles[here]
             pulses = math.ceil(rram.input_bits / rram.dac_bits)
             conversions = pulses * math.ceil(rows / rram.rows_active_per_read) * cols
@@ -130,8 +135,13 @@ def _static_j(rp, begin: int, end: int) -> float:
     """Leakage of every CT over [begin, end), its state following its PG_ON / PG_OFF records."""
     t, r = rp.target, rp.stream.records
     pg = t.power_gating
-    active = (t.rram.leakage_uw + t.router.leakage_uw + t.router.scratchpad_leakage_uw) * 1e-6
-    gated = (t.rram.leakage_uw * pg.gated_leakage_fraction + t.router.leakage_uw * pg.gated_leakage_fraction
+    digital = t.system.base_weight_array == "sram-dcim"
+    rram = 0.0 if digital else t.rram.leakage_uw  # an all-digital PE has no RRAM periphery ...
+    base = math.ceil(t.rram.rows * t.rram.cols * t.rram.weight_bits / (t.sram.rows * t.sram.cols_bits)) \
+        * t.sram.leakage_uw if digital else 0.0  # ... but SRAM macros holding its base weights, always kept
+    active = (rram + base + t.router.leakage_uw + t.router.scratchpad_leakage_uw) * 1e-6
+    gated = (rram * pg.gated_leakage_fraction + base * pg.retained_leakage_fraction
+             + t.router.leakage_uw * pg.gated_leakage_fraction
              + t.router.scratchpad_leakage_uw * pg.retained_leakage_fraction) * 1e-6
     gating = any(r["op"] == Opcode.PG_OFF)  # srpg gated this program, so it switched unused macros off too
     sram_on, sram_kept, sram_off = (t.sram.leakage_uw * f * 1e-6 for f in (1.0, pg.retained_leakage_fraction,
@@ -158,7 +168,23 @@ def _static_j(rp, begin: int, end: int) -> float:
 
 
 def test_decode_energy_recomputed_by_hand_matches_the_replay(replayed):
-    rp, m = replayed, metrics(replayed)
+    _check_by_hand(replayed)
+    assert metrics(replayed)["energy_per_token_by_component_j"]["base_dcim"] == 0
+
+
+def test_the_all_digital_reference_recomputed_by_hand_matches_its_replay(compiled):
+    """The same program on digital-7nm: base MVMs in 16 SRAM-DCIM macros per PE, no RRAM periphery."""
+    program, meta, arrays = compiled
+    digital = with_overrides(load_target("digital-7nm"), {"ct.mesh_rows": 8, "ct.mesh_cols": 8})
+    rp = replay(meta, arrays, program.stream, digital)
+    _check_by_hand(rp)
+    m = metrics(rp)
+    assert m["energy_per_token_by_component_j"]["rram_adc"] == 0 and m["static_by_domain_w"]["rram_adc"] == 0
+    assert m["static_by_domain_w"]["base_dcim"] > 0
+
+
+def _check_by_hand(rp) -> None:
+    m = metrics(rp)
     sec = {s.name: range(s.start, s.stop) for s in rp.stream.sections}
     sink = lambda i: (rp.stream.records["op"][i] == Opcode.ACT and rp.stream.records["arg"][i] == ActFn.ARGMAX  # noqa: E731
                       and rp.stream.records["ct"][i] == CONTROLLER)
@@ -167,7 +193,7 @@ def test_decode_energy_recomputed_by_hand_matches_the_replay(replayed):
     tokens = m["batch"] * m["decode_steps"]
     by_hand = _dynamic_pj(rp, list(sec["decode:0"]))
     replayed_j = m["energy_per_token_by_component_j"]
-    assert by_hand["links"] > 0 and by_hand["rram_adc"] > 0 and by_hand["wakeup"] >= 0
+    assert by_hand["links"] > 0 and by_hand["rram_adc"] + by_hand["base_dcim"] > 0 and by_hand["wakeup"] >= 0
     for k, pj in by_hand.items():
         assert replayed_j[k] * tokens == pytest.approx(pj * 1e-12, rel=1e-9, abs=1e-18), k
     assert replayed_j["static"] * tokens == pytest.approx(_static_j(rp, begin, end), rel=1e-9)

@@ -111,3 +111,22 @@ def test_the_solve_budget_stops_the_search_and_says_so():
     assert stopped and all("time budget" in s["why"] for s in stopped if s["constant"] is None)
     with pytest.raises(InputError, match="--solve: the time budget must be positive"):
         solve_rows(rows, None, lambda k, v: rows, 0)
+
+
+def test_pe_rows_compare_with_the_all_digital_reference(rows):
+    from primal_compiler.report.pe import compare
+    from primal_compiler.target import load_primal_target
+
+    by = {r["metric"]: r["ours"] for r in rows}
+    pe = compare(load_primal_target("primal-7nm"), load_primal_target("digital-7nm"))
+    assert by["static power saved vs all-digital PE (active)"] == pytest.approx(pe["static_saving"])
+    assert by["compute density vs all-digital (base MACs/s per mm2)"] == pytest.approx(pe["compute_density_ratio"])
+    # the whole machine: RRAM periphery gated with its CT, the digital base macros always kept
+    assert by["static power saved vs all-digital PE (active)"] < by["static power saved vs all-digital machine (decode)"]
+    assert by["static power saved vs all-digital machine (decode)"] < 1
+
+
+def test_a_reference_that_is_not_all_digital_is_refused(capsys):
+    assert main(["reproduce", "--model", "tiny-llama", "--digital", "primal-7nm"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "primal-7nm.toml: not an all-digital reference target" in err

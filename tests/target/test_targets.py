@@ -613,3 +613,15 @@ def test_an_extending_file_that_moves_a_value_out_of_its_inherited_range_is_name
     err = _error(path)
     _assert_one_line(err, path, "router.leakage_uw")
     assert "outside its stated range 9.0..36.0 (router.leakage_uw_range of" in err.problem
+
+
+def test_the_all_digital_reference_holds_the_base_tile_in_sram_macros():
+    digital = load_target("digital-7nm")
+    assert digital.digital_base and digital.base_sram_macros == 256 * 256 * 4 // (256 * 64)
+    assert not load_target("primal-7nm").digital_base and load_target("primal-7nm").base_sram_macros == 0
+    assert digital.area.rram_um2 == digital.base_sram_macros * digital.area.sram_um2
+
+
+def test_an_all_digital_base_array_of_the_wrong_area_is_refused(tmp_path):
+    path = _variant(tmp_path, 'extends = "digital-7nm"\nname = "x"\n[area]\nrram_um2 = 39120.0\n', "x.toml")
+    _assert_one_line(_error(path), path, "area.rram_um2")
