@@ -66,6 +66,11 @@ class Memory:
     pes: int
 
     @property
+    def inst_pe(self) -> np.ndarray:
+        """The PE (``ct * pes + pe``) of each buffer instance."""
+        return (self.inst_loc >> 32) * self.pes + ((self.inst_loc >> 16) & 0xFFFF)
+
+    @property
     def pes_over(self) -> int:
         return int((self.peak_bytes > self.capacity_bytes).sum())
 

@@ -175,6 +175,7 @@ def _energy(rp: Replay, span: tuple, steps: int) -> dict:
         "power_by_state_w": {k: v / window_s for k, v in states.items()},
         "static_by_domain_w": {k: v / window_s for k, v in domains.items()},
         "sram_macros": {"powered": int(rp.timeline.sram_on.sum()), "total": rp.topo.num_cts * rp.topo.pes},
+        "scratchpads": {"kept_when_gated": int(rp.timeline.scratch_kept.sum()), "total": rp.topo.num_cts * rp.topo.pes},
         "prefill_energy_j": sum(pre_comp.values()),
     }
 

@@ -12,13 +12,16 @@ always retained: they are volatile and nothing reloads them. The SRAM-DCIM
 macros the srpg schedule switches off (``pg_sram_off``: those holding no LoRA
 weight, when the target's ``power_gating.gate_unused_sram`` allows it) leak at
 ``gated_leakage_fraction`` in every state, counted as gated; the others follow
-their CT's state (:func:`sram_powered`).
+their CT's state (:func:`sram_powered`). A gated CT keeps only the scratchpads
+holding a KV chunk or a buffer live across the gated window, when the target's
+``power_gating.gate_unused_scratchpad`` allows it; the others leak at
+``gated_leakage_fraction`` (:func:`scratchpads_kept`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -36,13 +39,15 @@ DOMAINS = ("rram_adc", "base_dcim", "sram_dcim", "router_dmac", "scratchpad")
 @dataclass(frozen=True)
 class Timeline:
     """State intervals of every CT: ``ct``, ``state``, ``[begin, end)`` cycles (end = replay end); ``sram_on``:
-    per CT, its SRAM-DCIM macros not switched off (:func:`sram_powered`)."""
+    per CT, its SRAM-DCIM macros not switched off (:func:`sram_powered`); ``scratch_kept``: per CT, the
+    scratchpads it retains while gated (:func:`scratchpads_kept`; every one until that is known)."""
 
     ct: np.ndarray
     state: np.ndarray
     begin: np.ndarray
     end: np.ndarray
     sram_on: np.ndarray
+    scratch_kept: np.ndarray
 
 
 def domain_leakage_w(target: PrimalTarget) -> dict[str, np.ndarray]:
@@ -88,7 +93,31 @@ def timeline(records, start, finish, num_cts: int, end: int, sram_on: np.ndarray
     last[:-1] = ct[1:] != ct[:-1]
     nxt[last] = end
     keep = nxt > at
-    return Timeline(ct[keep], state[keep].astype(np.int8), at[keep], nxt[keep], sram_on)
+    return Timeline(ct[keep], state[keep].astype(np.int8), at[keep], nxt[keep], sram_on,
+                    np.full(num_cts, -1, dtype=np.int64))
+
+
+def scratchpads_kept(tl: Timeline, target: PrimalTarget, pes_per_ct: int, kv_bytes: np.ndarray | None,
+                     inst_pe: np.ndarray, inst_begin: np.ndarray, inst_end: np.ndarray) -> Timeline:
+    """``tl`` with ``scratch_kept``: per CT, its PEs whose scratchpad holds something to retain while the CT is
+    gated: a KV chunk (``kv_bytes``, per ``ct * pes + pe``), or a buffer instance on it (``inst_pe``, same key)
+    live across one of the CT's gated intervals. Every scratchpad is kept without ``kv_bytes`` (no occupancy
+    known) or when the target's ``power_gating.gate_unused_scratchpad`` is false. A scratchpad's banks are
+    kept together: the kv-ring spreads a chunk over every bank."""
+    num_cts = len(tl.sram_on)
+    if kv_bytes is None or not target.power_gating.gate_unused_scratchpad:
+        return replace(tl, scratch_kept=np.full(num_cts, pes_per_ct, dtype=np.int64))
+    used = kv_bytes > 0
+    gated = np.flatnonzero(tl.state == GATED)  # sorted by (ct, begin), disjoint within a CT
+    ct = inst_pe // pes_per_ct
+    big = np.int64(1) << 44  # above every cycle count the schedule reaches
+    key = tl.ct[gated].astype(np.int64) * big + tl.end[gated]
+    nxt = np.searchsorted(key, ct * big + inst_begin, side="right")  # the CT's first gated interval ending after
+    ok = nxt < len(gated)
+    at = gated[np.minimum(nxt, len(gated) - 1)] if len(gated) else np.zeros_like(nxt)
+    across = ok & (tl.ct[at] == ct) & (tl.begin[at] < inst_end) if len(gated) else np.zeros(len(ct), dtype=bool)
+    used[inst_pe[across]] = True
+    return replace(tl, scratch_kept=used.reshape(num_cts, pes_per_ct).sum(axis=1).astype(np.int64))
 
 
 def state_cycles(tl: Timeline, begin: int, end: int, weight: np.ndarray | None = None) -> np.ndarray:
@@ -108,7 +137,15 @@ def static_energy_j(tl: Timeline, target: PrimalTarget, pes_per_ct: int, begin: 
     kept = state_cycles(tl, begin, end, tl.sram_on.astype(np.float64)) / target.system.clock_hz
     off = float((seconds - kept).sum())  # macro-seconds of the switched-off macros, whatever their CT's state
     out["sram_dcim"] = domain_leakage_w(target)["sram_dcim"] * kept + np.array([0.0, 0.0, off * _off_w(target)])
+    held = state_cycles(tl, begin, end, tl.scratch_kept.astype(np.float64))[GATED] / target.system.clock_hz
+    out["scratchpad"][GATED] = (held * domain_leakage_w(target)["scratchpad"][GATED]
+                                + (seconds[GATED] - held) * _scratch_off_w(target))
     return out
+
+
+def _scratch_off_w(target: PrimalTarget) -> float:
+    """Watts of one switched-off scratchpad."""
+    return target.router.scratchpad_leakage_uw * 1e-6 * target.power_gating.gated_leakage_fraction
 
 
 def _off_w(target: PrimalTarget) -> float:
@@ -120,7 +157,9 @@ def interval_watts(tl: Timeline, target: PrimalTarget, pes_per_ct: int) -> np.nd
     """Static watts of the CT of every timeline interval in its state: all its domains, its switched-off
     SRAM-DCIM macros at ``gated_leakage_fraction``."""
     leak = domain_leakage_w(target)
-    others = sum((w for k, w in leak.items() if k != "sram_dcim"), start=np.zeros(len(STATES)))
+    others = sum((w for k, w in leak.items() if k not in ("sram_dcim", "scratchpad")), start=np.zeros(len(STATES)))
     on = tl.sram_on[tl.ct].astype(np.float64)
-    return others[tl.state] * pes_per_ct + leak["sram_dcim"][tl.state] * on + (pes_per_ct - on) * _off_w(target)
+    held = np.where(tl.state == GATED, tl.scratch_kept[tl.ct], pes_per_ct).astype(np.float64)
+    return (others[tl.state] * pes_per_ct + leak["sram_dcim"][tl.state] * on + (pes_per_ct - on) * _off_w(target)
+            + leak["scratchpad"][tl.state] * held + (pes_per_ct - held) * _scratch_off_w(target))
 

@@ -185,11 +185,14 @@ def replay(meta: dict, arrays: dict, stream: Stream, target: PrimalTarget, where
     energy["links"] = costs.link_energy(ctx, n_mesh, n_other)
     mark("schedule")
     end = int(finish.max()) if len(finish) else 0
-    tl = power.timeline(stream.records, start, finish, topo.num_cts, end,
-                        power.sram_powered(arrays, topo.num_cts, topo.pes))
-    mark("power")
     mem = memory.occupancy(stream, prints, start, finish, ctx, meta, arrays) if "model_ir" in meta else None
     mark("memory")
+    tl = power.timeline(stream.records, start, finish, topo.num_cts, end,
+                        power.sram_powered(arrays, topo.num_cts, topo.pes))
+    none = np.zeros(0, dtype=np.int64)
+    tl = power.scratchpads_kept(tl, target, topo.pes, mem.kv_bytes if mem else None, mem.inst_pe if mem else none,
+                                mem.inst_begin if mem else none, mem.inst_end if mem else none)
+    mark("power")
     return Replay(meta, arrays, stream, target, topo, ctx, ctl, ptr, pred, busy, unit, dispatch, start, finish, energy,
                   (n_mesh, n_other), tl, tuple(stages), LinkWait(wait, link_by, link_bound, link_mesh), mem)
 

@@ -254,6 +254,7 @@ class PowerGatingSpec(Table):
     retain_sram: bool = _f("bool", "SRAM-DCIM stays powered in a gated CT and keeps its LoRA weights")
     gate_unused_sram: bool = _f("bool", "an SRAM-DCIM macro that holds no LoRA weight of the program is switched off in every state (a header per macro)")
     retain_scratchpad: bool = _f("bool", "scratchpads stay powered in a gated CT and keep their KV-cache slices")
+    gate_unused_scratchpad: bool = _f("bool", "a gated CT switches off the scratchpads that hold no KV chunk and no buffer live across the gated window (with retain_scratchpad, only those holding data are kept)")
     gated_leakage_fraction: float = _f("fraction", "residual leakage of a switched-off domain, as a fraction of its leakage", ge=0, le=1)
     retained_leakage_fraction: float = _f("fraction", "leakage of a retained domain while gated, as a fraction of its active leakage", ge=0, le=1)
     wakeup_cycles: int = _f("cycles", "cycles from PG_ON until the CT can compute", ge=0, le=MAX_CYCLES)

@@ -10,9 +10,12 @@ window from the PG_ON / PG_OFF times. It reads the replay only for record times.
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
+import numpy as np
 import pytest
 
+from primal_compiler.executor import power
 from primal_compiler.executor.metrics import metrics
 from primal_compiler.executor.replay import replay
 from primal_compiler.target import load_target, with_overrides
@@ -141,8 +144,9 @@ def _static_j(rp, begin: int, end: int) -> float:
         * t.sram.leakage_uw if digital else 0.0  # ... but SRAM macros holding its base weights, always kept
     active = (rram + base + t.router.leakage_uw + t.router.scratchpad_leakage_uw) * 1e-6
     gated = (rram * pg.gated_leakage_fraction + base * pg.retained_leakage_fraction
-             + t.router.leakage_uw * pg.gated_leakage_fraction
-             + t.router.scratchpad_leakage_uw * pg.retained_leakage_fraction) * 1e-6
+             + t.router.leakage_uw * pg.gated_leakage_fraction) * 1e-6
+    pad_kept, pad_off = (t.router.scratchpad_leakage_uw * f * 1e-6 for f in (pg.retained_leakage_fraction,
+                                                                             pg.gated_leakage_fraction))
     gating = any(r["op"] == Opcode.PG_OFF)  # srpg gated this program, so it switched unused macros off too
     sram_on, sram_kept, sram_off = (t.sram.leakage_uw * f * 1e-6 for f in (1.0, pg.retained_leakage_fraction,
                                                                              pg.gated_leakage_fraction))
@@ -152,24 +156,55 @@ def _static_j(rp, begin: int, end: int) -> float:
     for ct in range(rp.topo.num_cts):
         lora = sum(1 for c, _ in held if c == ct) if pg.gate_unused_sram and gating else rp.topo.pes
         unused = (rp.topo.pes - lora) * sram_off  # watts of the macros holding no LoRA weight, in every state
-        active_ct, gated_ct = active * rp.topo.pes + lora * sram_on + unused, \
-            gated * rp.topo.pes + lora * sram_kept + unused
-        events = [(0, -1, active_ct)]  # (cycle, record, watts of the CT from then on)
+        events = [(0, -1, "active")]  # (cycle, record, state of the CT from then on)
         for i in range(len(r)):
             if r["ct"][i] == ct and r["op"][i] == Opcode.PG_OFF:
-                events.append((int(rp.finish[i]), 2 * i, gated_ct))
+                events.append((int(rp.finish[i]), 2 * i, "gated"))
             elif r["ct"][i] == ct and r["op"][i] == Opcode.PG_ON:
-                events += [(int(rp.start[i]), 2 * i, active_ct), (int(rp.finish[i]), 2 * i + 1, active_ct)]
+                events += [(int(rp.start[i]), 2 * i, "active"), (int(rp.finish[i]), 2 * i + 1, "active")]
         events.sort()
+        windows = [(at, nxt) for (at, _, s), (nxt, _, _) in zip(events, events[1:] + [(rp.end, 0, "")]) if s == "gated"]
+        pads = _scratchpads_to_keep(rp, ct, windows) if pg.gate_unused_scratchpad else rp.topo.pes
+        active_ct = active * rp.topo.pes + lora * sram_on + unused
+        gated_ct = gated * rp.topo.pes + lora * sram_kept + unused + pads * pad_kept + (rp.topo.pes - pads) * pad_off
+        events = [(at, i, active_ct if s == "active" else gated_ct) for at, i, s in events]
         for (at, _, watts), (nxt, _, _) in zip(events, events[1:] + [(rp.end, 0, 0.0)]):
             span = max(0, min(nxt, end) - max(at, begin))
             total += watts * span / t.system.clock_hz
     return total
 
 
+def _scratchpads_to_keep(rp, ct: int, windows: list[tuple[int, int]]) -> int:
+    """PEs of CT ``ct`` holding a KV chunk (the kv-ring's units) or a buffer live across one of its gated windows."""
+    keep = {int(p) for c, p in zip(rp.arrays["kv_ct"], rp.arrays["kv_pe"]) if int(c) == ct}
+    mem = rp.memory
+    for loc, b, e in zip(mem.inst_loc, mem.inst_begin, mem.inst_end):
+        if int(loc) >> 32 == ct and any(b < w_end and e > w_begin for w_begin, w_end in windows):
+            keep.add((int(loc) >> 16) & 0xFFFF)
+    return len(keep)
+
+
 def test_decode_energy_recomputed_by_hand_matches_the_replay(replayed):
     _check_by_hand(replayed)
-    assert metrics(replayed)["energy_per_token_by_component_j"]["base_dcim"] == 0
+    m = metrics(replayed)
+    assert m["energy_per_token_by_component_j"]["base_dcim"] == 0
+    assert 0 < m["scratchpads"]["kept_when_gated"] < m["scratchpads"]["total"]  # some hold nothing to keep
+
+
+def test_a_scratchpad_is_kept_for_its_kv_and_for_a_buffer_live_across_the_gated_window(target):
+    """CT 1 gated over [100, 200): PE 3's buffer lives across it, PE 4's ends before, PE 5 holds KV; CT 0 never
+    gates, so its buffer over the same cycles keeps nothing."""
+    tl = power.timeline(np.zeros(0, dtype=[("op", "u1"), ("ct", "u2")]), np.zeros(0, np.int64),
+                        np.zeros(0, np.int64), 2, 300, np.full(2, 8))
+    tl = replace(tl, ct=np.array([0, 1, 1, 1]), state=np.array([0, 0, 2, 0], np.int8),
+                 begin=np.array([0, 0, 100, 200]), end=np.array([300, 100, 200, 300]))
+    kv = np.zeros(16, np.int64)
+    kv[8 + 5] = 8192
+    pe = np.array([8 + 3, 8 + 4, 0 + 3])
+    kept = power.scratchpads_kept(tl, target, 8, kv, pe, np.array([50, 0, 50]), np.array([150, 90, 150]))
+    assert kept.scratch_kept.tolist() == [0, 2]
+    off = with_overrides(target, {"power_gating.gate_unused_scratchpad": False})
+    assert power.scratchpads_kept(tl, off, 8, kv, pe, np.zeros(3, np.int64), np.zeros(3, np.int64)).scratch_kept.tolist() == [8, 8]
 
 
 def test_the_all_digital_reference_recomputed_by_hand_matches_its_replay(compiled):
