@@ -68,7 +68,7 @@ class Memory:
     @property
     def inst_pe(self) -> np.ndarray:
         """The PE (``ct * pes + pe``) of each buffer instance."""
-        return (self.inst_loc >> 32) * self.pes + ((self.inst_loc >> 16) & 0xFFFF)
+        return _pe_keys(self.inst_loc, self.pes)
 
     @property
     def pes_over(self) -> int:
@@ -124,6 +124,11 @@ def access_elements(records: np.ndarray, f: Footprints, ctx, precision: dict) ->
     return out
 
 
+def _pe_keys(loc: np.ndarray, pes: int) -> np.ndarray:
+    """``ct * pes + pe`` of footprint location keys (``ct << 32 | pe << 16 | tag``)."""
+    return (loc >> 32) * pes + ((loc >> 16) & 0xFFFF)
+
+
 def occupancy(stream: Stream, f: Footprints, start: np.ndarray, finish: np.ndarray, ctx, meta: dict, arrays: dict) -> Memory:
     """Every buffer instance's bytes and lifetime, and every PE's peak occupancy (see the module docstring)."""
     records = stream.records
@@ -150,7 +155,7 @@ def occupancy(stream: Stream, f: Footprints, start: np.ndarray, finish: np.ndarr
     end = _per(np.maximum, finish[rec], cut)
     written = first < never
     inst_loc = loc[cut]
-    pe_key = (inst_loc >> 32) * pes + ((inst_loc >> 16) & 0xFFFF)
+    pe_key = _pe_keys(inst_loc, pes)
     kv_bytes = _kv_bytes(meta, arrays, pes, num)
     sel = np.flatnonzero(written & (size > 0))
     peak, when, over = _sweep(pe_key[sel], begin[sel], end[sel], size[sel], kv_bytes, num,

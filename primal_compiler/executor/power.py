@@ -70,8 +70,9 @@ def sram_powered(arrays: Mapping[str, np.ndarray], num_cts: int, pes_per_ct: int
     return np.full(num_cts, pes_per_ct, dtype=np.int64) - (0 if off is None else off.astype(np.int64))
 
 
-def timeline(records, start, finish, num_cts: int, end: int, sram_on: np.ndarray) -> Timeline:
-    """Every CT's state intervals from the replayed ``PG_ON``/``PG_OFF`` records (``sram_on``: kept as is)."""
+def timeline(records, start, finish, num_cts: int, end: int, sram_on: np.ndarray, pes_per_ct: int) -> Timeline:
+    """Every CT's state intervals from the replayed ``PG_ON``/``PG_OFF`` records (``sram_on``: kept as is;
+    every scratchpad kept while gated until :func:`scratchpads_kept` says otherwise)."""
     op = records["op"]
     off = np.flatnonzero(op == Opcode.PG_OFF)
     on = np.flatnonzero(op == Opcode.PG_ON)
@@ -94,7 +95,7 @@ def timeline(records, start, finish, num_cts: int, end: int, sram_on: np.ndarray
     nxt[last] = end
     keep = nxt > at
     return Timeline(ct[keep], state[keep].astype(np.int8), at[keep], nxt[keep], sram_on,
-                    np.full(num_cts, -1, dtype=np.int64))
+                    np.full(num_cts, pes_per_ct, dtype=np.int64))
 
 
 def scratchpads_kept(tl: Timeline, target: PrimalTarget, pes_per_ct: int, kv_bytes: np.ndarray | None,
@@ -109,14 +110,14 @@ def scratchpads_kept(tl: Timeline, target: PrimalTarget, pes_per_ct: int, kv_byt
         return replace(tl, scratch_kept=np.full(num_cts, pes_per_ct, dtype=np.int64))
     used = kv_bytes > 0
     gated = np.flatnonzero(tl.state == GATED)  # sorted by (ct, begin), disjoint within a CT
-    ct = inst_pe // pes_per_ct
-    big = np.int64(1) << 44  # above every cycle count the schedule reaches
-    key = tl.ct[gated].astype(np.int64) * big + tl.end[gated]
-    nxt = np.searchsorted(key, ct * big + inst_begin, side="right")  # the CT's first gated interval ending after
-    ok = nxt < len(gated)
-    at = gated[np.minimum(nxt, len(gated) - 1)] if len(gated) else np.zeros_like(nxt)
-    across = ok & (tl.ct[at] == ct) & (tl.begin[at] < inst_end) if len(gated) else np.zeros(len(ct), dtype=bool)
-    used[inst_pe[across]] = True
+    if len(gated):
+        ct = inst_pe // pes_per_ct
+        big = np.int64(1) << 44  # above every cycle count the schedule reaches
+        key = tl.ct[gated].astype(np.int64) * big + tl.end[gated]
+        nxt = np.searchsorted(key, ct * big + inst_begin, side="right")  # the CT's first gated interval ending after
+        at = gated[np.minimum(nxt, len(gated) - 1)]
+        across = (nxt < len(gated)) & (tl.ct[at] == ct) & (tl.begin[at] < inst_end)
+        used[inst_pe[across]] = True
     return replace(tl, scratch_kept=used.reshape(num_cts, pes_per_ct).sum(axis=1).astype(np.int64))
 
 
@@ -136,21 +137,17 @@ def static_energy_j(tl: Timeline, target: PrimalTarget, pes_per_ct: int, begin: 
     out = {k: w * seconds for k, w in domain_leakage_w(target).items()}
     kept = state_cycles(tl, begin, end, tl.sram_on.astype(np.float64)) / target.system.clock_hz
     off = float((seconds - kept).sum())  # macro-seconds of the switched-off macros, whatever their CT's state
-    out["sram_dcim"] = domain_leakage_w(target)["sram_dcim"] * kept + np.array([0.0, 0.0, off * _off_w(target)])
+    sram_off = off * _off_w(target.sram.leakage_uw, target)
+    out["sram_dcim"] = domain_leakage_w(target)["sram_dcim"] * kept + np.array([0.0, 0.0, sram_off])
     held = state_cycles(tl, begin, end, tl.scratch_kept.astype(np.float64))[GATED] / target.system.clock_hz
     out["scratchpad"][GATED] = (held * domain_leakage_w(target)["scratchpad"][GATED]
-                                + (seconds[GATED] - held) * _scratch_off_w(target))
+                                + (seconds[GATED] - held) * _off_w(target.router.scratchpad_leakage_uw, target))
     return out
 
 
-def _scratch_off_w(target: PrimalTarget) -> float:
-    """Watts of one switched-off scratchpad."""
-    return target.router.scratchpad_leakage_uw * 1e-6 * target.power_gating.gated_leakage_fraction
-
-
-def _off_w(target: PrimalTarget) -> float:
-    """Watts of one switched-off SRAM-DCIM macro."""
-    return target.sram.leakage_uw * 1e-6 * target.power_gating.gated_leakage_fraction
+def _off_w(leakage_uw: float, target: PrimalTarget) -> float:
+    """Watts of one switched-off macro or scratchpad leaking ``leakage_uw`` when powered."""
+    return leakage_uw * 1e-6 * target.power_gating.gated_leakage_fraction
 
 
 def interval_watts(tl: Timeline, target: PrimalTarget, pes_per_ct: int) -> np.ndarray:
@@ -160,6 +157,7 @@ def interval_watts(tl: Timeline, target: PrimalTarget, pes_per_ct: int) -> np.nd
     others = sum((w for k, w in leak.items() if k not in ("sram_dcim", "scratchpad")), start=np.zeros(len(STATES)))
     on = tl.sram_on[tl.ct].astype(np.float64)
     held = np.where(tl.state == GATED, tl.scratch_kept[tl.ct], pes_per_ct).astype(np.float64)
-    return (others[tl.state] * pes_per_ct + leak["sram_dcim"][tl.state] * on + (pes_per_ct - on) * _off_w(target)
-            + leak["scratchpad"][tl.state] * held + (pes_per_ct - held) * _scratch_off_w(target))
+    sram_off, pad_off = _off_w(target.sram.leakage_uw, target), _off_w(target.router.scratchpad_leakage_uw, target)
+    return (others[tl.state] * pes_per_ct + leak["sram_dcim"][tl.state] * on + (pes_per_ct - on) * sram_off
+            + leak["scratchpad"][tl.state] * held + (pes_per_ct - held) * pad_off)
 

@@ -188,7 +188,7 @@ def replay(meta: dict, arrays: dict, stream: Stream, target: PrimalTarget, where
     mem = memory.occupancy(stream, prints, start, finish, ctx, meta, arrays) if "model_ir" in meta else None
     mark("memory")
     tl = power.timeline(stream.records, start, finish, topo.num_cts, end,
-                        power.sram_powered(arrays, topo.num_cts, topo.pes))
+                        power.sram_powered(arrays, topo.num_cts, topo.pes), topo.pes)
     none = np.zeros(0, dtype=np.int64)
     tl = power.scratchpads_kept(tl, target, topo.pes, mem.kv_bytes if mem else None, mem.inst_pe if mem else none,
                                 mem.inst_begin if mem else none, mem.inst_end if mem else none)

@@ -195,7 +195,7 @@ def test_a_scratchpad_is_kept_for_its_kv_and_for_a_buffer_live_across_the_gated_
     """CT 1 gated over [100, 200): PE 3's buffer lives across it, PE 4's ends before, PE 5 holds KV; CT 0 never
     gates, so its buffer over the same cycles keeps nothing."""
     tl = power.timeline(np.zeros(0, dtype=[("op", "u1"), ("ct", "u2")]), np.zeros(0, np.int64),
-                        np.zeros(0, np.int64), 2, 300, np.full(2, 8))
+                        np.zeros(0, np.int64), 2, 300, np.full(2, 8), 8)
     tl = replace(tl, ct=np.array([0, 1, 1, 1]), state=np.array([0, 0, 2, 0], np.int8),
                  begin=np.array([0, 0, 100, 200]), end=np.array([300, 100, 200, 300]))
     kv = np.zeros(16, np.int64)
