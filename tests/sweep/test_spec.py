@@ -122,10 +122,10 @@ def test_point_id_depends_on_configuration_only():
     # a value equal to the default is the same configuration as not sweeping it
     c = spec({"batch": [1]}).points()
     d = spec({"context": [64]}).points()
-    e = spec({"rram.leakage_uw": [25.0]}).points()  # the target's own value
+    e = spec({"rram.leakage_uw": [0.24]}).points()  # the target's own value
     f = spec({"srpg.gating": [True]}).points()  # the pass's own value
     assert c[0].point_id == d[0].point_id == e[0].point_id == f[0].point_id
-    assert dict(e[0].axes)["rram.leakage_uw"] == 25.0 and e[0].overrides == ()
+    assert dict(e[0].axes)["rram.leakage_uw"] == 0.24 and e[0].overrides == ()
 
 
 def test_grids_union_and_unswept_columns_show_their_value():

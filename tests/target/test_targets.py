@@ -612,7 +612,7 @@ def test_an_extending_file_that_moves_a_value_out_of_its_inherited_range_is_name
     path = _variant(tmp_path, 'extends = "primal-7nm"\nname = "x"\n[router]\nleakage_uw = 50.0\n', "x.toml")
     err = _error(path)
     _assert_one_line(err, path, "router.leakage_uw")
-    assert "outside its stated range 9.0..36.0 (router.leakage_uw_range of" in err.problem
+    assert "outside its stated range 0.15..6.0 (router.leakage_uw_range of" in err.problem
 
 
 def test_the_all_digital_reference_holds_the_base_tile_in_sram_macros():
