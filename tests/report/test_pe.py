@@ -15,7 +15,7 @@ from primal_compiler.target import load_primal_target, with_overrides
 # at 0.74 fJ, 32 x 64 word lines at 0.0186 pJ, in 260 cycles
 RRAM_PJ = 32 * 256 * (0.12 + 0.0059) + 32 * 64 * 256 * 0.00074 + 32 * 64 * 0.0186
 SRAM_PJ = 256 * 8 * 0.045  # a full 256 x 8 LoRA macro, 10 cycles
-ROUTER_PJ = 16 * (0.25 + 16 * 0.02) + 128 * 0.05  # 16 attention MACs reading an FP16 element each, one flit-hop
+ROUTER_PJ = 16 * (0.141 + 16 * 0.0147) + 128 * 0.05  # 16 attention MACs reading an FP16 element each, one flit-hop
 PRIMAL_UW = 0.24 + 3.2 + 0.96 + 4.46
 DIGITAL_UW = 16 * 3.2 + 3.2 + 0.96 + 4.46  # 16 base macros instead of the RRAM periphery
 

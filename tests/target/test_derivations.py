@@ -21,7 +21,8 @@ READ_V, R_ON_OHM, R_OFF_OHM = 0.264, 100e3, 1.7e6
 N_OFF_PW = IOFF_N_UA_PER_UM * FIN_WIDTH_UM * VDD_V * 1e6  # uA x V = uW; x 1e6 = pW
 P_OFF_PW = IOFF_P_UA_PER_UM * FIN_WIDTH_UM * VDD_V * 1e6
 PER_TRANSISTOR_PW = (N_OFF_PW + P_OFF_PW) / 4  # one off device per n/p pair
-ADDER_BIT_FJ = 100.0 / 32 * (7 / 45) * (VDD_V / 0.9) ** 2  # 0.1 pJ per 32-bit add at 45 nm, C V^2 scaled
+SCALE_45NM = (7 / 45) * (VDD_V / 0.9) ** 2  # C with the feature size, V from Horowitz's 0.9 V: every 45 nm figure
+ADDER_BIT_FJ = 100.0 / 32 * SCALE_45NM  # 0.1 pJ per 32-bit add at 45 nm
 
 DFF_T, FA_T = 24, 28
 RRAM_PERIPHERY_T = (
@@ -63,6 +64,13 @@ def test_crossbar_energies_follow_the_device(t):
     assert t.rram.shift_add_energy_pj_per_conversion == pytest.approx(20 * ADDER_BIT_FJ * 1e-3, rel=0.01)
 
 
+def test_every_45nm_figure_is_scaled_by_one_rule(t):
+    sram_bit_pj = 10.0 / 64 * SCALE_45NM  # Horowitz: 10 pJ per 64-bit access of an 8 KB SRAM
+    assert t.sram.write_energy_pj_per_bit == pytest.approx(sram_bit_pj, rel=0.01)
+    assert t.router.scratchpad_energy_pj_per_bit == t.sram.write_energy_pj_per_bit
+    assert t.router.dmac_energy_pj_per_op == pytest.approx((1.1 + 0.4) * SCALE_45NM, rel=0.01)  # FP16 mul + add
+
+
 def test_a_record_issue_is_a_256_bit_read_and_latch(t):
     bits = 32 * 8
     expected = bits * t.sram.write_energy_pj_per_bit + bits * ADDER_BIT_FJ * 1e-3
@@ -72,6 +80,7 @@ def test_a_record_issue_is_a_256_bit_read_and_latch(t):
 def test_every_derived_value_sits_inside_its_stated_range(t):
     for table, key in (("rram", "leakage_uw"), ("router", "leakage_uw"), ("power_gating", "wakeup_energy_pj"),
                        ("rram", "array_read_energy_pj"), ("rram", "row_driver_energy_pj"),
-                       ("rram", "shift_add_energy_pj_per_conversion"), ("system", "nmc_issue_energy_pj")):
+                       ("rram", "shift_add_energy_pj_per_conversion"), ("system", "nmc_issue_energy_pj"),
+                       ("sram", "write_energy_pj_per_bit"), ("router", "dmac_energy_pj_per_op")):
         low, high = t.ranges[f"{table}.{key}"]
         assert low <= getattr(getattr(t, table), key) <= high
