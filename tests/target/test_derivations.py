@@ -40,7 +40,7 @@ def t():
     return load_primal_target("primal-7nm")
 
 
-def test_the_device_leaks_what_the_sram_cell_was_given(t):
+def test_the_device_leaks_what_the_sram_cell_was_given():
     # a 6T cell holding a bit leaks through one pull-down, one pull-up and one access device
     assert 2 * N_OFF_PW + P_OFF_PW == pytest.approx(29.6, rel=1e-3)
     assert RRAM_PERIPHERY_T == 52_096 and ROUTER_T + DMAC_T == 205_712
@@ -76,11 +76,3 @@ def test_a_record_issue_is_a_256_bit_read_and_latch(t):
     expected = bits * t.sram.write_energy_pj_per_bit + bits * ADDER_BIT_FJ * 1e-3
     assert t.system.nmc_issue_energy_pj == pytest.approx(expected, rel=0.01)
 
-
-def test_every_derived_value_sits_inside_its_stated_range(t):
-    for table, key in (("rram", "leakage_uw"), ("router", "leakage_uw"), ("power_gating", "wakeup_energy_pj"),
-                       ("rram", "array_read_energy_pj"), ("rram", "row_driver_energy_pj"),
-                       ("rram", "shift_add_energy_pj_per_conversion"), ("system", "nmc_issue_energy_pj"),
-                       ("sram", "write_energy_pj_per_bit"), ("router", "dmac_energy_pj_per_op")):
-        low, high = t.ranges[f"{table}.{key}"]
-        assert low <= getattr(getattr(t, table), key) <= high
