@@ -28,7 +28,7 @@ from primal_compiler.codegen.routes import LayerRoutes
 from primal_compiler.ir.model import DecoderLayer, Role
 from primal_compiler.ir.tiles import ROLE_INDEX
 from primal_compiler.isa.opcodes import BufKind, DmacOp, Flag, Opcode, ReduceOp, buf
-from primal_compiler.mapping.traffic import part_root, root_offset, root_pieces
+from primal_compiler.mapping.traffic import part_root, root_pieces
 
 
 def reduce_arg(op: ReduceOp, src: int, dst: int) -> int:
@@ -66,10 +66,6 @@ class AttentionEmitter:
         attn = layer.attention
         self.hd, self.grp = attn.head_dim, attn.num_heads // attn.num_kv_heads
         self.score_macs = self.hd + (1 if alibi else 0)  # ALiBi: one more per score, slope x key position
-
-    def _col(self, part: str, element: int) -> tuple[str, int]:
-        return part_root(self.ir, part, element, self.geo.rram_cols), root_offset(self.ir, part, element,
-                                                                                  self.geo.rram_cols)
 
     def emit(self, start: int, tokens: int, seqs: range) -> Block:
         """Records of sequences ``seqs`` for queries at positions ``start .. start+tokens-1``.
@@ -158,19 +154,45 @@ class AttentionEmitter:
     def _merge(self, b: Block, seq: int, g: int, chunks: np.ndarray, tokens: int) -> None:
         vct, vpe, _ = self._units(seq, g, chunks, 1)
         members = np.unique(np.stack([vct, vpe], 1), axis=0)
-        rows, hd = self.geo.rram_rows, self.hd
-        g0 = g * self.grp * hd
-        e = g0
-        while e < g0 + self.grp * hd:  # cut where an O input block ends: a head may feed two
-            i = e // rows
-            n = min(g0 + self.grp * hd, (i + 1) * rows) - e
-            dst_root, _ = self._col("v", ((i * rows // hd) // self.grp) * hd)
+        g0 = g * self.grp * self.hd
+        for e, n, i, dst_root, heads in merge_pieces(self.ir, g, self.geo.rram_rows, self.geo.rram_cols):
             dst = self.r.hub_pos(dst_root)
             grp = b.add_group(members[:, 0], members[:, 1])
             d2d = Flag.D2D if (members[:, 0] != dst[0]).any() else 0
-            heads = (e + n - 1) // hd - e // hd + 1  # the partials merged: every head the piece touches
             b.add(op=Opcode.REDUCE, ct=int(members[0, 0]), pe=int(members[0, 1]), dst_ct=dst[0], dst_pe=dst[1],
                   group=grp, src_buf=buf(BufKind.ATTN, g), dst_buf=buf(BufKind.OBLK, i), count=tokens,
-                  nbytes=int(tokens * heads * (hd + 2) * 2),
-                  arg=reduce_arg(ReduceOp.SOFTMAX_MERGE, e - g0, e - i * rows), flags=d2d)
-            e += n
+                  nbytes=int(tokens * heads * (self.hd + 2) * 2),
+                  arg=reduce_arg(ReduceOp.SOFTMAX_MERGE, e - g0, e - i * self.geo.rram_rows), flags=d2d)
+
+
+def merge_pieces(layer: DecoderLayer, g: int, rows: int, cols: int) -> list[tuple[int, int, int, str, int]]:
+    """The softmax merges of KV head ``g``'s partials: (first element, elements, O input block, the V root
+    it lands at, heads it carries) per piece, cut where an O input block ends (a head may feed two)."""
+    attn = layer.attention
+    hd, grp = attn.head_dim, attn.num_heads // attn.num_kv_heads
+    g0, out = g * grp * hd, []
+    e = g0
+    while e < g0 + grp * hd:
+        i = e // rows
+        n = min(g0 + grp * hd, (i + 1) * rows) - e
+        dst_root = part_root(layer, "v", ((i * rows // hd) // grp) * hd, cols)
+        out.append((e, n, i, dst_root, (e + n - 1) // hd - e // hd + 1))
+        e += n
+    return out
+
+
+def unit_flows(layer: DecoderLayer, g: int, rows: int, cols: int, act_bytes: float, kv_bytes: int,
+               chunks: int) -> tuple[list[tuple[str, float]], list[tuple[str, float]]]:
+    """(root, bytes) of every transfer between a root and one K unit, and one V unit, of KV head ``g`` in a
+    decode step over a full ring: the query multicast and the merge (every unit, every step) and the
+    append (one chunk in ``chunks`` each step, so 1/``chunks`` of it). The same pieces :class:`AttentionEmitter`
+    emits; the score transfer from a K unit to its V unit is not listed (it joins two units)."""
+    attn = layer.attention
+    hd, grp = attn.head_dim, attn.num_heads // attn.num_kv_heads
+    g0 = g * grp * hd
+    k_unit = [(root, n * act_bytes) for root, _, _, n in root_pieces(layer, "q", g0, g0 + grp * hd, cols)]
+    v_unit: list[tuple[str, float]] = []
+    for part, side in (("k", k_unit), ("v", v_unit)):
+        side += [(root, n * kv_bytes / chunks) for root, _, _, n in root_pieces(layer, part, g * hd, (g + 1) * hd, cols)]
+    v_unit += [(root, heads * (hd + 2) * 2) for _, _, _, root, heads in merge_pieces(layer, g, rows, cols)]
+    return k_unit, v_unit

@@ -7,12 +7,15 @@ V of one sequence and one KV head; units are numbered chunk-major,
 
     u = ((chunk * batch + seq) * kv_heads + kv_head) * 2 + kind   (kind 0 = K, 1 = V)
 
-so the ring pointer advancing through the context walks the layer's routers
-in order and crosses into the next CT at a CT boundary. Routers are ordered
-CT by CT, and within a CT along a snake of the mesh, so K and V of a chunk sit
-on neighbouring routers. Unit ``u`` goes to router ``u % R`` (R routers in the
+and :func:`build_kv_map` deals them out (``kv-ring{placement=spread}``):
+the ring pointer advancing through the context walks the layer's routers in
+order and crosses into the next CT at a CT boundary. Routers are ordered CT
+by CT, and within a CT along a snake of the mesh, so K and V of a chunk sit on
+neighbouring routers. Unit ``u`` goes to router ``u % R`` (R routers in the
 layer), scratchpad chunk slot ``u // R``: the cache spreads over every router
-before any router takes a second chunk. Inside a chunk, token ``t`` is slot
+before any router takes a second chunk. ``placement=near`` moves the same
+units next to their roots (:mod:`primal_compiler.codegen.kvnear`); what
+follows holds for both. Inside a chunk, token ``t`` is slot
 ``t``. With ``interleave = "token"`` (the seed's) it goes to bank
 ``t % banks``, its whole vector in that bank (adjacent tokens in different
 banks); with ``"word"`` the chunk is stored contiguously and its bank words

@@ -69,6 +69,10 @@ def compare_strategies(model, target: PrimalTarget, context: int = 2048, seed: i
             table[name]["templates"] = [dict(row, rules=rules) for row, rules
                                         in zip(template_gaps(prog.need_layout()), layout_rules(prog))]
             table[name]["gap"] = _total_gap(table[name]["templates"])
+            kv = PassManager(parse_pipeline(f"kv-ring{{context={context}}}")).run(prog, target)
+            attention = kv.records[-1].details["kv_placement"]["max_hops_bound"]
+            table[name]["kv_max_hops"] = attention
+            table[name]["max_hops_all_legs"] = max(table[name]["max_hops"], attention)
     t0 = time.perf_counter()
     table["exact-bound"] = _bound_row(blocked.layout, base_seconds + 0.0)
     table["exact-bound"]["seconds"] = round(base_seconds + time.perf_counter() - t0, 3)
@@ -125,6 +129,9 @@ def render_comparison(table: dict) -> str:
     lines.append("row-major = naive (hubs at the CT port); others: hubs at weighted medians; "
                  "exact-bound = star lower bounds (no placement reaches below)")
     ga = table.get("ga", {})
+    if "kv_max_hops" in ga:
+        lines.append(f"ga with kv-ring (placement near, batch 1): attention and KV legs at most {ga['kv_max_hops']} "
+                     f"on-CT hops; all legs at most {ga['max_hops_all_legs']}")
     if "templates" in ga:
         lines.append("")
         lines.append(f"ga per CT template (gap = byte-hops / star bound - 1; whole model {ga['gap']:.1%}):")

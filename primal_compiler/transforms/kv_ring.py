@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from primal_compiler.codegen.kvmap import build_kv_map, occupancy
+from primal_compiler.codegen.kvnear import near_map
 from primal_compiler.isa.schema import KV_INTERLEAVES
 from primal_compiler.ir.facts import Fact, facts
 from primal_compiler.passmgr import CONTEXT_RANGE, Pass, option
@@ -27,7 +28,12 @@ class KvRing(Pass):
     ``bank_interleave``: ``"token"`` (the seed's: adjacent tokens in
     different banks, each token's vector in one bank) or ``"word"`` (a chunk
     stored contiguously, consecutive bank words in consecutive banks: the
-    ablation of the seed's interleave).
+    ablation of the seed's interleave). ``placement``: ``"near"`` puts each
+    head's chunks, K and V of a chunk on neighbouring routers, where the
+    on-CT hops to its query, append and merge roots are bounded as tightly as
+    the layer's routers allow and, within that bound, the byte-hops are least
+    (:mod:`primal_compiler.codegen.kvnear`); ``"spread"`` deals the units round
+    the layer's routers in chunk-major order (:mod:`primal_compiler.codegen.kvmap`).
     Asking for more than fits is an error naming the largest context and
     batch that do. See :mod:`primal_compiler.codegen.kvmap` for the layout.
     """
@@ -43,6 +49,7 @@ class KvRing(Pass):
     chunk_tokens: int = option(32, *CONTEXT_RANGE)
     reserve_bytes: int = option(2048, 0, MAX_SCRATCHPAD_BYTES)  # at most the largest scratchpad a target may have
     bank_interleave: str = option("token", choices=KV_INTERLEAVES)
+    placement: str = option("near", choices=("near", "spread"))
     workload_options = {"batch": "batch", "context": "context"}
 
     def workload_changes(self, workload) -> dict:
@@ -68,4 +75,6 @@ class KvRing(Pass):
             banks=target.router.scratchpad_banks, interleave=self.bank_interleave, where=self.name,
         )
         details = {"kv": occupancy(kv, layer_cts, mesh, target.router.scratchpad_bytes)}
+        if self.placement == "near":
+            kv, details["kv_placement"] = near_map(program, target, kv, self.name)
         return program.evolve(kv=kv, pending_details=details)

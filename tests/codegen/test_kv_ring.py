@@ -36,8 +36,8 @@ def test_llama2_13b_holds_2048_tokens_at_batch_1_and_reports_the_limit(target):
         compile_model(model, target, f"{PLACE},kv-ring{{batch=8}}")
 
 
-def test_ring_pointer_walks_routers_in_order_and_wraps(small_target):
-    p = compile_model(load_model("tiny-llama"), small_target, f"{PLACE},kv-ring{{context=128}}")
+def test_spread_ring_pointer_walks_routers_in_order_and_wraps(small_target):
+    p = compile_model(load_model("tiny-llama"), small_target, f"{PLACE},kv-ring{{context=128,placement=spread}}")
     kv = p.kv
     chunk, slot = kv.position(np.array([0, 31, 32, 127, 128, 160]))
     assert chunk.tolist() == [0, 0, 1, 3, 0, 1] and slot.tolist() == [0, 31, 0, 31, 0, 0]

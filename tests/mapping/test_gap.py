@@ -30,5 +30,6 @@ def test_compare_strategies_reports_gap_per_template(tiny_model, small_target):
     table = compare_strategies(tiny_model, small_target, context=256, generations=2)
     ga = table["ga"]
     assert len(ga["templates"]) >= 1 and ga["gap"] >= 0
+    assert ga["max_hops_all_legs"] == max(ga["max_hops"], ga["kv_max_hops"]) and ga["kv_max_hops"] >= 1
     text = render_comparison(table)
-    assert "ga per CT template" in text and "gap" in text
+    assert "ga per CT template" in text and "gap" in text and f"all legs at most {ga['max_hops_all_legs']}" in text
