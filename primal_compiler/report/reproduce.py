@@ -176,7 +176,7 @@ def specs(study: Study) -> list[Spec]:
         (f"max hops, {pipe} pipeline (mapped legs)", SEED["max_hops_zcurve"], "seed: Z-curve",
          lambda r: r["base"]["hops"]["mapped"]["max_hops"]),
         (f"max hops, {pipe} pipeline (all legs, KV and attention too)", SEED["max_hops_zcurve"],
-         "kv-ring spreads each layer's cache over all its routers", lambda r: r["base"]["max_hops"]),
+         "kv-ring places each head's cache near its roots (placement near)", lambda r: r["base"]["max_hops"]),
         ("SRPG power saved", SEED["srpg_saving"], "", lambda r: 1 - r["base"]["power_w"] / r["ungated"]["power_w"]),
         ("pipelined LoRA reconfiguration: TTFT cut", SEED["pipelined_ttft_cut"], "",
          lambda r: 1 - r["base"]["ttft_s"] / r["serial"]["ttft_s"]),
