@@ -2,10 +2,9 @@
 
 K and V of one chunk share a *domino*: two routers adjacent on their CT's
 snake, so a chunk's scores travel one hop. Every (sequence, KV head) needs
-``chunks`` dominoes of its layer's CTs; a domino holds as many K/V pairs as
-the fullest router of the spread layout holds chunks (the fewest that fit),
-so the cache stays as balanced over the routers, and over their DMACs and
-scratchpads, as the spread layout's.
+``chunks`` dominoes of its layer's CTs; a domino holds at most
+ceil(pairs / dominoes) K/V pairs (the fewest that fit), so the cache stays
+balanced over the routers, their DMACs and scratchpads.
 A head's cost at a domino is the byte-hops of one decode step's transfers
 between its roots and the two units (:func:`codegen.attention.unit_flows`:
 the query multicast and 1/``chunks`` of the append into K; the append and the
@@ -13,6 +12,12 @@ softmax merge of V), in the better of the two orientations. A transfer inside
 one CT costs its XY hops; one between CTs its hops to the source CT's port
 (PE 0), over the package mesh and from the destination CT's port, as the
 executor routes it (``docs/executor.md``, Network).
+
+Each pair pays its transfers in full. Where a domino holds several pairs
+of one head (a context larger than the layer's routers), the emitter's query
+multicast and merge reach that router once, so the model overcounts them
+and the byte-hop step is no longer exact for the emitted stream; the hop
+bound still is (Llama-2-13B at 2048 context: one pair per domino).
 
 The placement is exact for this cost model, in two steps: first the
 smallest bound ``D`` on the on-CT hops of any of those transfers for which
@@ -210,7 +215,7 @@ def _solve_layer(mesh: Mesh, routes: LayerRoutes, layer, cts: np.ndarray, kv: Kv
         k_ends.append([(routes.hub_pos(r), b) for r, b in k])
         v_ends.append([(routes.hub_pos(r), b) for r, b in v])
     cost, worst = head_costs(mesh, k_ends, v_ends, doms, kv.chunks)
-    even = -(-kv.kv_heads * demand // len(doms[0]))  # no router holds more chunks than the spread's fullest
+    even = -(-kv.kv_heads * demand // len(doms[0]))  # the fewest pairs per domino that hold the cache
     bound, per_head, orients = place(cost, worst, demand, even)
     ct, pe, slot = units(doms, per_head, orients, chunks=kv.chunks, batch=kv.batch)
     return ct, pe, slot, bound

@@ -7,6 +7,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from primal_compiler.errors import InputError
+
 from primal_compiler.mapping.exact import star_bound
 from primal_compiler.mapping.hops import template_hops
 from primal_compiler.mapping.layout import Layout
@@ -69,14 +71,22 @@ def compare_strategies(model, target: PrimalTarget, context: int = 2048, seed: i
             table[name]["templates"] = [dict(row, rules=rules) for row, rules
                                         in zip(template_gaps(prog.need_layout()), layout_rules(prog))]
             table[name]["gap"] = _total_gap(table[name]["templates"])
-            kv = PassManager(parse_pipeline(f"kv-ring{{context={context}}}")).run(prog, target)
-            attention = kv.records[-1].details["kv_placement"]["max_hops_bound"]
-            table[name]["kv_max_hops"] = attention
-            table[name]["max_hops_all_legs"] = max(table[name]["max_hops"], attention)
+            table[name].update(_kv_legs(prog, target, context, table[name]["max_hops"]))
     t0 = time.perf_counter()
     table["exact-bound"] = _bound_row(blocked.layout, base_seconds + 0.0)
     table["exact-bound"]["seconds"] = round(base_seconds + time.perf_counter() - t0, 3)
     return table
+
+
+def _kv_legs(prog, target: PrimalTarget, context: int, mapped_max: int) -> dict:
+    """``kv_max_hops`` (kv-ring's bound on the attention legs at ``context``, batch 1) and
+    ``max_hops_all_legs``; or, when the cache does not fit, ``kv_problem`` saying why and no all-legs figure."""
+    try:
+        kv = PassManager(parse_pipeline(f"kv-ring{{context={context}}}")).run(prog, target)
+    except InputError as exc:
+        return {"kv_problem": exc.problem}
+    attention = kv.records[-1].details["kv_placement"]["max_hops_bound"]
+    return {"kv_max_hops": attention, "max_hops_all_legs": max(mapped_max, attention)}
 
 
 def template_gaps(layout: Layout) -> list[dict]:
@@ -129,6 +139,8 @@ def render_comparison(table: dict) -> str:
     lines.append("row-major = naive (hubs at the CT port); others: hubs at weighted medians; "
                  "exact-bound = star lower bounds (no placement reaches below)")
     ga = table.get("ga", {})
+    if "kv_problem" in ga:
+        lines.append(f"ga with kv-ring: no KV placement at this context ({ga['kv_problem']}), so no all-legs figure")
     if "kv_max_hops" in ga:
         lines.append(f"ga with kv-ring (placement near, batch 1): attention and KV legs at most {ga['kv_max_hops']} "
                      f"on-CT hops; all legs at most {ga['max_hops_all_legs']}")

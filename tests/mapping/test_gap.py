@@ -33,3 +33,11 @@ def test_compare_strategies_reports_gap_per_template(tiny_model, small_target):
     assert ga["max_hops_all_legs"] == max(ga["max_hops"], ga["kv_max_hops"]) and ga["kv_max_hops"] >= 1
     text = render_comparison(table)
     assert "ga per CT template" in text and "gap" in text and f"all legs at most {ga['max_hops_all_legs']}" in text
+
+
+def test_compare_strategies_says_when_the_kv_cache_does_not_fit(tiny_model, small_target):
+    from primal_compiler.report.hops import compare_strategies
+
+    table = compare_strategies(tiny_model, small_target, context=65536, generations=2)
+    assert "needs" in table["ga"]["kv_problem"] and "max_hops_all_legs" not in table["ga"]
+    assert "no KV placement at this context" in render_comparison(table)
