@@ -2,9 +2,13 @@
 
 Per CT template, for the attention matrices it holds:
 
-- ``rectangle`` (per role Q, K, V, O): the role's RRAM tiles fill their
-  bounding box on the mesh exactly (a column rectangle when blocking's
-  column order survives placement). Reported with the tiles and box area.
+- ``column_band`` (per role Q, K, V, O): the seed's column-shaped
+  rectangle, read as :mod:`~primal_compiler.mapping.bands` explains (a role's
+  tile count is rarely a multiple of the mesh's rows, so an exactly filled
+  rectangle is mostly impossible): every column strictly between the role's
+  first and last column holds the role's tiles and no other matrix's.
+  Reported with the tiles, the band's first and last column, and the other
+  matrices' tiles inside the band's inner columns.
 - ``q_next_to_k``: some W_Q tile and some W_K tile are mesh neighbours
   (one hop apart). Reported with the byte-hops of the q -> K-root flows.
 - ``qk_horizontal``: every q vector from a Q root to its K root stays in one
@@ -12,7 +16,8 @@ Per CT template, for the attention matrices it holds:
   with the byte-hops of those flows and the bytes that move vertically.
 
 A rule with no tiles or flows to judge in a template is absent from its
-record. These are observations of the placement; nothing here changes it.
+record. These are observations of the placement; nothing here changes it
+(``ga-placement{enforce=columns}`` keeps the column bands).
 """
 
 from __future__ import annotations
@@ -23,14 +28,13 @@ import numpy as np
 
 from primal_compiler.ir.model import Role
 from primal_compiler.ir.tiles import ROLE_INDEX, Macro
+from primal_compiler.mapping.bands import ATTENTION
 from primal_compiler.mapping.hops import template_hops
 from primal_compiler.mapping.layout import CtTemplate
 from primal_compiler.mapping.traffic import FlowClass
 
 if TYPE_CHECKING:
     from primal_compiler.ir.program import Program
-
-ATTENTION = (Role.Q, Role.K, Role.V, Role.O)
 
 
 def template_rules(tp: CtTemplate, roles: np.ndarray) -> dict:
@@ -41,8 +45,12 @@ def template_rules(tp: CtTemplate, roles: np.ndarray) -> dict:
     for role in ATTENTION:
         m = roles == ROLE_INDEX[role]
         if m.any():
-            area = int((x[m].max() - x[m].min() + 1) * (y[m].max() - y[m].min() + 1))
-            out[f"rectangle_{role}"] = {"holds": area == int(m.sum()), "tiles": int(m.sum()), "box_area": area}
+            first, last = int(x[m].min()), int(x[m].max())
+            inner = (x > first) & (x < last)
+            foreign = int((inner & ~m & (roles >= 0)).sum())
+            gaps = last - first + 1 - len(np.unique(x[m]))  # inner columns without a tile of the role
+            out[f"column_band_{role}"] = {"holds": foreign == 0 and gaps == 0, "tiles": int(m.sum()),
+                                          "first_col": first, "last_col": last, "foreign_tiles": foreign}
     qk = _qk_flows(tp)
     hops = template_hops(tp)
     qk_cost = float(hops[qk] @ inst.weight[qk])

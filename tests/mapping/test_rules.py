@@ -24,7 +24,7 @@ def _template(slots, hubs) -> CtTemplate:
 def test_column_rectangles_side_by_side_hold_every_rule():
     # Q in column 0, K in column 1; the roots in one mesh row
     r = template_rules(_template([0, 4, 8, 12, 1, 5, 9, 13], [4, 5]), ROLES)
-    assert r["rectangle_q"] == {"holds": True, "tiles": 4, "box_area": 4}
+    assert r["column_band_q"] == {"holds": True, "tiles": 4, "first_col": 0, "last_col": 0, "foreign_tiles": 0}
     assert r["q_next_to_k"]["holds"] and r["q_next_to_k"]["min_hops"] == 1
     assert r["qk_horizontal"] == {"holds": True, "qk_byte_hops": 256.0, "vertical_bytes": 0.0}
 
@@ -32,11 +32,21 @@ def test_column_rectangles_side_by_side_hold_every_rule():
 def test_broken_rules_are_reported_with_their_cost():
     # Q scattered over two corners, K in column 3; the K root two rows below the Q root
     r = template_rules(_template([0, 4, 2, 6, 3, 7, 11, 15], [0, 11]), ROLES)
-    assert not r["rectangle_q"]["holds"] and r["rectangle_q"]["box_area"] == 6
-    assert r["rectangle_k"]["holds"]
+    band = r["column_band_q"]  # columns 0 and 2 but not 1: a gap
+    assert not band["holds"] and (band["first_col"], band["last_col"], band["foreign_tiles"]) == (0, 2, 0)
+    assert r["column_band_k"]["holds"]
     assert r["q_next_to_k"]["holds"]  # tile 2 (0,2) touches K tile (0,3)
     h = r["qk_horizontal"]
     assert not h["holds"] and h["vertical_bytes"] == 256.0 and h["qk_byte_hops"] == 256.0 * (3 + 2)
+
+
+def test_a_band_with_another_matrix_in_its_inner_columns_is_broken():
+    # Q in columns 0-2 (a partial first and last column may be shared), K tile (1,1) inside Q's inner column
+    r = template_rules(_template([0, 4, 1, 2, 5, 3, 7, 11], [0, 3]), ROLES)
+    assert r["column_band_q"] == {"holds": False, "tiles": 4, "first_col": 0, "last_col": 2, "foreign_tiles": 1}
+    assert not r["column_band_k"]["holds"]  # K spans columns 1-3 and Q's tile (0,2) sits inside
+    ok = template_rules(_template([0, 4, 8, 1, 5, 9, 13, 2], [0, 5]), ROLES)  # Q: column 0 + (0,1); K after it
+    assert ok["column_band_q"]["holds"] and ok["column_band_k"]["holds"]
 
 
 def test_rules_absent_where_there_is_nothing_to_judge():
