@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from primal_compiler.mapping.bands import UNUSED, build_bands
 from primal_compiler.mapping.curves import CURVES
 from primal_compiler.mapping.exact import star_bound
 from primal_compiler.mapping.instance import Instance, evaluate
@@ -60,6 +61,7 @@ class GaConfig:
     polish_top: int = 4  # distinct best individuals polished at the end
     policy: str = "median"
     pins: tuple[tuple[int, int], ...] = ()  # (tile, slot)
+    bands: tuple[int, ...] = ()  # column band of each tile (mapping.bands; 0 = free); () = no band constraint
     curves: tuple[str, ...] = SEED_CURVES  # the curves whose placements seed the population, in order
     progress: bool = False
     label: str = ""
@@ -88,18 +90,61 @@ def slot_groups(rows: int, cols: int, g: int) -> np.ndarray:
 
 
 class _Decoder:
-    def __init__(self, inst: Instance, g: int, pins: tuple[tuple[int, int], ...]):
+    """Genes to placements. Without bands gene k is tile group k's slot group. With bands
+    (:mod:`~primal_compiler.mapping.bands`) a gene sequence is a priority over slot groups: the
+    unpinned tile groups of a band take its unpinned slot groups in gene order, so every decoded
+    placement keeps every tile in its band."""
+
+    def __init__(self, inst: Instance, g: int, pins: tuple[tuple[int, int], ...], bands: tuple[int, ...] = ()):
         self.inst, self.g = inst, g
-        self.groups = slot_groups(inst.rows, inst.cols, g)
-        self.n_groups = -(-inst.num_tiles // g)
+        self.bands = build_bands(inst.rows, inst.cols, np.array(bands, np.int64), g) if bands else None
+        if self.bands is None:
+            self.groups = slot_groups(inst.rows, inst.cols, g)
+            self.tile_group = np.arange(inst.num_tiles) // g
+            self.tile_pos = np.arange(inst.num_tiles) % g
+        else:
+            self.groups, self.tile_group, self.tile_pos = self.bands.groups, self.bands.tile_group, self.bands.tile_pos
+        self.n_groups = int(self.tile_group.max()) + 1 if inst.num_tiles else 0
         if self.n_groups > len(self.groups):
             raise ValueError("more tile groups than slot groups")
-        self.tile_group = np.arange(inst.num_tiles) // g
-        self.tile_pos = np.arange(inst.num_tiles) % g
         self.pins = self._pin_genes(pins)
+        if self.bands is not None:
+            self._band_plan()
+
+    @property
+    def regions(self) -> tuple[np.ndarray, np.ndarray] | None:
+        """(band of each tile, band of each PE) for the polishers; None without bands."""
+        return None if self.bands is None else (self.bands.tile_band, self.bands.pe_band)
+
+    def _band_plan(self) -> None:
+        """Reserved groups join the pins; sort keys of slot groups; each free tile group's index into the sorted genes."""
+        b = self.bands
+        assert b is not None
+        for q in np.flatnonzero(b.reserved >= 0):
+            gene = int(b.reserved[q])
+            if self.pins.get(gene, q) != q or any(p == q and k != gene for k, p in self.pins.items()):
+                raise ValueError(f"a pin moves the last, partial group of column band {b.group_band[q]}; "
+                                 "use group_size=1")
+            self.pins[gene] = int(q)
+        if any(b.reserved[q] == UNUSED for q in self.pins.values()):
+            raise ValueError(f"a pin uses the free PEs left over by group_size={self.g}; use group_size=1")
+        key = b.group_band.copy()
+        never = np.array(sorted(self.pins.values()) + np.flatnonzero(b.reserved == UNUSED).tolist(), dtype=np.int64)
+        key[never] = key.max(initial=0) + 1  # pinned, reserved and unused slot groups sort last, never handed out
+        self.sort_key = key
+        free = np.bincount(key, minlength=key.max(initial=0) + 1)
+        offset = np.concatenate([[0], np.cumsum(free)[:-1]])
+        index = np.zeros(self.n_groups, dtype=np.int64)
+        rank = np.zeros(len(free), dtype=np.int64)
+        for k in range(self.n_groups):
+            if k not in self.pins:
+                band = b.tile_group_band[k]
+                index[k] = offset[band] + rank[band]
+                rank[band] += 1
+        self.band_index = index
 
     def _pin_genes(self, pins) -> dict[int, int]:
-        where = {int(pe): (q, k) for q, row in enumerate(self.groups) for k, pe in enumerate(row)}
+        where = {int(pe): (q, k) for q, row in enumerate(self.groups) for k, pe in enumerate(row) if pe >= 0}
         genes: dict[int, int] = {}
         used: dict[int, int] = {}
         for tile, slot in pins:
@@ -109,6 +154,9 @@ class _Decoder:
                 raise ValueError(f"pinned tile {tile} is not in this CT")
             q, k = where[slot]
             gene, pos = int(self.tile_group[tile]), int(self.tile_pos[tile])
+            if self.bands is not None and self.bands.group_band[q] != self.bands.tile_group_band[gene]:
+                raise ValueError(f"pin of tile {tile} to PE {slot} is outside the tile's column band "
+                                 "(enforce=columns)")
             if pos != k:
                 raise ValueError(f"pin of tile {tile} to PE {slot} conflicts with group_size={self.g}; use group_size=1")
             if used.get(q, gene) != gene or genes.get(gene, q) != q:
@@ -117,22 +165,34 @@ class _Decoder:
         return genes
 
     def repair(self, perm: list[int]) -> None:
+        if self.bands is not None:  # band decoding hands pinned groups out itself
+            return
         for gene, q in self.pins.items():
             at = perm.index(q)
             perm[gene], perm[at] = perm[at], perm[gene]
 
     def slots(self, perms: np.ndarray) -> np.ndarray:
         """Tile PEs (P, T) of gene permutations (P, Q)."""
-        q = perms[:, self.tile_group]
+        if self.bands is None:
+            q = perms[:, self.tile_group]
+        else:
+            order = np.argsort(self.sort_key[perms], axis=1, kind="stable")
+            q = np.take_along_axis(perms, order, axis=1)[:, self.band_index]
+            for gene, slot_group in self.pins.items():
+                q[:, gene] = slot_group
+            q = q[:, self.tile_group]
         return self.groups[q, self.tile_pos[None, :]]
 
     def from_slots(self, slots: np.ndarray) -> list[int]:
         """Gene permutation closest to a tile placement: each group to the slot group of its first tile."""
         pe_group = np.empty(self.inst.num_slots, dtype=np.int64)
-        pe_group[self.groups.ravel()] = np.repeat(np.arange(len(self.groups)), self.groups.shape[1])
+        on = self.groups >= 0
+        pe_group[self.groups[on]] = np.nonzero(on)[0]
         perm, taken = [], set()
+        first = np.full(self.n_groups, self.inst.num_tiles, dtype=np.int64)
+        np.minimum.at(first, self.tile_group, np.arange(self.inst.num_tiles))  # first tile of each group
         for k in range(self.n_groups):
-            q = int(pe_group[slots[k * self.g]])
+            q = int(pe_group[slots[first[k]]])
             perm.append(q if q not in taken else -1)
             taken.add(q)
         rest = iter(q for q in range(len(self.groups)) if q not in taken)
@@ -189,10 +249,17 @@ def _shuffle_mutation(rng: random.Random, individual: list[int], indpb: float) -
 
 
 def _seeds(dec: _Decoder, inst: Instance, cfg: GaConfig) -> list[list[int]]:
+    """One gene sequence per curve: its first tiles' placement, or with bands its order as priority."""
     seeds = []
     for name in cfg.curves:
         order = CURVES[name](inst.rows, inst.cols)
-        seeds.append(dec.from_slots(order[: inst.num_tiles]))
+        if dec.bands is None:
+            seeds.append(dec.from_slots(order[: inst.num_tiles]))
+        else:
+            rank = np.empty(inst.num_slots, dtype=np.int64)
+            rank[order] = np.arange(inst.num_slots)
+            first = np.where(dec.groups >= 0, rank[dec.groups], inst.num_slots).min(axis=1)
+            seeds.append([int(q) for q in np.argsort(first, kind="stable")])
     return seeds
 
 
@@ -203,7 +270,7 @@ def run_ga(inst: Instance, cfg: GaConfig, executor: Executor | None = None, chun
     within that fraction of the star lower bound (a proven gap, so the stop does not depend on
     timing and the result stays a function of the inputs and seed); polishing runs either way.
     """
-    dec = _Decoder(inst, cfg.group_size, cfg.pins)
+    dec = _Decoder(inst, cfg.group_size, cfg.pins, cfg.bands)
     Q = len(dec.groups)
     start = time.perf_counter()
     rng = random.Random(cfg.seed)
@@ -245,7 +312,7 @@ def _polish_elite(dec: _Decoder, pop: list, fit: np.ndarray, cfg: GaConfig) -> N
     best = int(np.lexsort((fit[:, 1], fit[:, 0]))[0])
     slots = dec.slots(np.array(pop[best])[None, :])[0]
     pins = {int(t): int(s) for t, s in cfg.pins}
-    polished = lap_polish(dec.inst, slots, cfg.policy, pins, cfg.polish_rounds)
+    polished = lap_polish(dec.inst, slots, cfg.policy, pins, cfg.polish_rounds, dec.regions)
     perm = dec.from_slots(polished)
     c, m = evaluate(dec.inst, dec.slots(np.array([perm])), cfg.policy)
     if (c[0], m[0]) < (fit[best, 0], fit[best, 1]):
@@ -263,14 +330,14 @@ def _polish_best(dec: _Decoder, pop: list, fit: np.ndarray, cfg: GaConfig, pins:
         if key in seen:
             continue
         seen.add(key)
-        slots = lap_polish(dec.inst, slots, cfg.policy, pins, cfg.polish_rounds)
-        slots = swap_descent(dec.inst, slots, cfg.policy, pins)
+        slots = lap_polish(dec.inst, slots, cfg.policy, pins, cfg.polish_rounds, dec.regions)
+        slots = swap_descent(dec.inst, slots, cfg.policy, pins, regions=dec.regions)
         c, m = evaluate(dec.inst, slots[None, :], cfg.policy)
         if best_key is None or (c[0], m[0]) < best_key:
             best, best_key = slots, (c[0], m[0])
         if len(seen) >= (cfg.polish_top if dec.inst.num_slots <= LARGE_CT else 1):
             break
-    return lower_max_hops(dec.inst, best, cfg.policy, pins, cfg.max_hop_slack)
+    return lower_max_hops(dec.inst, best, cfg.policy, pins, cfg.max_hop_slack, dec.regions)
 
 
 def _generation(dec, pop, fit, cfg, executor, chunks, Q, rng):

@@ -4,7 +4,9 @@ Every flow joins a tile and a hub (or two hubs), so for fixed hub positions
 the byte-hops of a placement are ``sum_t C[t, slot_t]`` plus a constant;
 OR-Tools' linear sum assignment gives the optimal tiles, then the hubs move
 to their weighted medians. Each accepted round strictly lowers byte-hops
-(then max hops), so the loop terminates; pinned tiles keep their PE.
+(then max hops), so the loop terminates; pinned tiles keep their PE, and with
+``regions`` = (region of each tile, region of each PE) every tile stays on a
+PE of its own region (the column bands of :mod:`~primal_compiler.mapping.bands`).
 """
 
 from __future__ import annotations
@@ -29,7 +31,11 @@ def _tile_hub_weights(inst: Instance) -> tuple[np.ndarray, float]:
     return W, float(inst.weight[(src < T) & (dst < T)].sum())
 
 
-def assign(inst: Instance, hx: np.ndarray, hy: np.ndarray, pins: dict[int, int], cap: int = 0) -> np.ndarray | None:
+Regions = tuple[np.ndarray, np.ndarray] | None
+
+
+def assign(inst: Instance, hx: np.ndarray, hy: np.ndarray, pins: dict[int, int], cap: int = 0,
+           regions: Regions = None) -> np.ndarray | None:
     """Optimal tile PEs for hubs fixed at (hx, hy); with ``cap`` > 0 no tile may sit
     farther than ``cap`` hops from a hub it exchanges data with (None if infeasible)."""
     T, S = inst.num_tiles, inst.num_slots
@@ -41,6 +47,8 @@ def assign(inst: Instance, hx: np.ndarray, hy: np.ndarray, pins: dict[int, int],
     if cap > 0:
         far = ((W > 0).astype(np.float64) @ (D > cap).astype(np.float64)) > 0
         C[:T][far] = _FORBIDDEN
+    if regions is not None:
+        C[:T][regions[0][:, None] != regions[1][None, :]] = _FORBIDDEN
     for t, s in pins.items():
         C[t] = _FORBIDDEN
         C[t, s] = 0
@@ -49,12 +57,13 @@ def assign(inst: Instance, hx: np.ndarray, hy: np.ndarray, pins: dict[int, int],
     if lap.solve() != lap.OPTIMAL:
         raise RuntimeError("linear assignment failed")
     out = np.array([lap.right_mate(t) for t in range(T)], dtype=np.int32)
-    if cap > 0 and C[np.arange(T), out].max(initial=0) >= _FORBIDDEN:
+    if (cap > 0 or regions is not None) and C[np.arange(T), out].max(initial=0) >= _FORBIDDEN:
         return None
     return out
 
 
-def lap_polish(inst: Instance, slots: np.ndarray, policy: str, pins: dict[int, int], rounds: int) -> np.ndarray:
+def lap_polish(inst: Instance, slots: np.ndarray, policy: str, pins: dict[int, int], rounds: int,
+               regions: Regions = None) -> np.ndarray:
     """Improve ``slots`` by alternating optimal assignment and hub medians."""
     if inst.num_hubs == 0 or rounds <= 0:
         return slots
@@ -63,8 +72,8 @@ def lap_polish(inst: Instance, slots: np.ndarray, policy: str, pins: dict[int, i
     for _ in range(rounds):
         tx, ty = (slots % inst.cols)[None, :], (slots // inst.cols)[None, :]
         hx, hy = hub_xy(inst, tx, ty, policy)
-        cand = assign(inst, hx[0], hy[0], pins)
-        if cand is None:  # uncapped, an assignment always exists
+        cand = assign(inst, hx[0], hy[0], pins, regions=regions)
+        if cand is None:  # uncapped, the current placement is an assignment that keeps the regions
             raise RuntimeError("the uncapped assignment found no placement")
         c, m = evaluate(inst, cand[None, :], policy)
         if (float(c[0]), float(m[0])) >= best:
@@ -73,7 +82,8 @@ def lap_polish(inst: Instance, slots: np.ndarray, policy: str, pins: dict[int, i
     return slots
 
 
-def lower_max_hops(inst: Instance, slots: np.ndarray, policy: str, pins: dict[int, int], slack: float) -> np.ndarray:
+def lower_max_hops(inst: Instance, slots: np.ndarray, policy: str, pins: dict[int, int], slack: float,
+                   regions: Regions = None) -> np.ndarray:
     """Trade at most ``slack`` (fraction) of byte-hops for a lower maximum hop count.
 
     Bisects the tile-to-hub distance cap between 1 and the current maximum;
@@ -89,7 +99,7 @@ def lower_max_hops(inst: Instance, slots: np.ndarray, policy: str, pins: dict[in
     lo, hi = 1, best_max - 1
     while lo <= hi:
         cap = (lo + hi) // 2
-        cand = assign(inst, hx[0], hy[0], pins, cap=cap)
+        cand = assign(inst, hx[0], hy[0], pins, cap=cap, regions=regions)
         ok = False
         if cand is not None:
             c, m = evaluate(inst, cand[None, :], policy)
@@ -101,7 +111,8 @@ def lower_max_hops(inst: Instance, slots: np.ndarray, policy: str, pins: dict[in
     return slots
 
 
-def swap_descent(inst: Instance, slots: np.ndarray, policy: str, pins: dict[int, int], max_moves: int = 4096) -> np.ndarray:
+def swap_descent(inst: Instance, slots: np.ndarray, policy: str, pins: dict[int, int], max_moves: int = 4096,
+                 regions: Regions = None) -> np.ndarray:
     """Best-improvement descent over all single-tile moves (a swap when the PE is taken).
 
     Only for small CTs: it runs when tiles x PEs <= ``max_moves``.
@@ -120,6 +131,9 @@ def swap_descent(inst: Instance, slots: np.ndarray, policy: str, pins: dict[int,
         owner[slots] = np.arange(T)
         other = owner[s]
         ok = (other < 0) | ~np.isin(other, list(pins))
+        if regions is not None:  # the tile lands in its region, and so does the one it displaces
+            ok &= regions[0][t] == regions[1][s]
+            ok &= (other < 0) | (regions[0][np.maximum(other, 0)] == regions[1][slots[t]])
         t, s, other = t[ok], s[ok], other[ok]
         cand = np.repeat(slots[None, :], len(t), axis=0)
         rows = np.arange(len(t))

@@ -11,7 +11,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from primal_compiler.errors import InputError
-from primal_compiler.ir.tiles import ROLE_CODES, Part
+from primal_compiler.ir.tiles import ROLE_CODES, Macro, Part
+from primal_compiler.mapping.bands import tile_bands
 from primal_compiler.mapping.blocking import apply_placement
 from primal_compiler.mapping.curves import CURVES
 from primal_compiler.mapping.ga import GaConfig, run_ga
@@ -26,6 +27,7 @@ if TYPE_CHECKING:
     from primal_compiler.target.spec import PrimalTarget
 
 EXECUTORS = ("process", "thread", "serial")
+ENFORCEABLE = ("columns",)
 
 
 @dataclass(frozen=True)
@@ -41,6 +43,10 @@ class GaPlacement(Pass):
     scored in one vectorized numpy call); :func:`run_ga` can also split a
     single population over an executor. ``pins`` fix tiles as
     ``ROLE.BROW.BCOL@ROW.COL`` (slice 0, in every layer that has the tile).
+    ``enforce=columns`` keeps the seed's column bands (:mod:`~primal_compiler.mapping.bands`):
+    Q, K, V and O each stay in their band of whole columns, and the GA and
+    its polish search only placements that keep them; a pin outside its
+    tile's band is an error.
     ``executor`` picks the fitness evaluator (``process`` pool by default);
     library callers may pass any ``concurrent.futures.Executor`` as
     ``executor_override``.
@@ -70,12 +76,16 @@ class GaPlacement(Pass):
     executor: str = option("process", choices=EXECUTORS)
     workers: int = option(0, 0, 1024)  # 0 = CPU count; 1024 is above any one host's cores
     pins: tuple[str, ...] = option(())
+    enforce: tuple[str, ...] = option(())  # seed layout rules the placement must keep: ENFORCEABLE
     progress: bool = option(True)
     executor_override: Executor | None = internal()  # run-time wiring, never parsed or printed
 
     def check(self) -> None:
         for pin in self.pins:
             _parse_pin(pin)
+        rules = [r for r in self.enforce if r not in ENFORCEABLE]
+        if rules:
+            raise ValueError(f"enforce: unknown rule {rules[0]!r}; enforceable: {', '.join(ENFORCEABLE)}")
         unknown = [c for c in self.seed_curves if c not in CURVES]
         if unknown:
             raise ValueError(f"seed_curves: unknown curve {unknown[0]!r}; curves: {', '.join(CURVES)}")
@@ -94,6 +104,7 @@ class GaPlacement(Pass):
                 time_limit_s=self.time_limit_s, target_gap=self.target_gap, group_size=self.group_size,
                 polish_rounds=self.polish_rounds, max_hop_slack=self.max_hop_slack,
                 pins=_template_pins(program, tp, self.pins), curves=self.seed_curves,
+                bands=_template_bands(program, tp) if "columns" in self.enforce else (),
                 progress=self.progress and sys.stderr.isatty() and executor is None,
                 label=f"CT template {k + 1}/{len(layout.templates)}",
             )
@@ -126,7 +137,7 @@ def _first_identical(templates, configs: list[GaConfig]) -> list[int]:
     for k, (tp, cfg) in enumerate(zip(templates, configs)):
         i = tp.instance
         key = (i.rows, i.cols, i.num_tiles, i.num_hubs, i.src.tobytes(), i.dst.tobytes(),
-               i.weight.tobytes(), i.flow_class.tobytes(), cfg.pins)
+               i.weight.tobytes(), i.flow_class.tobytes(), cfg.pins, cfg.bands)
         out.append(seen.setdefault(key, k))
     return out
 
@@ -184,3 +195,11 @@ def _template_pins(program: Program, tp, pins: tuple[str, ...]) -> tuple[tuple[i
         if len(hit):
             out.append((int(hit[0]), r * tp.instance.cols + c))
     return tuple(out)
+
+
+def _template_bands(program: Program, tp) -> tuple[int, ...]:
+    """Column band of each of the template's tiles (:func:`~primal_compiler.mapping.bands.tile_bands`)."""
+    t = program.need_tiles()
+    rows = int(np.searchsorted(t.layer, tp.layer)) + tp.rel_rows
+    bands = tile_bands(np.where(t.macro[rows] == Macro.RRAM, t.role[rows], -1))
+    return tuple(int(b) for b in bands) if bands.any() else ()  # no attention matrix: nothing to keep

@@ -168,3 +168,42 @@ def test_one_set_of_defaults_and_curves_seeded_by_name(tiny_blocked, small_targe
     assert (before == after).all()  # a new curve seeds nothing unless named
     with pytest.raises(InputError, match=r"pass ga-placement: seed_curves: unknown curve 'spirals'"):
         parse_pipeline("ga-placement{seed_curves=snake:spirals}")
+
+
+@pytest.fixture(scope="module")
+def banded(small_target):
+    """One Llama layer of hidden 512 with LoRA on Q, V: 28 RRAM tiles of Q, K, V, O share the first 8x8 CT."""
+    from primal_compiler.api import compile_model
+    from primal_compiler.frontend.builtin import ArchConfig, build_model
+    from primal_compiler.frontend.lora_spec import attach_lora
+
+    model = attach_lora(build_model(ArchConfig("llama", 512, 1, 8, 8, 512, 256, 256), "band-test"), "q,v:8")
+    return compile_model(model, small_target, "lower-tiles,blocking")
+
+
+BANDED = "ga-placement{generations=4,population=8,executor=serial,progress=false"
+
+
+def _bands_kept(prog) -> dict[str, bool]:
+    from primal_compiler.mapping.rules import layout_rules
+
+    return {n: v["holds"] for r in layout_rules(prog) for n, v in r.items() if n.startswith("column_band")}
+
+
+def test_enforce_columns_keeps_every_column_band(banded, small_target):
+    free = _bands_kept(_run(banded, small_target, BANDED + "}"))
+    assert len(free) == 4 and not all(free.values())  # the same search without the rule breaks a band
+    for g in (1, 4):
+        spec = BANDED + f",group_size={g},enforce=columns}}"
+        kept = _run(banded, small_target, spec)
+        assert _bands_kept(kept) == dict.fromkeys(free, True)
+        assert np.array_equal(kept.tiles.pe, _run(banded, small_target, spec).tiles.pe)
+
+
+@pytest.mark.parametrize("options, message", [
+    ("group_size=1,enforce=columns,pins=q.0.0@0.7", "pin of tile 0 to PE 7 is outside the tile's column band"),
+    ("enforce=columns:rows", "enforce: unknown rule 'rows'; enforceable: columns"),
+])
+def test_enforce_refuses_what_it_cannot_keep(banded, small_target, options, message):
+    with pytest.raises(InputError, match=message):
+        _run(banded, small_target, BANDED + f",{options}}}")

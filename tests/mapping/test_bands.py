@@ -1,0 +1,74 @@
+"""Column bands: which tiles own which PEs, and the GA keeping every tile in its band."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from primal_compiler.ir.model import Role
+from primal_compiler.ir.tiles import ROLE_INDEX
+from primal_compiler.mapping.bands import UNUSED, build_bands, tile_bands
+from primal_compiler.mapping.ga import GaConfig, run_ga
+
+from .instances import random_instance
+
+Q, K, V, UP = (ROLE_INDEX[r] for r in (Role.Q, Role.K, Role.V, Role.UP))
+
+
+def test_bands_are_numbered_by_each_roles_first_tile_and_others_are_free():
+    roles = np.array([K, K, Q, UP, -1, V, Q])
+    assert tile_bands(roles).tolist() == [1, 1, 2, 0, 0, 3, 2]
+    assert tile_bands(np.array([UP, UP, -1])).tolist() == [0, 0, 0]
+
+
+def test_bands_take_whole_columns_top_to_bottom_in_band_order():
+    b = build_bands(4, 4, np.array([1, 1, 1, 1, 1, 2, 2, 0, 0]), 1)
+    # band 1: column 0 and the top of column 1; band 2 continues down column 1; the rest is free
+    assert b.groups[:, 0].tolist()[:8] == [0, 4, 8, 12, 1, 5, 9, 13]
+    pe = b.pe_band.reshape(4, 4)
+    assert pe.tolist() == [[1, 1, 0, 0], [1, 2, 0, 0], [1, 2, 0, 0], [1, 0, 0, 0]]
+
+
+def test_groups_of_g_leave_one_partial_group_per_band_reserved_for_its_last_tiles():
+    b = build_bands(4, 4, np.array([1, 1, 1, 2, 2, 0]), 2)
+    # band 1 = PEs 0, 4, 8; band 2 = 12, 1 (the next column); the free PEs follow in column-major order
+    assert b.groups.tolist() == [[0, 4], [8, -1], [12, 1], [5, 9], [13, 2], [6, 10], [14, 3], [7, 11], [15, -1]]
+    assert b.group_band.tolist() == [1, 1, 2, 0, 0, 0, 0, 0, 0]
+    assert b.reserved.tolist() == [-1, 1, -1, -1, -1, -1, -1, -1, UNUSED]  # tile group 1 = Q's third tile
+    assert b.tile_group.tolist() == [0, 0, 1, 2, 2, 3] and b.tile_pos.tolist() == [0, 1, 0, 0, 1, 0]
+    assert b.tile_group_band.tolist() == [1, 1, 2, 0]
+
+
+def test_bands_that_do_not_fit_are_refused_with_the_reason():
+    with pytest.raises(ValueError, match="5 tiles do not fit the 2x2 mesh"):
+        build_bands(2, 2, np.zeros(5, np.int64), 1)
+    with pytest.raises(ValueError, match="leave 1 whole groups of 2 PEs for 2 groups of the other tiles"):
+        build_bands(2, 2, np.array([1, 0, 0, 0]), 2)
+
+
+@pytest.mark.parametrize("group_size", [1, 2])
+def test_every_placement_the_ga_returns_keeps_each_tile_in_its_band(group_size):
+    inst = random_instance(3, 4, 4, 10, 3)
+    bands = (1, 1, 1, 1, 1, 2, 2, 2, 0, 0)
+    res = run_ga(inst, GaConfig(generations=6, population=10, group_size=group_size, bands=bands))
+    pe_band = build_bands(4, 4, np.array(bands), group_size).pe_band
+    assert pe_band[res.slots].tolist() == list(bands)
+    assert len(set(res.slots.tolist())) == 10
+    free = run_ga(inst, GaConfig(generations=6, population=10, group_size=group_size))
+    assert pe_band[free.slots].tolist() != list(bands)  # unconstrained, the same search leaves the bands
+
+
+def test_a_pin_inside_the_band_is_kept_and_one_outside_is_refused():
+    inst = random_instance(3, 4, 4, 10, 3)
+    bands = (1, 1, 1, 1, 1, 2, 2, 2, 0, 0)
+    res = run_ga(inst, GaConfig(generations=4, population=8, group_size=1, bands=bands, pins=((6, 13),)))
+    assert int(res.slots[6]) == 13
+    with pytest.raises(ValueError, match="outside the tile's column band"):
+        run_ga(inst, GaConfig(generations=4, population=8, group_size=1, bands=bands, pins=((6, 0),)))
+
+
+def test_a_pin_that_moves_a_bands_partial_group_is_refused():
+    inst = random_instance(3, 4, 4, 10, 3)
+    bands = (1, 1, 1, 1, 1, 2, 2, 2, 0, 0)  # g=2: Q's fifth tile is alone in the group kept for it
+    with pytest.raises(ValueError, match="moves the last, partial group of column band 1"):
+        run_ga(inst, GaConfig(generations=4, population=8, group_size=2, bands=bands, pins=((4, 0),)))
