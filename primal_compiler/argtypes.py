@@ -69,6 +69,15 @@ def option_arg(pass_name: str, opt: str) -> Callable[[str], int | float]:
     return parse
 
 
+def layout_rule_arg(text: str) -> str:
+    """A ``--enforce`` rule: one of the seed layout rules ``ga-placement`` can keep."""
+    from primal_compiler.transforms.ga_placement import ENFORCEABLE
+
+    if text not in ENFORCEABLE:
+        raise argparse.ArgumentTypeError(f"unknown rule {_shown(text)}; enforceable: {', '.join(ENFORCEABLE)}")
+    return text
+
+
 def _in_range(value: T, lo: float, hi: float, text: str) -> T:
     if not lo <= value <= hi:
         raise argparse.ArgumentTypeError(f"must be >= {lo} and <= {hi}, got {_shown(text)}")

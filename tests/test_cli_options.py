@@ -68,6 +68,7 @@ FLAG_ERRORS = [
     (["map", "tiny-llama", "--generations", "0"], "argument --generations: must be >= 1"),
     (["map", "tiny-llama", "--seed", "-1"], "argument --seed: must be >= 0"),
     (["map", "tiny-llama", "--context", "0"], "argument --context: must be >= 1"),
+    (["map", "tiny-llama", "--enforce", "rows"], "argument --enforce: unknown rule 'rows'; enforceable: columns"),
     (["reproduce", "--context", "0"], "argument --context: must be >= 1 and <= 131072, got '0'"),
     (["reproduce", "--batch8-context", "-5"], "argument --batch8-context: must be >= 1"),
     (["viz", "{tmp}/out", "--max-events", "0"], "argument --max-events: must be >= 1 and <= 2000000"),

@@ -41,3 +41,15 @@ def test_compare_strategies_says_when_the_kv_cache_does_not_fit(tiny_model, smal
     table = compare_strategies(tiny_model, small_target, context=65536, generations=2)
     assert "needs" in table["ga"]["kv_problem"] and "max_hops_all_legs" not in table["ga"]
     assert "no KV placement at this context" in render_comparison(table)
+
+
+def test_compare_strategies_passes_enforced_rules_to_the_ga(small_target):
+    from primal_compiler.frontend.builtin import ArchConfig, build_model
+    from primal_compiler.frontend.lora_spec import attach_lora
+    from primal_compiler.report.hops import compare_strategies
+
+    model = attach_lora(build_model(ArchConfig("llama", 512, 1, 8, 8, 512, 256, 256), "band-test"), "q,v:8")
+    table = compare_strategies(model, small_target, context=256, generations=2, enforce=("columns",))
+    bands = [v["holds"] for t in table["ga"]["templates"] for n, v in t["rules"].items() if n.startswith("column")]
+    assert len(bands) == 4 and all(bands)
+    assert "seed layout rules broken" in render_comparison(table)
