@@ -5,7 +5,10 @@ router-scratchpad intermediates (reduction roots, broadcast sources, attention
 holders) that any PE may host, several per PE. Given tile positions, hubs go
 either to the CT port PE (0, 0) (policy ``port``, the naive layout) or to the
 bytes-weighted median of the tiles they exchange data with (policy
-``median``), the exact minimiser of their star cost. Cost is bytes x XY hops
+``median``), the exact minimiser of their star cost. Hubs joined by
+``row_ties`` share one mesh row: their common row is the weighted median of
+all their tiles' rows, the exact minimiser of those stars' vertical cost
+under the tie (columns stay free). Cost is bytes x XY hops
 summed over flows; every function here is vectorized over a population of
 placements ``slots[P, T]``.
 """
@@ -32,7 +35,9 @@ class Instance:
     weight: np.ndarray  # float64 bytes per flow
     flow_class: np.ndarray  # int8, see traffic.FlowClass
     hub_names: tuple[str, ...] = ()
+    row_ties: tuple[tuple[int, int], ...] = ()  # hub pairs (0..H-1) that must sit in one mesh row
     hub_plan: list = field(default_factory=list, init=False, repr=False, compare=False)  # derived: _hub_plan
+    tie_plan: tuple = field(default=(), init=False, repr=False, compare=False)  # derived: _tie_plan
 
     def __post_init__(self) -> None:
         if self.num_tiles > self.rows * self.cols:
@@ -41,24 +46,61 @@ class Instance:
         for a in (self.src, self.dst):
             if len(a) and (a.min() < 0 or a.max() >= n):
                 raise ValueError("flow endpoint out of range")
+        if any(not (0 <= a < self.num_hubs and 0 <= b < self.num_hubs) for a, b in self.row_ties):
+            raise ValueError("row tie of a hub out of range")
         object.__setattr__(self, "hub_plan", _hub_plan(self))
+        object.__setattr__(self, "tie_plan", _tie_plan(self))
 
     @property
     def num_slots(self) -> int:
         return self.rows * self.cols
 
 
-def _hub_plan(inst: Instance) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
-    """Padded neighbour lists of hubs, bucketed by degree: (hub ids, nbr tiles, weights)."""
-    T, H = inst.num_tiles, inst.num_hubs
-    src, dst, w = inst.src, inst.dst, inst.weight
-    hub_side = np.concatenate([src, dst])
-    other = np.concatenate([dst, src])
-    ww = np.concatenate([w, w])
+def _hub_tile_flows(inst: Instance) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(hub, tile, bytes) of every flow between a hub and a tile, sorted by hub then tile."""
+    T = inst.num_tiles
+    hub_side = np.concatenate([inst.src, inst.dst])
+    other = np.concatenate([inst.dst, inst.src])
+    ww = np.concatenate([inst.weight, inst.weight])
     keep = (hub_side >= T) & (other < T)
     hub_side, other, ww = hub_side[keep] - T, other[keep], ww[keep]
     order = np.lexsort((other, hub_side))
-    hub_side, other, ww = hub_side[order], other[order], ww[order]
+    return hub_side[order], other[order], ww[order]
+
+
+def _tie_plan(inst: Instance) -> tuple:
+    """(tied hubs, component of each, padded tiles (K, D), weights (K, D)) of the row ties' components."""
+    if not inst.row_ties:
+        return ()
+    parent = list(range(inst.num_hubs))
+
+    def root(h: int) -> int:
+        while parent[h] != h:
+            parent[h] = parent[parent[h]]
+            h = parent[h]
+        return h
+
+    for a, b in inst.row_ties:
+        parent[max(root(a), root(b))] = min(root(a), root(b))
+    tied = np.array(sorted({h for pair in inst.row_ties for h in pair}), dtype=np.int64)
+    roots = np.array([root(int(h)) for h in tied])
+    comps, comp = np.unique(roots, return_inverse=True)
+    hub, tile, w = _hub_tile_flows(inst)
+    if not np.isin(tied, hub).all():
+        raise ValueError(f"row-tied hub {int(tied[~np.isin(tied, hub)][0])} exchanges data with no tile")
+    members = [np.isin(hub, tied[comp == k]) for k in range(len(comps))]
+    D = max(int(m.sum()) for m in members)
+    nb = np.zeros((len(comps), D), dtype=np.int64)
+    wt = np.zeros((len(comps), D))
+    for k, m in enumerate(members):
+        nb[k, : m.sum()], wt[k, : m.sum()] = tile[m], w[m]
+    return tied, comp, nb, wt
+
+
+def _hub_plan(inst: Instance) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """Padded neighbour lists of hubs, bucketed by degree: (hub ids, nbr tiles, weights)."""
+    H = inst.num_hubs
+    hub_side, other, ww = _hub_tile_flows(inst)
     deg = np.bincount(hub_side, minlength=H)
     starts = np.concatenate([[0], np.cumsum(deg)])
     plan = []
@@ -107,6 +149,9 @@ def hub_xy(inst: Instance, tx: np.ndarray, ty: np.ndarray, policy: str = "median
         hx[:, ids] = _weighted_median(tx[:, nb], wt)
         hy[:, ids] = _weighted_median(ty[:, nb], wt)
         placed[ids] = True
+    if inst.tie_plan:
+        tied, comp, nb, wt = inst.tie_plan
+        hy[:, tied] = _weighted_median(ty[:, nb], wt)[:, comp]
     if not placed.all():
         _place_hub_only_hubs(inst, hx, hy, placed)
     return hx, hy
