@@ -17,7 +17,8 @@ Per CT template, for the attention matrices it holds:
 
 A rule with no tiles or flows to judge in a template is absent from its
 record. These are observations of the placement; nothing here changes it
-(``ga-placement{enforce=columns}`` keeps the column bands).
+(``ga-placement{enforce=columns:qk_horizontal}`` keeps the column bands and
+ties each Q root's row to its K root's).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from primal_compiler.ir.model import Role
 from primal_compiler.ir.tiles import ROLE_INDEX, Macro
 from primal_compiler.mapping.bands import ATTENTION
 from primal_compiler.mapping.hops import template_hops
+from primal_compiler.mapping.instance import Instance
 from primal_compiler.mapping.layout import CtTemplate
 from primal_compiler.mapping.traffic import FlowClass
 
@@ -51,7 +53,7 @@ def template_rules(tp: CtTemplate, roles: np.ndarray) -> dict:
             gaps = last - first + 1 - len(np.unique(x[m]))  # inner columns without a tile of the role
             out[f"column_band_{role}"] = {"holds": foreign == 0 and gaps == 0, "tiles": int(m.sum()),
                                           "first_col": first, "last_col": last, "foreign_tiles": foreign}
-    qk = _qk_flows(tp)
+    qk = qk_flows(inst)
     hops = template_hops(tp)
     qk_cost = float(hops[qk] @ inst.weight[qk])
     q, k = roles == ROLE_INDEX[Role.Q], roles == ROLE_INDEX[Role.K]
@@ -66,9 +68,8 @@ def template_rules(tp: CtTemplate, roles: np.ndarray) -> dict:
     return out
 
 
-def _qk_flows(tp: CtTemplate) -> np.ndarray:
-    """Mask of the template's ATTN flows from a Q root to a K root."""
-    inst = tp.instance
+def qk_flows(inst: Instance) -> np.ndarray:
+    """Mask of the instance's ATTN flows from a Q root to a K root."""
     T = inst.num_tiles
     names = np.array(("",) * T + tuple(inst.hub_names), dtype=object) if inst.hub_names else None
     mask = inst.flow_class == FlowClass.ATTN

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import sys
 from concurrent.futures import Executor, ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -17,7 +17,8 @@ from primal_compiler.mapping.blocking import apply_placement
 from primal_compiler.mapping.curves import CURVES
 from primal_compiler.mapping.ga import GaConfig, run_ga
 from primal_compiler.mapping.hops import layout_hops
-from primal_compiler.mapping.instance import hub_slots
+from primal_compiler.mapping.instance import Instance, hub_slots
+from primal_compiler.mapping.rules import qk_flows
 from primal_compiler.ir.facts import Fact, facts
 from primal_compiler.passmgr import SEED_RANGE, Pass, internal, option
 from primal_compiler.procs import worker_pool
@@ -27,7 +28,7 @@ if TYPE_CHECKING:
     from primal_compiler.target.spec import PrimalTarget
 
 EXECUTORS = ("process", "thread", "serial")
-ENFORCEABLE = ("columns",)
+ENFORCEABLE = ("columns", "qk_horizontal")
 
 
 @dataclass(frozen=True)
@@ -46,7 +47,9 @@ class GaPlacement(Pass):
     ``enforce=columns`` keeps the seed's column bands (:mod:`~primal_compiler.mapping.bands`):
     Q, K, V and O each stay in their band of whole columns, and the GA and
     its polish search only placements that keep them; a pin outside its
-    tile's band is an error.
+    tile's band is an error. ``enforce=qk_horizontal`` ties each Q root's
+    mesh row to its K root's (:attr:`Instance.row_ties`), so every q vector
+    reaches its K root on horizontal links only.
     ``executor`` picks the fitness evaluator (``process`` pool by default);
     library callers may pass any ``concurrent.futures.Executor`` as
     ``executor_override``.
@@ -110,9 +113,10 @@ class GaPlacement(Pass):
             )
             for k, tp in enumerate(layout.templates)
         ]
-        first = _first_identical(layout.templates, configs)
+        instances = [_tied(tp.instance) if "qk_horizontal" in self.enforce else tp.instance for tp in layout.templates]
+        first = _first_identical(instances, configs)
         unique = sorted(set(first))
-        jobs = [(layout.templates[k].instance, configs[k]) for k in unique]
+        jobs = [(instances[k], configs[k]) for k in unique]
         try:
             solved = _run_jobs(jobs, executor, self.progress and sys.stderr.isatty())
         finally:
@@ -120,24 +124,23 @@ class GaPlacement(Pass):
                 own.shutdown()
         by_first = dict(zip(unique, solved))
         results = [by_first[f] for f in first]
-        for k, (tp, res) in enumerate(zip(layout.templates, results)):
+        for k, (inst, res) in enumerate(zip(instances, results)):
             if isinstance(res, str):
                 raise InputError(f"pass {self.name}", res)
-            layout = layout.replace_template(k, slots=res.slots, hubs=hub_slots(tp.instance, res.slots))
+            layout = layout.replace_template(k, slots=res.slots, hubs=hub_slots(inst, res.slots))
             logs[f"template{k}"] = {"generations": res.generations, "byte_hops": res.cost,
                                     "max_hops": res.max_hops, "convergence": res.log}
         tiles = apply_placement(program.need_tiles(), layout)
         return program.evolve(tiles=tiles, layout=layout, pending_details={"hops": layout_hops(layout), "ga": logs})
 
 
-def _first_identical(templates, configs: list[GaConfig]) -> list[int]:
+def _first_identical(instances: list[Instance], configs: list[GaConfig]) -> list[int]:
     """For each template, the index of the first template with the same placement problem and pins."""
     seen: dict[tuple, int] = {}
     out = []
-    for k, (tp, cfg) in enumerate(zip(templates, configs)):
-        i = tp.instance
+    for k, (i, cfg) in enumerate(zip(instances, configs)):
         key = (i.rows, i.cols, i.num_tiles, i.num_hubs, i.src.tobytes(), i.dst.tobytes(),
-               i.weight.tobytes(), i.flow_class.tobytes(), cfg.pins, cfg.bands)
+               i.weight.tobytes(), i.flow_class.tobytes(), i.row_ties, cfg.pins, cfg.bands)
         out.append(seen.setdefault(key, k))
     return out
 
@@ -203,3 +206,11 @@ def _template_bands(program: Program, tp) -> tuple[int, ...]:
     rows = int(np.searchsorted(t.layer, tp.layer)) + tp.rel_rows
     bands = tile_bands(np.where(t.macro[rows] == Macro.RRAM, t.role[rows], -1))
     return tuple(int(b) for b in bands) if bands.any() else ()  # no attention matrix: nothing to keep
+
+
+def _tied(inst: Instance) -> Instance:
+    """``inst`` with each Q root row-tied to the K roots it sends q to (qk_horizontal)."""
+    qk = qk_flows(inst)
+    T = inst.num_tiles
+    ties = sorted({(int(a) - T, int(b) - T) for a, b in zip(inst.src[qk], inst.dst[qk])})
+    return replace(inst, row_ties=tuple(ties)) if ties else inst

@@ -207,3 +207,13 @@ def test_enforce_columns_keeps_every_column_band(banded, small_target):
 def test_enforce_refuses_what_it_cannot_keep(banded, small_target, options, message):
     with pytest.raises(InputError, match=message):
         _run(banded, small_target, BANDED + f",{options}}}")
+
+
+def test_enforce_qk_horizontal_keeps_every_q_vector_in_its_k_roots_row(banded, small_target):
+    from primal_compiler.mapping.rules import layout_rules
+
+    def broken(spec):
+        return [n for r in layout_rules(_run(banded, small_target, spec)) for n, v in r.items() if not v["holds"]]
+
+    assert broken(BANDED + ",enforce=columns}") == ["qk_horizontal"]  # the bands alone send q vertically
+    assert broken(BANDED + ",enforce=columns:qk_horizontal}") == []
