@@ -19,7 +19,11 @@ For the GA, each region's PEs (in that column-major order) and its tiles
 groups as tile groups, the last of each the same size when ``g`` does not
 divide the band, and that partial tile group is reserved to that partial
 slot group. The other tiles' groups take whole free slot groups; a free
-remainder of fewer than ``g`` PEs is left to the polishers.
+remainder of fewer than ``g`` PEs is left to the polishers, unless the
+whole groups are one short: then the free tiles fill all of them (their
+count and the free PEs' differ by less than ``g``), so their partial group
+is no larger than the remainder and is reserved to it. Every CT whose tiles
+fit its mesh therefore has bands.
 """
 
 from __future__ import annotations
@@ -92,12 +96,10 @@ def build_bands(rows: int, cols: int, tile_band: np.ndarray, g: int) -> Bands:
             group_band.append(band)
             if len(chunk) == g:
                 reserved.append(RESERVED_NONE)
-            else:  # a band's partial slot group is its partial tile group's; the free one stays empty
-                reserved.append(first + (len(tiles) - 1) // g if band else UNUSED)
-    full_free = sum(1 for b, r in zip(group_band, reserved) if b == 0 and r != UNUSED)
-    if -(-int(sizes[0]) // g) > full_free:
-        raise ValueError(f"the column bands leave {full_free} whole groups of {g} PEs for "
-                         f"{-(-int(sizes[0]) // g)} groups of the other tiles; use group_size=1")
+            elif band or len(pes) // g < -(-len(tiles) // g):
+                reserved.append(first + (len(tiles) - 1) // g)  # the partial tile group, no larger (see above)
+            else:
+                reserved.append(UNUSED)
     return Bands(pe_band, np.array(groups, dtype=np.int64).reshape(-1, g), np.array(group_band, dtype=np.int64),
                  np.array(reserved, dtype=np.int64), tile_band, tile_group, tile_pos,
                  np.array(tile_group_band, dtype=np.int64))

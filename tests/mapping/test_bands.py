@@ -39,11 +39,21 @@ def test_groups_of_g_leave_one_partial_group_per_band_reserved_for_its_last_tile
     assert b.tile_group_band.tolist() == [1, 1, 2, 0]
 
 
-def test_bands_that_do_not_fit_are_refused_with_the_reason():
+def test_the_free_remainder_takes_the_free_partial_group_when_the_whole_groups_are_one_short():
+    b = build_bands(2, 2, np.array([1, 0, 0, 0]), 2)  # Q = PE 0; three free tiles on PEs 2, 1, 3
+    assert b.groups.tolist() == [[0, -1], [2, 1], [3, -1]]
+    assert b.reserved.tolist() == [0, -1, 2] and b.tile_group.tolist() == [0, 1, 1, 2]
     with pytest.raises(ValueError, match="5 tiles do not fit the 2x2 mesh"):
         build_bands(2, 2, np.zeros(5, np.int64), 1)
-    with pytest.raises(ValueError, match="leave 1 whole groups of 2 PEs for 2 groups of the other tiles"):
-        build_bands(2, 2, np.array([1, 0, 0, 0]), 2)
+
+
+def test_a_full_mesh_with_bands_gets_a_placement_for_every_group_size():
+    inst = random_instance(5, 4, 4, 16, 3)
+    for bands in [(1, 1, 1, 2, 2, 2, 2, 2) + (0,) * 8, (1, 1, 1) + (0,) * 13]:  # the second: free groups one short
+        for g in (1, 2, 4):
+            res = run_ga(inst, GaConfig(generations=3, population=6, group_size=g, bands=bands))
+            assert sorted(res.slots.tolist()) == list(range(16))
+            assert build_bands(4, 4, np.array(bands), g).pe_band[res.slots].tolist() == list(bands)
 
 
 @pytest.mark.parametrize("group_size", [1, 2])
