@@ -69,13 +69,16 @@ def option_arg(pass_name: str, opt: str) -> Callable[[str], int | float]:
     return parse
 
 
-def layout_rule_arg(text: str) -> str:
-    """A ``--enforce`` rule: one of the seed layout rules ``ga-placement`` can keep."""
+def layout_rules_arg(text: str) -> tuple[str, ...]:
+    """``--enforce``: seed layout rules ``ga-placement`` keeps, colon-separated, or ``none``."""
     from primal_compiler.transforms.ga_placement import ENFORCEABLE
 
-    if text not in ENFORCEABLE:
-        raise argparse.ArgumentTypeError(f"unknown rule {_shown(text)}; enforceable: {', '.join(ENFORCEABLE)}")
-    return text
+    rules = () if text == "none" else tuple(text.split(":"))
+    bad = [r for r in rules if r not in ENFORCEABLE]
+    if bad:
+        raise argparse.ArgumentTypeError(f"unknown rule {_shown(bad[0])}; enforceable: {', '.join(ENFORCEABLE)} "
+                                         "(colon-separated) or none")
+    return rules
 
 
 def _in_range(value: T, lo: float, hi: float, text: str) -> T:

@@ -205,7 +205,7 @@ def cmd_map(args) -> None:
 
     model = load_model(args.model, args.lora)
     table = compare_strategies(model, _target(args.target), args.context, args.seed, args.generations,
-                               tuple(args.enforce))
+                               args.enforce)
     print(json.dumps(table, indent=2) if args.json else render_comparison(table))
 
 
@@ -228,7 +228,7 @@ def cmd_targets(args) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from primal_compiler.argtypes import float_arg, layout_rule_arg, option_arg, pipeline_arg
+    from primal_compiler.argtypes import float_arg, layout_rules_arg, option_arg, pipeline_arg
     from primal_compiler.baselines.command import add_family_args
 
     p = argparse.ArgumentParser(prog="primal", description="PRIMAL mapping compiler and cost simulator")
@@ -329,8 +329,8 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--context", type=option_arg("blocking", "context"), default=2048)
     sp.add_argument("--seed", type=option_arg("ga-placement", "seed"), default=0)
     sp.add_argument("--generations", type=option_arg("ga-placement", "generations"), default=30)
-    sp.add_argument("--enforce", action="append", type=layout_rule_arg, default=[],
-                    help="a seed layout rule the GA must keep (ga-placement{enforce=...}); repeatable")
+    sp.add_argument("--enforce", type=layout_rules_arg, default=None,
+                    help="seed layout rules the GA keeps, e.g. columns:qk_horizontal (the default) or none")
     sp.add_argument("--json", action="store_true")
     sp.set_defaults(func=cmd_map)
 

@@ -49,17 +49,17 @@ def _row(h: dict, seconds: float) -> dict:
 
 
 def compare_strategies(model, target: PrimalTarget, context: int = 2048, seed: int = 0, generations: int = 30,
-                       enforce: tuple[str, ...] = ()) -> dict:
+                       enforce: tuple[str, ...] | None = None) -> dict:
     """Hop statistics of every ordering, the GA and the exact lower bound, keyed by strategy.
 
     Every pipeline is parsed (so ``context``, ``seed``, ``generations`` and the GA's ``enforce``d
-    rules are checked by the passes that take them) before any work starts.
+    rules, None for the pass's default, are checked by the passes that take them) before any work starts.
     """
     from primal_compiler.ir.program import Program
 
     head = parse_pipeline(f"lower-tiles,blocking{{context={context}}}")
     runs = {name: parse_pipeline(spec) for name, spec in strategies().items()}
-    kept = f",enforce={':'.join(enforce)}" if enforce else ""
+    kept = "" if enforce is None else f",enforce={':'.join(enforce)}"
     runs["ga"] = parse_pipeline(f"zcurve-order,ga-placement{{seed={seed},generations={generations}{kept}}}")
     start = time.perf_counter()
     blocked = PassManager(head).run(Program(model), target)

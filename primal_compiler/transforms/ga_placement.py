@@ -44,10 +44,12 @@ class GaPlacement(Pass):
     scored in one vectorized numpy call); :func:`run_ga` can also split a
     single population over an executor. ``pins`` fix tiles as
     ``ROLE.BROW.BCOL@ROW.COL`` (slice 0, in every layer that has the tile).
-    ``enforce=columns`` keeps the seed's column bands (:mod:`~primal_compiler.mapping.bands`):
+    ``enforce`` names the seed layout rules the placement keeps, both by
+    default (the seed's mapping; ``enforce=`` searches without them).
+    ``columns`` keeps the seed's column bands (:mod:`~primal_compiler.mapping.bands`):
     Q, K, V and O each stay in their band of whole columns, and the GA and
     its polish search only placements that keep them; a pin outside its
-    tile's band is an error. ``enforce=qk_horizontal`` ties each Q root's
+    tile's band is an error. ``qk_horizontal`` ties each Q root's
     mesh row to its K root's (:attr:`Instance.row_ties`), so every q vector
     reaches its K root on horizontal links only.
     ``executor`` picks the fitness evaluator (``process`` pool by default);
@@ -79,7 +81,7 @@ class GaPlacement(Pass):
     executor: str = option("process", choices=EXECUTORS)
     workers: int = option(0, 0, 1024)  # 0 = CPU count; 1024 is above any one host's cores
     pins: tuple[str, ...] = option(())
-    enforce: tuple[str, ...] = option(())  # seed layout rules the placement must keep: ENFORCEABLE
+    enforce: tuple[str, ...] = option(ENFORCEABLE)  # seed layout rules the placement must keep
     progress: bool = option(True)
     executor_override: Executor | None = internal()  # run-time wiring, never parsed or printed
 

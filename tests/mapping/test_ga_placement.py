@@ -61,7 +61,7 @@ def test_convergence_log_recorded(tiny_blocked, small_target):
 
 
 def test_pins_are_respected(tiny_blocked, small_target):
-    prog = _run(tiny_blocked, small_target, FAST.replace("{", "{group_size=1,pins=q.0.0@3.5,"))
+    prog = _run(tiny_blocked, small_target, FAST.replace("{", "{group_size=1,enforce=,pins=q.0.0@3.5,"))
     t = prog.tiles
     pinned = (t.role == 0) & (t.brow == 0) & (t.bcol == 0) & (t.part == 0) & (t.slice == 0)
     assert (t.pe[pinned] == 3 * 8 + 5).all()
@@ -191,10 +191,10 @@ def _bands_kept(prog) -> dict[str, bool]:
 
 
 def test_enforce_columns_keeps_every_column_band(banded, small_target):
-    free = _bands_kept(_run(banded, small_target, BANDED + "}"))
+    free = _bands_kept(_run(banded, small_target, BANDED + ",enforce=}"))
     assert len(free) == 4 and not all(free.values())  # the same search without the rule breaks a band
     for g in (1, 4):
-        spec = BANDED + f",group_size={g},enforce=columns}}"
+        spec = BANDED + f",group_size={g},enforce=columns}}"  # the default keeps qk_horizontal too
         kept = _run(banded, small_target, spec)
         assert _bands_kept(kept) == dict.fromkeys(free, True)
         assert np.array_equal(kept.tiles.pe, _run(banded, small_target, spec).tiles.pe)
