@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from primal_compiler.ir.model import Role
 from primal_compiler.ir.tiles import ROLE_INDEX
@@ -82,3 +84,25 @@ def test_a_pin_that_moves_a_bands_partial_group_is_refused():
     bands = (1, 1, 1, 1, 1, 2, 2, 2, 0, 0)  # g=2: Q's fifth tile is alone in the group kept for it
     with pytest.raises(ValueError, match="moves the last, partial group of column band 1"):
         run_ga(inst, GaConfig(generations=4, population=8, group_size=2, bands=bands, pins=((4, 0),)))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(1, 6), st.integers(1, 6), st.sampled_from([1, 2, 4]), st.data())
+def test_bands_partition_the_mesh_into_column_major_runs(rows, cols, g, data):
+    S = rows * cols
+    band = np.array(data.draw(st.lists(st.integers(0, 4), min_size=0, max_size=S)), dtype=np.int64)
+    b = build_bands(rows, cols, band, g)
+    for k in range(1, int(band.max(initial=0)) + 1):
+        pes = np.flatnonzero(b.pe_band == k)
+        assert len(pes) == (band == k).sum()  # exactly as many PEs as tiles
+        order = np.sort((pes % cols) * rows + pes // cols)  # column-major positions: one run
+        assert len(order) == 0 or order[-1] - order[0] == len(order) - 1
+    on = b.groups[b.groups >= 0]
+    assert sorted(on.tolist()) == list(range(S))  # slot groups cover every PE once
+    assert (b.pe_band[b.groups[:, 0]] == b.group_band).all()
+    used = b.reserved != UNUSED
+    for k in range(int(band.max(initial=0)) + 1):  # each band's tile groups fit its usable slot groups
+        assert (b.tile_group_band == k).sum() <= (used & (b.group_band == k)).sum()
+    kept = b.reserved >= 0
+    sizes = np.bincount(b.tile_group, minlength=len(b.tile_group_band))
+    assert ((b.groups[kept] >= 0).sum(axis=1) >= sizes[b.reserved[kept]]).all()  # a kept group holds its tiles
