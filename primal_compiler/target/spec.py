@@ -277,6 +277,37 @@ class AreaSpec(Table):
 
 
 @dataclass(frozen=True)
+class ThermalSpec(Table):
+    """The package's heat path (a compact RC model per CT site, docs/thermal.md) and the ADC's drift with it."""
+
+    ambient_c: float = _f("degC", "air temperature at the heat sink's fins", ge=-40, le=125)
+    die_thickness_um: float = _f("um", "thickness of a CT die (silicon)", gt=0, le=10_000)
+    die_conductivity_w_per_m_k: float = _f("W/(m K)", "thermal conductivity of the die's silicon", gt=0, le=10_000)
+    die_heat_capacity_j_per_m3_k: float = _f("J/(m3 K)", "volumetric heat capacity of the die's silicon", gt=0, le=1e8)
+    interface_thickness_um: float = _f("um", "thermal interface material between each die and the spreader", gt=0, le=10_000)
+    interface_conductivity_w_per_m_k: float = _f("W/(m K)", "thermal conductivity of the interface material", gt=0, le=10_000)
+    plate_thickness_um: float = _f("um", "copper over the dies: heat spreader plus heat-sink base, one plate over the package", gt=0, le=100_000)
+    plate_conductivity_w_per_m_k: float = _f("W/(m K)", "thermal conductivity of the plate", gt=0, le=10_000)
+    plate_heat_capacity_j_per_m3_k: float = _f("J/(m3 K)", "volumetric heat capacity of the plate", gt=0, le=1e8)
+    convection_k_mm2_per_w: float = _f("K mm2/W", "fins-to-air resistance of the heat sink per mm2 of package it covers", gt=0, le=1e9)
+    convection_capacity_j_per_k_mm2: float = _f("J/(K mm2)", "heat capacity of the fins per mm2 of package", ge=0, le=1e3)
+    die_gap_um: float = _f("um", "spacing between neighbouring CT dies on the package", ge=0, le=100_000)
+    adc_offset_lsb_per_k: float = _f("LSB/K", "growth of every SAR ADC's offset per kelvin above its calibration temperature", ge=0, le=10)
+    adc_calibration_c: float = _f("degC", "temperature at which the ADC offsets are trimmed to zero", ge=-40, le=125)
+    model_min_c: float = _f("degC", "lowest die temperature the drift model holds for", ge=-273, le=500)
+    model_max_c: float = _f("degC", "highest die temperature the drift model holds for", ge=-273, le=500)
+
+    def _problems(self) -> Iterator[Problem]:
+        if self.model_min_c >= self.model_max_c:
+            yield "model_max_c", f"{self.model_max_c:g} must be above model_min_c ({self.model_min_c:g})"
+        for key in ("ambient_c", "adc_calibration_c"):
+            value = getattr(self, key)
+            if not self.model_min_c <= value <= self.model_max_c:
+                yield key, (f"{value:g} is outside the drift model's range {self.model_min_c:g}.."
+                            f"{self.model_max_c:g} degC (model_min_c, model_max_c)")
+
+
+@dataclass(frozen=True)
 class PrimalTarget(TargetBase):
     """A PRIMAL accelerator: system, CT, the PE's macros and router, links, power gating, area."""
 
@@ -293,6 +324,7 @@ class PrimalTarget(TargetBase):
     d2d: D2dSpec = _f("table", "die-to-die links")
     power_gating: PowerGatingSpec = _f("table", "power states")
     area: AreaSpec = _f("table", "PE area")
+    thermal: ThermalSpec = _f("table", "package heat path and ADC drift")
     source: str = _internal("file the target was loaded from (not part of the hash)")
     ranges: dict[str, tuple[float, float]] = ranges_field()
 

@@ -483,7 +483,9 @@ def test_every_value_has_a_source_comment(name):
 @pytest.mark.parametrize("cls", [PrimalTarget, GpuTarget])
 def test_units_are_in_key_names(cls):
     suffix = {"pJ": "pj", "uW": "uw", "um2": "um2", "cycles": "cycles", "bytes": "bytes", "bytes/s": "bytes_per_s",
-              "Hz": "hz", "bits": "bits", "flits": "flits", "nm": "nm", "W": "w", "FLOP/s": "flop_per_s", "OP/s": "op_per_s"}
+              "Hz": "hz", "bits": "bits", "flits": "flits", "nm": "nm", "W": "w", "FLOP/s": "flop_per_s", "OP/s": "op_per_s",
+              "degC": "c", "um": "um", "W/(m K)": "w_per_m_k", "J/(m3 K)": "j_per_m3_k", "K mm2/W": "k_mm2_per_w",
+              "J/(K mm2)": "j_per_k_mm2", "LSB/K": "lsb_per_k"}
     for info in schema(cls):
         if info.unit in UNITLESS:
             continue
