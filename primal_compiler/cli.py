@@ -117,7 +117,7 @@ def cmd_run_functional(args) -> None:
         program = compile_for_replay(model, target, len(prompt), args.generate or 1, args.pipeline or "default",
                                      args.context, adapters=len(args.adapter or ()))
     result = replay_functional(program, target, args.weights, args.adapter, prompt=prompt, generate=args.generate or 1,
-                               precision=args.precision, where=where)
+                               precision=args.precision, where=where, temperature_c=args.temperature_c)
     if args.save_logits:
         _save_logits(args.save_logits, result.logits, args.force)
     if args.json:
@@ -290,6 +290,8 @@ def build_parser() -> argparse.ArgumentParser:
                     help="tokens to generate per sequence (default 1): the cost replay compiles that many decode steps "
                          "and reports ITL p50/p99 over them; --functional generates them greedily")
     fn.add_argument("--precision", default="exact", choices=("exact", "hardware"))
+    fn.add_argument("--temperature-c", type=float, default=None, help="die temperature of every CT in degC: "
+                    "hardware precision adds the ADC offset drift (default: none, the calibration temperature)")
     fn.add_argument("--save-logits", default=None, help="write the logits of every step to this .npy file")
     add_family_args(sp)
     sp.set_defaults(func=cmd_run)
@@ -316,6 +318,7 @@ def build_parser() -> argparse.ArgumentParser:
     from primal_compiler.isa.command import add_parsers as add_isa
     from primal_compiler.report.check import add_parser as add_check
     from primal_compiler.sweep.command import add_parser as add_sweep
+    from primal_compiler.thermal.command import add_parser as add_thermal
     from primal_compiler.viz.command import add_parser as add_viz
 
     add_viz(sub)
@@ -323,6 +326,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_baseline(sub)
     add_check(sub)
     add_isa(sub)
+    add_thermal(sub)
 
     sp = sub.add_parser("map", help="compare placement strategies (hops) for a model")
     model_args(sp)

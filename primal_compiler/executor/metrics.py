@@ -155,6 +155,18 @@ def _span(rp: Replay, request: int) -> tuple[dict[str, np.ndarray], int, int, np
     return sec, batch, t0, pre_tok, dec_tok, int(rp.finish[pre_tok].max()), int(rp.finish[dec_tok].max())
 
 
+def phase_window(rp: Replay, phase: str, request: int = 0) -> tuple[np.ndarray, int, int]:
+    """(records, first cycle, end cycle) of request ``request``'s ``"decode"`` window (first token to last token,
+    its decode records: the window of ``power_w``) or ``"prefill"`` window (its first record to its first
+    token: adapter load and prefill records, the window of ``prefill_energy_j``)."""
+    sec, _, t0, _, _, begin, end = _span(rp, request)
+    if phase == "decode":
+        return sec["decode"], begin, end
+    if phase == "prefill":
+        return np.concatenate([sec["adapter"], sec["prefill"]]), t0, begin
+    raise ValueError(f"unknown phase {phase!r}")
+
+
 def energy_metrics(rp: Replay, request: int = 0) -> dict:
     """The energy and power figures of :func:`metrics` alone: all that a change of energy constants moves
     (``executor.replay.reprice``)."""

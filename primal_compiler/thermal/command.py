@@ -1,0 +1,41 @@
+"""``primal thermal OUT [--phase decode|prefill] [--ambient-c C] [--json]``: every CT's temperature under a
+replayed phase's power, sustained (docs/thermal.md)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from primal_compiler.thermal.drive import PHASES
+
+
+def cmd_thermal(args) -> None:
+    from primal_compiler.executor.replay import replay
+    from primal_compiler.report import collect
+    from primal_compiler.target import require_primal, with_overrides
+    from primal_compiler.thermal.report import render_thermal, thermal_report
+
+    c = collect.load_compiled(Path(args.out), args.target)
+    target = c.target
+    if args.ambient_c is not None:
+        target = require_primal(with_overrides(target, {"thermal.ambient_c": args.ambient_c}), c.where)
+    rp = replay(c.meta, c.arrays, c.stream, target, c.where)
+    report = thermal_report(rp, args.phase)
+    report["program"] = c.where
+    print(json.dumps(report, indent=2, sort_keys=True) if args.json else render_thermal(report))
+
+
+def add_parser(sub) -> None:
+    """Register ``thermal`` on an argparse subparsers object."""
+    from primal_compiler.argtypes import float_arg
+
+    sp = sub.add_parser("thermal", help="every CT's die temperature and ADC offset under a replayed phase's "
+                                        "power, sustained (a compact RC model of the package)")
+    sp.add_argument("out", help="compile output directory or program.primal")
+    sp.add_argument("--target", default=None, help="target name (default: the one recorded in the program)")
+    sp.add_argument("--phase", choices=PHASES, default="decode",
+                    help="whose power heats the package: the decode window (default) or the prefill")
+    sp.add_argument("--ambient-c", type=float_arg(-40.0, 125.0), default=None,
+                    help="air temperature at the heat sink in degC (default: the target's thermal.ambient_c)")
+    sp.add_argument("--json", action="store_true", help="print one JSON object (per-CT power and temperature too)")
+    sp.set_defaults(func=cmd_thermal)

@@ -1,0 +1,48 @@
+"""``primal thermal``: the report of a compiled program, its JSON, and one-line errors."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from primal_compiler.cli import main
+
+
+@pytest.fixture(scope="module")
+def out(tmp_path_factory):
+    path = tmp_path_factory.mktemp("thermal") / "tiny"
+    assert main(["compile", "tiny-llama", "--lora", "q,v:8", "-p", "fast", "-o", str(path)]) == 0
+    return path
+
+
+def test_thermal_prints_the_report(out, capsys):
+    capsys.readouterr()
+    assert main(["thermal", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert text.startswith("thermal: decode power sustained") and "ambient 45 degC" in text
+
+
+def test_thermal_json_with_another_ambient(out, capsys):
+    capsys.readouterr()
+    assert main(["thermal", str(out), "--phase", "prefill", "--ambient-c", "85", "--json"]) == 0
+    rep = json.loads(capsys.readouterr().out)
+    assert rep["phase"] == "prefill" and rep["ambient_c"] == 85.0 and rep["die_c"]["min"] > 85.0
+    assert len(rep["per_ct"]["die_c"]) == rep["num_cts"] and rep["program"].endswith("program.primal")
+
+
+@pytest.mark.parametrize("args, message", [
+    (["thermal", "{out}/nope"], "primal: {out}/nope: no such program file"),
+    (["thermal", "{out}", "--ambient-c", "200"], "primal thermal: error: argument --ambient-c:"),
+    (["thermal", "{out}", "--phase", "idle"], "primal thermal: error: argument --phase:"),
+])
+def test_thermal_errors_end_in_one_line_and_exit_2(out, capsys, args, message):
+    """An InputError is one line; an argparse refusal is its usage, then one error line."""
+    capsys.readouterr()
+    try:
+        code = main([a.format(out=out) for a in args])
+    except SystemExit as exc:
+        code = exc.code
+    assert code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith(message.format(out=out)) and "Traceback" not in "".join(err)
