@@ -184,7 +184,7 @@ class Machine:
             stored = self.params.stored.get((layer, role))
             stored = None if stored is None else (stored[0][rows, cols], stored[1][rows, cols])
             bits = self.geo.lm_head_bits if role == Role.LM_HEAD else self.geo.base_bits
-            xbar = self.crossbars[row] = self.num.crossbar(block, bits, int(t.slice[row]), stored)
+            xbar = self.crossbars[row] = self.num.crossbar(block, bits, int(t.slice[row]), stored, pos[0])
         return row, xbar
 
     def sram_block(self, pos: tuple[int, int], adapter: int = 0) -> tuple[int, SramTile]:

@@ -26,7 +26,11 @@ column REDUCE give back W and dropping any slice changes the result.
   groups of ``rram.rows_active_per_read`` word lines; every pulse of every group is
   converted by a signed ``rram.adc_bits`` ADC whose full scale is
   calibrated per tile to the largest sum the tile can produce (so it never
-  clips; when that sum fits the ADC's levels the conversion is exact);
+  clips; when that sum fits the ADC's levels the conversion is exact); at a
+  die temperature other than the ADC's calibration temperature every
+  conversion of the die's ADCs adds its offset drift
+  (:func:`primal_compiler.thermal.adc.adc_offset_lsb`, in LSB) before
+  rounding, and saturates at the ADC's signed range;
   partial sums are then shifted and added digitally, exactly;
 * SRAM-DCIM tiles hold LoRA weights (B already scaled) quantized to
   ``lora_bits`` per tile and multiply ``sram.input_bits`` inputs exactly
@@ -76,6 +80,7 @@ class Crossbar:
     weights: np.ndarray  # rows x cols: float32 slice (exact) or signed integer digits (hardware)
     scale: float | np.ndarray = 1.0  # one per tile, or per (row group, column) for a file's own codes
     adc_step: float = 1.0
+    adc_offset_lsb: float = 0.0  # the drift of its die's ADCs at the replay's temperature
 
     @property
     def stored(self) -> bool:
@@ -133,18 +138,20 @@ def digits(q: np.ndarray, bits: int, width: int) -> np.ndarray:
 
 
 class Numerics:
-    """Macro arithmetic of one precision mode; ``hw`` is None in exact mode."""
+    """Macro arithmetic of one precision mode; ``hw`` is None in exact mode. ``adc_offset_lsb``: per CT, the
+    offset of its ADCs (hardware mode; None: every ADC at its calibration temperature)."""
 
-    def __init__(self, mode: str, hw: HardwareSpec) -> None:
+    def __init__(self, mode: str, hw: HardwareSpec, adc_offset_lsb: np.ndarray | None = None) -> None:
         self.mode = mode
         self.hw = hw if mode == "hardware" else None
         self.bits_per_cell = hw.bits_per_cell
+        self.adc_offset_lsb = adc_offset_lsb
 
     # --- RRAM-ACIM -------------------------------------------------------------------------
     def crossbar(self, block: np.ndarray, bits: int, slice_index: int,
-                 stored: tuple[np.ndarray, np.ndarray] | None = None) -> Crossbar:
-        """The crossbar holding bit slice ``slice_index`` of ``block`` stored at ``bits`` bits; ``stored``
-        is the file's (codes, scales) of the block, used as they are where they fit."""
+                 stored: tuple[np.ndarray, np.ndarray] | None = None, ct: int = 0) -> Crossbar:
+        """The crossbar holding bit slice ``slice_index`` of ``block`` stored at ``bits`` bits on CT ``ct``;
+        ``stored`` is the file's (codes, scales) of the block, used as they are where they fit."""
         slices = -(-bits // self.bits_per_cell)
         if self.hw is None:
             return Crossbar((block / (slices * 2.0 ** (self.bits_per_cell * slice_index))).astype(np.float32))
@@ -162,7 +169,8 @@ class Numerics:
         full_scale = np.abs(padded).reshape(rows // g, g, -1).sum(axis=1).max(initial=0) * (2 ** self.hw.pulse_bits - 1)
         levels = 2 ** (self.hw.adc_bits - 1) - 1
         step = full_scale / levels if full_scale > levels else 1.0
-        return Crossbar(padded, scale if own is not None else float(scale), float(step))
+        offset = 0.0 if self.adc_offset_lsb is None else float(self.adc_offset_lsb[ct])
+        return Crossbar(padded, scale if own is not None else float(scale), float(step), offset)
 
     def rram(self, xbar: Crossbar, x: np.ndarray) -> np.ndarray:
         """Partial sums ``x @ W`` of one crossbar for token vectors ``x`` (V x rows)."""
@@ -177,7 +185,9 @@ class Numerics:
         groups = rows // g
         w = xbar.weights.reshape(groups, g, -1).astype(np.float64)
         sums = np.einsum("pvgr,grc->pvgc", inputs.reshape(pulses.shape[:2] + (groups, g)), w)
-        converted = np.rint(sums / xbar.adc_step) * xbar.adc_step
+        levels = 2 ** (hw.adc_bits - 1) - 1
+        codes = np.clip(np.rint(sums / xbar.adc_step + xbar.adc_offset_lsb), -levels - 1, levels)
+        converted = codes * xbar.adc_step
         if xbar.stored:  # the file's scale of each row group, applied digitally after its conversion
             converted = converted * xbar.scale
         weight = 2.0 ** (hw.pulse_bits * np.arange(len(pulses)))

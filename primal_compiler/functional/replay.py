@@ -34,6 +34,7 @@ from primal_compiler.functional import compute, routers
 from primal_compiler.functional.machine import OP, Machine
 from primal_compiler.functional.params import load_params
 from primal_compiler.functional.precision import PRECISIONS, HardwareSpec, Numerics
+from primal_compiler.thermal.adc import adc_offset_lsb
 from primal_compiler.ir.model import Positional
 from primal_compiler.ir.tiles import Macro
 from primal_compiler.isa.descriptors import DESCRIPTORS, Descriptor
@@ -150,10 +151,25 @@ def _check_masks(program: Program, target: PrimalTarget, adapter_dir) -> None:
                                      "values in (its lora-sparsity read another adapter's zeros)")
 
 
+def _adc_offsets(program: Program, target: PrimalTarget, precision: str,
+                 temperature_c: float | np.ndarray | None) -> np.ndarray | None:
+    """Per CT, the offset of its ADCs at ``temperature_c`` (one value, or one per CT); None without one."""
+    if temperature_c is None:
+        return None
+    if precision != "hardware":
+        raise InputError("temperature", "applies to hardware precision only (exact precision has no ADC to drift)")
+    cts = int(program.need_tiles().ct.max()) + 1
+    t = np.asarray(temperature_c, dtype=np.float64)
+    if t.ndim > 1 or (t.ndim == 1 and t.shape != (cts,)):
+        raise InputError("temperature", f"expected one temperature or one per CT ({cts}), got shape {t.shape}")
+    return np.broadcast_to(adc_offset_lsb(target, t), (cts,))
+
+
 def replay_functional(program: Program, target: PrimalTarget, weights_path: str | Path,
                       adapter_dir: str | Path | Sequence[str | Path] | None = None, *,
                       prompt, generate: int = 1, precision: str = "exact", where: str | None = None,
-                      force=None, producers: bool = False) -> FunctionalResult:
+                      force=None, producers: bool = False,
+                      temperature_c: float | np.ndarray | None = None) -> FunctionalResult:
     """Run ``program``'s stream on ``prompt`` for ``generate`` greedy tokens with the weights of the files.
 
     ``weights_path`` is the model's ONNX file (base weights, biases,
@@ -169,7 +185,11 @@ def replay_functional(program: Program, target: PrimalTarget, weights_path: str 
     executed record consumed, at element granularity (buffer elements, KV
     token rows, SRAM slots, mask bits, the controller's token and position;
     see :mod:`.provenance`), into ``FunctionalResult.producers``; off, the
-    replay keeps no such state. Any mismatch between files and program, and
+    replay keeps no such state. ``temperature_c`` (hardware precision only):
+    the die temperature of every CT, or one per CT (e.g. ``primal thermal``'s
+    map); each CT's ADCs then convert with their offset drift
+    (:func:`primal_compiler.thermal.adc.adc_offset_lsb`); None is the ADCs'
+    calibration temperature. Any mismatch between files and program, and
     any record the state cannot execute, is an :class:`InputError`.
     """
     where = where or f"program {program.model.name}"
@@ -184,7 +204,8 @@ def replay_functional(program: Program, target: PrimalTarget, weights_path: str 
     params = load_params(program.model, weights_path, adapter_dir)
     _check_masks(program, target, adapter_dir)
     start_time = time.perf_counter()
-    numerics = Numerics(precision, HardwareSpec.of(target, program.model.precision))
+    numerics = Numerics(precision, HardwareSpec.of(target, program.model.precision),
+                        _adc_offsets(program, target, precision, temperature_c))
     m = Machine(program, target, params, numerics, where, producers=producers)
     m.prompt = prompt
     m.forced = forced
