@@ -16,7 +16,7 @@ from primal_compiler.errors import InputError
 from primal_compiler.outdir import check_destination, output_directory
 
 FORMATS = ("png", "svg")
-ORDER = ("placement", "traffic", "hops", "power", "breakdown")
+ORDER = ("placement", "traffic", "hops", "power", "thermal", "breakdown")
 
 
 def render_all(out, dest=None, compare=None, fmt: str = "png", target: str | None = None,
@@ -29,7 +29,7 @@ def render_all(out, dest=None, compare=None, fmt: str = "png", target: str | Non
     Returns ``{"dir", "files", "seconds"}``; seconds hold load, replay, each job's own time and
     ``render`` (wall time of all rendering).
     """
-    from primal_compiler.viz import breakdown, data, hops, html, placement, power, trace, traffic
+    from primal_compiler.viz import breakdown, data, hops, html, placement, power, thermal, trace, traffic
 
     if fmt not in FORMATS:
         raise InputError("--format", f"expected one of {', '.join(FORMATS)}, got {fmt!r}")
@@ -51,6 +51,7 @@ def render_all(out, dest=None, compare=None, fmt: str = "png", target: str | Non
             "traffic": lambda: traffic.render(d, tmp, fmt),
             "placement": lambda: placement.render(d, tmp, fmt, data.representative_cts(d)),
             "power": lambda: power.render(d, tmp, fmt),
+            "thermal": lambda: thermal.render(d, tmp, fmt),
             "breakdown": lambda: breakdown.render(d, tmp, fmt),
             "hops": lambda: hops.render(runs, tmp, fmt),
         }

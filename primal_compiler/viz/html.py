@@ -29,6 +29,8 @@ CAPTIONS = {
     "hops": "Hop histogram of every transfer leg (share of legs per hop count).",
     "power": "Power state of every CT over the decode step and over an adapter switch (reconfiguring = CONFIG "
              "records writing the CT's SRAM) and power over time.",
+    "thermal": "Every CT die's steady temperature under sustained decode (rise over ambient; the ring marks the "
+               "hottest) and the hottest die's warm-up from ambient (primal thermal, docs/thermal.md).",
     "breakdown": "Energy per generated token by component, PRIMAL next to the H100 baseline, and area by PE "
                  "component.",
 }

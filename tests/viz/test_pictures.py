@@ -14,7 +14,7 @@ from primal_compiler.ir.tiles import ROLE_CODES, Macro
 from primal_compiler.viz import data, placement, power, style, traffic
 from primal_compiler.viz.data import EMPTY, HUB, KV_ONLY
 
-PICTURES = ["placement", "placement_overview", "traffic", "hops", "power", "breakdown"]
+PICTURES = ["placement", "placement_overview", "traffic", "hops", "power", "thermal", "breakdown"]
 
 
 def test_every_file_is_written_with_a_sane_size(rendered):
