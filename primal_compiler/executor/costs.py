@@ -286,6 +286,23 @@ def record_costs(c: Ctx, where: str = "program") -> tuple[np.ndarray, np.ndarray
     return busy, unit, energy
 
 
+def throttled(c: Ctx, unit: np.ndarray, max_active_pes: int) -> np.ndarray:
+    """``unit`` with the RRAM MVMs of every CT on ``max_active_pes`` lanes: the CT's PEs that run an RRAM MVM,
+    in PE order, dealt round-robin to the lanes, so at most that many of a CT's RRAM macros (and their ADCs)
+    convert at once, the lanes share the work evenly and each PE's MVMs keep their order (a thermal-aware
+    policy, docs/thermal.md); 0 or at least a CT's PEs: unchanged."""
+    pes = c.topo.pes
+    if max_active_pes <= 0 or max_active_pes >= pes:
+        return unit
+    rram = np.flatnonzero((unit >= RRAM_UNIT * pes * c.topo.num_cts) & (unit < (RRAM_UNIT + 1) * pes * c.topo.num_cts))
+    used = np.unique(unit[rram])  # sorted: by CT, then PE
+    ct = used // pes
+    rank = np.arange(len(used)) - np.searchsorted(ct, ct)  # place among its CT's MVM PEs
+    out = unit.copy()
+    out[rram] = (ct * pes + rank % max_active_pes)[np.searchsorted(used, unit[rram])]
+    return out
+
+
 def link_energy(c: Ctx, mesh_links: np.ndarray, other_links: np.ndarray) -> np.ndarray:
     """pJ per record for its bits crossing its distinct mesh links and die-to-die/controller links."""
     bits = c.records["nbytes"].astype(np.float64) * 8

@@ -68,6 +68,7 @@ class Replay:
     stages: tuple[tuple[str, float], ...]
     link_wait: LinkWait
     memory: memory.Memory | None  # scratchpad occupancy (None for a hand-written stream without a model)
+    max_active_pes: int = 0  # RRAM macros of a CT converting at once (costs.throttled); 0: no limit
 
     @property
     def transfers(self) -> transfers.Transfers:
@@ -135,8 +136,10 @@ def blocking(records, mode: str) -> np.ndarray:
     return own if mode == "central" else np.zeros(len(records), dtype=bool)
 
 
-def replay(meta: dict, arrays: dict, stream: Stream, target: PrimalTarget, where: str = "program", mode: str | None = None) -> Replay:
-    """Replay ``stream`` on ``target`` under control ``mode`` (default: the target's ``system.control``).
+def replay(meta: dict, arrays: dict, stream: Stream, target: PrimalTarget, where: str = "program", mode: str | None = None,
+           max_active_pes: int = 0) -> Replay:
+    """Replay ``stream`` on ``target`` under control ``mode`` (default: the target's ``system.control``), with at
+    most ``max_active_pes`` RRAM macros of a CT converting at once (:func:`costs.throttled`; 0: no limit).
 
     InputError naming ``where`` if a record runs on a gated CT, reads a location no record wrote, or a
     CT's program overflows its instruction buffer.
@@ -159,6 +162,7 @@ def replay(meta: dict, arrays: dict, stream: Stream, target: PrimalTarget, where
     ctx = costs.Ctx(target, topo, stream.records, stream, tr, rram_rows, rram_cols, sram_rows, sram_cols,
                     costs.bank_lanes(target, meta.get("kv") or {}))
     busy, unit, energy = costs.record_costs(ctx, where)
+    unit = costs.throttled(ctx, unit, max_active_pes)
     mark("costs")
     prints = deps.footprints(stream)
     ptr, pred = deps.predecessors(stream, where, prints)
@@ -194,7 +198,8 @@ def replay(meta: dict, arrays: dict, stream: Stream, target: PrimalTarget, where
                                 mem.inst_begin if mem else none, mem.inst_end if mem else none)
     mark("power")
     return Replay(meta, arrays, stream, target, topo, ctx, ctl, ptr, pred, busy, unit, dispatch, start, finish, energy,
-                  (n_mesh, n_other), tl, tuple(stages), LinkWait(wait, link_by, link_bound, link_mesh), mem)
+                  (n_mesh, n_other), tl, tuple(stages), LinkWait(wait, link_by, link_bound, link_mesh), mem,
+                  max_active_pes)
 
 
 ENERGY_UNITS = ("pJ", "uW")

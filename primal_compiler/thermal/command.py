@@ -1,9 +1,11 @@
-"""``primal thermal OUT [--phase decode|prefill] [--ambient-c C] [--json]``: every CT's temperature under a
-replayed phase's power, sustained (docs/thermal.md)."""
+"""``primal thermal OUT [--phase decode|prefill] [--ambient-c C] [--limit-c C] [--json]``: every CT's temperature
+under a replayed phase's power, sustained, and with ``--limit-c`` the thermal-aware policy that keeps every die
+under a limit and its cost (docs/thermal.md)."""
 
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 from primal_compiler.thermal.drive import PHASES
@@ -22,7 +24,14 @@ def cmd_thermal(args) -> None:
     rp = replay(c.meta, c.arrays, c.stream, target, c.where)
     report = thermal_report(rp, args.phase)
     report["program"] = c.where
-    print(json.dumps(report, indent=2, sort_keys=True) if args.json else render_thermal(report))
+    text = render_thermal(report)
+    if args.limit_c is not None:
+        from primal_compiler.thermal.throttle import render_throttle, throttle_for_limit
+
+        report["policy"] = throttle_for_limit(c, target, args.limit_c, args.phase,
+                                              lambda line: print(line, file=sys.stderr, flush=True))
+        text += "\n" + render_throttle(report["policy"])
+    print(json.dumps(report, indent=2, sort_keys=True) if args.json else text)
 
 
 def add_parser(sub) -> None:
@@ -37,5 +46,8 @@ def add_parser(sub) -> None:
                     help="whose power heats the package: the decode window (default) or the prefill")
     sp.add_argument("--ambient-c", type=float_arg(-40.0, 125.0), default=None,
                     help="air temperature at the heat sink in degC (default: the target's thermal.ambient_c)")
+    sp.add_argument("--limit-c", type=float_arg(-40.0, 125.0), default=None,
+                    help="thermal-aware policy: the most RRAM macros per CT converting at once that keep every die "
+                         "at or under this temperature (degC), found by replaying, and its cost in throughput")
     sp.add_argument("--json", action="store_true", help="print one JSON object (per-CT power and temperature too)")
     sp.set_defaults(func=cmd_thermal)

@@ -31,10 +31,20 @@ def test_thermal_json_with_another_ambient(out, capsys):
     assert len(rep["per_ct"]["die_c"]) == rep["num_cts"] and rep["program"].endswith("program.primal")
 
 
+def test_thermal_limit_prints_the_policy(out, capsys):
+    capsys.readouterr()
+    assert main(["thermal", str(out), "--limit-c", "100", "--json"]) == 0
+    rep = json.loads(capsys.readouterr().out)
+    assert rep["policy"]["met"] and rep["policy"]["throughput_cost"] == 0.0
+    assert main(["thermal", str(out), "--limit-c", "100"]) == 0
+    assert "thermal policy: hottest die at most 100 degC" in capsys.readouterr().out
+
+
 @pytest.mark.parametrize("args, message", [
     (["thermal", "{out}/nope"], "primal: {out}/nope: no such program file"),
     (["thermal", "{out}", "--ambient-c", "200"], "primal thermal: error: argument --ambient-c:"),
     (["thermal", "{out}", "--phase", "idle"], "primal thermal: error: argument --phase:"),
+    (["thermal", "{out}", "--limit-c", "-50"], "primal thermal: error: argument --limit-c:"),
 ])
 def test_thermal_errors_end_in_one_line_and_exit_2(out, capsys, args, message):
     """An InputError is one line; an argparse refusal is its usage, then one error line."""
