@@ -317,6 +317,7 @@ def build_parser() -> argparse.ArgumentParser:
     from primal_compiler.baselines.command import add_parser as add_baseline
     from primal_compiler.isa.command import add_parsers as add_isa
     from primal_compiler.report.check import add_parser as add_check
+    from primal_compiler.serve.command import add_parsers as add_serve
     from primal_compiler.sweep.command import add_parser as add_sweep
     from primal_compiler.thermal.command import add_parser as add_thermal
     from primal_compiler.viz.command import add_parser as add_viz
@@ -327,6 +328,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_check(sub)
     add_isa(sub)
     add_thermal(sub)
+    add_serve(sub)
 
     sp = sub.add_parser("map", help="compare placement strategies (hops) for a model")
     model_args(sp)

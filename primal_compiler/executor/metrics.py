@@ -100,6 +100,11 @@ def _window_energy(rp: Replay, rec: np.ndarray, begin: int, end: int) -> tuple[d
     return comp, states, {k: float(v.sum()) for k, v in static.items()}
 
 
+def window_energy_j(rp: Replay, rec: np.ndarray, begin: int, end: int) -> float:
+    """Joules of records ``rec`` (dynamic) plus every CT's static energy within ``[begin, end)`` cycles."""
+    return sum(_window_energy(rp, rec, begin, end)[0].values())
+
+
 def area_mm2(rp: Replay) -> dict:
     """Silicon area of all CTs by PE component, in mm2."""
     a = rp.target.area

@@ -1,0 +1,97 @@
+"""``primal serve MODEL --adapters A B ... --trace TRACE`` and ``primal trace -o TRACE ...`` (docs/serving.md)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from primal_compiler.errors import InputError
+from primal_compiler.serve.costs import SEED_ZERO_FRACTION, Policy
+
+
+def _adapters(names: list[str]) -> tuple[str, ...]:
+    if len(set(names)) != len(names):
+        raise InputError("--adapters", f"names an adapter twice: {' '.join(names)}")
+    for name in names:
+        if Path(name).is_dir():
+            raise InputError(name, "is a directory: serve takes adapter names, and every adapter shares the "
+                                   "--zero-fraction statistics (per-adapter masks from PEFT weights are not modelled)")
+    return tuple(names)
+
+
+def cmd_serve(args) -> None:
+    from primal_compiler.serve.report import render_serve
+
+    policy = Policy(prefetch=not args.no_prefetch, sparse=not args.no_sparse, max_batch=args.max_batch,
+                    zero_fraction=args.zero_fraction)
+    from primal_compiler.serve.run import serve
+
+    report = serve(args.model, args.lora, _adapters(args.adapters), args.trace, args.target, args.pipeline,
+                   args.context, policy, lambda line: print(line, file=sys.stderr, flush=True), args.json)
+    print(json.dumps(report, indent=2, sort_keys=True) if args.json else render_serve(report))
+
+
+def _range(text: str) -> tuple[int, int]:
+    lo, sep, hi = text.partition(":")
+    try:
+        low, high = int(lo), int(hi if sep else lo)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected LOW:HIGH token counts, got {text[:40]!r}") from None
+    if not 1 <= low <= high <= 1 << 20:
+        raise argparse.ArgumentTypeError(f"expected 1 <= LOW <= HIGH <= {1 << 20}, got {text[:40]!r}")
+    return low, high
+
+
+def cmd_trace(args) -> None:
+    from primal_compiler.outdir import output_file
+    from primal_compiler.serve.trace import poisson_trace, trace_jsonl
+
+    if not args.output.endswith(".jsonl"):
+        raise InputError(args.output, "a generated trace is written as .jsonl")
+    trace = poisson_trace(args.requests, args.rate, _adapters(args.adapters), args.zipf, args.prompt, args.generate,
+                          args.seed)
+    with output_file(args.output, args.force) as f:
+        f.write(trace_jsonl(trace).encode("utf-8"))
+    print(f"wrote {args.output} ({len(trace):,} requests over {trace.arrival_s[-1]:.4g} s)")
+
+
+def add_parsers(sub) -> None:
+    """Register ``serve`` and ``trace`` on an argparse subparsers object."""
+    from primal_compiler.argtypes import float_arg, int_arg, option_arg, pipeline_arg
+
+    sp = sub.add_parser("serve", help="replay a request trace over several adapters: per-request TTFT and ITL, "
+                                      "throughput, tokens/J, adapter switches (docs/serving.md)")
+    sp.add_argument("model", help="built-in name (llama2-7b, ...) or an .onnx file")
+    sp.add_argument("--lora", default=None, help="the adapters' LoRA, e.g. q,v:8 (TARGETS:RANK[:ALPHA])")
+    sp.add_argument("--adapters", nargs="+", required=True, help="the adapter names the trace refers to")
+    sp.add_argument("--trace", required=True, help="requests: a .jsonl or .csv file (docs/serving.md)")
+    sp.add_argument("--target", default="primal-7nm", help="bundled target name or a .toml path")
+    sp.add_argument("-p", "--pipeline", type=pipeline_arg, default="default",
+                    help="pipeline whose placement passes place the model (default: default)")
+    sp.add_argument("--context", type=option_arg("kv-ring", "context"), default=2048,
+                    help="context tokens per sequence of the KV space (prompt + generation must fit)")
+    sp.add_argument("--max-batch", type=int_arg(1, 64), default=1,
+                    help="batch up to this many waiting requests that share an adapter (default 1: no batching)")
+    sp.add_argument("--no-prefetch", action="store_true",
+                    help="load an adapter only after the previous request and before its own prefill")
+    sp.add_argument("--no-sparse", action="store_true", help="configure every LoRA block, zero or not")
+    sp.add_argument("--zero-fraction", type=float_arg(0.0, 1.0), default=SEED_ZERO_FRACTION,
+                    help=f"share of LoRA blocks all zero in every adapter (default {SEED_ZERO_FRACTION}: the seed's "
+                         "35%% of matrices over 70%% sparse)")
+    sp.add_argument("--json", action="store_true", help="print one JSON object, every request's times too")
+    sp.set_defaults(func=cmd_serve)
+
+    sp = sub.add_parser("trace", help="write a seeded Poisson request trace (docs/serving.md)")
+    sp.add_argument("-o", "--output", required=True, help="the .jsonl file to write")
+    sp.add_argument("--force", action="store_true", help="replace the file if it exists")
+    sp.add_argument("--adapters", nargs="+", required=True, help="adapter names, most popular first")
+    sp.add_argument("--requests", type=int_arg(1, 10_000_000), required=True)
+    sp.add_argument("--rate", type=float_arg(1e-6, 1e9), required=True, help="mean arrivals per second")
+    sp.add_argument("--zipf", type=float_arg(0.0, 10.0), default=1.0,
+                    help="adapter k drawn with weight 1/(k+1)^ZIPF (0: uniform; default 1)")
+    sp.add_argument("--prompt", type=_range, default=(64, 512), help="prompt tokens LOW:HIGH, uniform (64:512)")
+    sp.add_argument("--generate", type=_range, default=(16, 128), help="generated tokens LOW:HIGH, uniform (16:128)")
+    sp.add_argument("--seed", type=int_arg(0, 2**32 - 1), default=0)
+    sp.set_defaults(func=cmd_trace)

@@ -1,0 +1,150 @@
+"""What each phase of serving costs, read from replays of compiled instruction streams.
+
+The model is placed once (the pipeline's placement passes). A *shape* is a
+batch size and a prompt bucket; each shape the simulation needs is compiled
+(the pipeline's tail on the placed program: ``lora-sparsity`` when
+block-sparse encoding is on, ``kv-ring{context,batch}``,
+``codegen{prompt=bucket,steps=2,requests=0;1;1}``,
+``srpg{pipeline_config=prefetch}``) and replayed once. Its three requests
+load adapter 0 on an idle machine, switch to adapter 1 right after request
+0's last token, and run request 2 on adapter 1 with no switch, so one
+replay gives the four ways a batch can start, each as the time from the
+batch's start to its first tokens and the joules of that interval (the
+batch's own records plus every CT's static power over the interval):
+
+- ``idle_switch``: request 0, from its first record (loading on an idle machine);
+- ``b2b_switch``: request 1, from request 0's last token (with ``prefetch``
+  the loads of a layer's CTs follow that layer's last use of the old
+  weights, during request 0's decode, and the next layer's loads overlap
+  the prefill of the one before: srpg);
+- ``b2b_same``: request 2, from request 1's last token;
+- ``idle_same``: the same figures. No request of a stream starts on an idle
+  machine with its adapter loaded (request 0 loads its own; a request's
+  prefill without its loads still waits for them). From the moment the
+  machine is free a batch on the loaded adapter has nothing else to wait
+  for, whether it waited or not; the one difference, that request 2's first
+  records may be dispatched before request 1's last token and do some work
+  early, makes this figure, if anything, short by that head start.
+
+A switch's exposed cost is its start's time less the same start without a
+switch. A decode step is request 2's ITL and energy per token x batch (the
+run report's definitions, docs/executor.md) at position ``bucket``. Idle
+power is every CT gated, keeping what the replay's power schedule keeps.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from primal_compiler import compiled
+from primal_compiler.executor import power
+from primal_compiler.executor.metrics import metrics, window_energy_j
+from primal_compiler.executor.replay import Replay, replay
+from primal_compiler.ir.program import Program
+from primal_compiler.isa.opcodes import Opcode, step_ends
+from primal_compiler.passmgr import PassManager, parse_pipeline
+from primal_compiler.target.spec import PrimalTarget
+
+SEED_ZERO_FRACTION = 0.245  # seed: ~35% of LoRA delta matrices are >70% sparse -> 0.35 x 0.7 of blocks all zero
+
+
+@dataclass(frozen=True)
+class Policy:
+    """The serving optimisations of SEED.md section 6, each switchable (docs/serving.md)."""
+
+    prefetch: bool = True  # SRPG's pipelined reconfiguration, across requests too: srpg{pipeline_config}
+    sparse: bool = True  # block-sparse LoRA encoding: CONFIG sends only non-zero blocks (lora-sparsity)
+    max_batch: int = 1  # batch up to this many waiting requests that share an adapter (1: no batching)
+    zero_fraction: float = SEED_ZERO_FRACTION  # LoRA blocks all zero in every adapter, when sparse
+
+
+@dataclass(frozen=True)
+class Shape:
+    """Replayed costs of one (batch, prompt bucket) program: per start (module docstring) seconds to the first
+    tokens and joules, a decode step's seconds and joules, the LoRA bytes one adapter load writes and the time
+    its CONFIG records span on an idle machine (first start to last finish, hidden or not)."""
+
+    batch: int
+    bucket: int
+    start_s: dict[str, float]
+    start_j: dict[str, float]
+    step_s: float
+    step_j: float
+    config_bytes: int
+    config_s: float
+    tail: str
+
+    def to_dict(self) -> dict:
+        return dict(self.__dict__)
+
+
+STARTS = ("idle_switch", "b2b_switch", "b2b_same", "idle_same")
+
+
+def tail(policy: Policy, context: int, batch: int, bucket: int) -> str:
+    """The pipeline tail a shape is compiled with."""
+    sparse = f"lora-sparsity{{zero_fraction={policy.zero_fraction}}}," if policy.sparse else ""
+    return (f"{sparse}kv-ring{{context={context},batch={batch}}},codegen{{prompt={bucket},steps=2,requests=0;1;1}},"
+            f"srpg{{pipeline_config={'true' if policy.prefetch else 'false'}}}")
+
+
+def shape_costs(rp: Replay, batch: int, bucket: int, spec: str) -> Shape:
+    """The figures of one shape's replay (module docstring)."""
+    r = rp.stream.records
+    sec = {s.name: np.arange(s.start, s.stop) for s in rp.stream.sections}
+
+    def last(name: str) -> int:
+        return int(rp.finish[sec[name][step_ends(r[sec[name]])]].max())
+
+    def req(k: int) -> np.ndarray:
+        return np.concatenate([sec.get(f"adapter:{k}", np.zeros(0, np.int64)), sec[f"prefill:{k}"]])
+
+    begin = {"idle_switch": (0, int(rp.start[req(0)].min())), "b2b_switch": (1, last("decode:0")),
+             "b2b_same": (2, last("decode:1"))}
+    start_s, start_j = {}, {}
+    for name, (k, t) in begin.items():
+        first = last(f"prefill:{k}")
+        start_s[name] = rp.seconds(first - t)
+        start_j[name] = window_energy_j(rp, req(k), t, first)
+    start_s["idle_same"], start_j["idle_same"] = start_s["b2b_same"], start_j["b2b_same"]
+    m = metrics(rp, 2)
+    load = req(0)[r["op"][req(0)] == Opcode.CONFIG]
+    return Shape(batch, bucket, start_s, start_j, m["itl_s"], m["energy_per_token_j"] * batch,
+                 int(r["nbytes"][load].astype(np.int64).sum()),
+                 rp.seconds(int(rp.finish[load].max()) - int(rp.start[load].min())) if len(load) else 0.0, spec)
+
+
+def idle_watts(rp: Replay) -> float:
+    """Static watts with every CT gated, keeping the SRAM-DCIM macros and scratchpads the replay's power
+    schedule keeps (``executor.power``)."""
+    tl = rp.timeline
+    n = len(tl.sram_on)
+    idle = power.Timeline(np.arange(n), np.full(n, power.GATED, np.int8), np.zeros(n, np.int64),
+                          np.ones(n, np.int64), tl.sram_on, tl.scratch_kept)
+    return float(power.interval_watts(idle, rp.target, rp.topo.pes).sum())
+
+
+class CostTable:
+    """The shapes of one placed program under one policy, each replayed when first asked for."""
+
+    def __init__(self, placed: Program, target: PrimalTarget, context: int, policy: Policy,
+                 say: Callable[[str], None] = lambda line: None) -> None:
+        self.placed, self.target, self.context, self.policy, self.say = placed, target, context, policy, say
+        self.shapes: dict[tuple[int, int], Shape] = {}
+        self.idle_w: float | None = None
+
+    def shape(self, batch: int, bucket: int) -> Shape:
+        key = (batch, bucket)
+        if key not in self.shapes:
+            spec = tail(self.policy, self.context, batch, bucket)
+            self.say(f"serve: replaying batch {batch}, prompt {bucket}: {spec}")
+            program = PassManager(parse_pipeline(spec)).run(self.placed, self.target)
+            meta, arrays = compiled.program_file(program, self.target)
+            rp = replay(meta, arrays, program.need_stream(), self.target)
+            self.shapes[key] = shape_costs(rp, batch, bucket, spec)
+            if self.idle_w is None:
+                self.idle_w = idle_watts(rp)
+        return self.shapes[key]

@@ -1,0 +1,55 @@
+"""Serving from the library: place a model once, then serve traces on it under any policy (docs/serving.md)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from primal_compiler.errors import InputError
+from primal_compiler.ir.program import Program
+from primal_compiler.serve.costs import CostTable, Policy
+from primal_compiler.serve.report import serve_report
+from primal_compiler.serve.sim import simulate
+from primal_compiler.serve.trace import Trace, load_trace
+from primal_compiler.target.spec import PrimalTarget
+
+Say = Callable[[str], None]
+
+
+def place(model_name: str, lora: str | None, target: PrimalTarget, pipeline: str, context: int, max_batch: int,
+          say: Say = lambda line: None) -> Program:
+    """``model_name`` placed by ``pipeline``'s placement passes for ``context`` tokens and up to ``max_batch``
+    sequences; an InputError when it has no LoRA to switch or its KV space does not fit."""
+    from primal_compiler import api
+    from primal_compiler.frontend import load_model
+    from primal_compiler.passmgr import PassManager, parse_pipeline, resolve_pipeline
+    from primal_compiler.pipeline import Workload
+    from primal_compiler.report.reproduce import PLACEMENT
+
+    model = load_model(model_name, lora)
+    if not model.lora_params:
+        raise InputError(model_name, "has no LoRA adapter to switch: give --lora (e.g. q,v:8)")
+    passes = resolve_pipeline(api.for_workload(pipeline, Workload(batch=max_batch, context=context)))
+    head = tuple(p for p in passes if p.provides <= PLACEMENT)
+    say(f"serve: placing {model.name} ({', '.join(p.name for p in head)})")
+    placed = PassManager(head).run(Program(model=model), target)
+    PassManager(parse_pipeline(f"kv-ring{{context={context},batch={max_batch}}}")).run(placed, target)  # it fits
+    return placed
+
+
+def serve_placed(trace: Trace, placed: Program, target: PrimalTarget, context: int, policy: Policy,
+                 say: Say = lambda line: None, per_request: bool = True) -> dict:
+    """The serve report of ``trace`` on a placed program under ``policy``."""
+    table = CostTable(placed, target, context, policy, say)
+    return serve_report(trace, policy, simulate(trace, table), placed.model.name, target.name, context, per_request)
+
+
+def serve(model_name: str, lora: str | None, adapters: tuple[str, ...], trace_path: str, target_name: str,
+          pipeline: str, context: int, policy: Policy, say: Say = lambda line: None, per_request: bool = True) -> dict:
+    """``primal serve``: load the trace (checked before any compile), place, replay the shapes it needs and
+    simulate it."""
+    from primal_compiler.target import load_primal_target
+
+    trace = load_trace(trace_path, adapters, context)
+    target = load_primal_target(target_name)
+    placed = place(model_name, lora, target, pipeline, context, policy.max_batch, say)
+    return serve_placed(trace, placed, target, context, policy, say, per_request)

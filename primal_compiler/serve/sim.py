@@ -1,0 +1,109 @@
+"""Requests on one machine, batch after batch, timed and priced by replayed shapes (:mod:`.costs`).
+
+The machine holds one adapter's LoRA weights at a time and runs one batch at
+a time (static batching: a batch runs until its longest generation ends).
+When it is free it takes the oldest waiting request and, with batching, up
+to ``max_batch - 1`` more waiting requests on the same adapter, oldest
+first; with nothing waiting it idles until the next arrival. A batch of
+``n`` runs as the program of the smallest compiled batch size holding it
+(a power of two, or ``max_batch``); its prefill as the shape of its
+longest prompt rounded up to a *bucket* (a power of two, at most the
+context minus one), its decode steps as the shape at the bucket of its
+longest prompt plus generation minus one (so every step is priced at a
+position at or past its own: more attention work, never less).
+
+A batch starts back to back (*warm*) when it was already waiting as the
+previous batch ended, else on an idle machine (*cold*), and switches
+adapters when its adapter differs from the loaded one; each of the four
+cases has its own replayed time to the first tokens and energy
+(:mod:`.costs`). A switch's exposed time and energy (the report's
+reconfiguration) are its case's less the same start without a switch; the
+rest is the prefill's. Each request's first token comes when the batch's
+prefill ends; each later token one decode step after the one before.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+import numpy as np
+
+from primal_compiler.errors import InputError
+from primal_compiler.serve.costs import CostTable, Shape
+from primal_compiler.serve.trace import Trace
+
+
+def bucket(tokens: int, context: int) -> int:
+    """The smallest power of two holding ``tokens``, at most ``context - 1``."""
+    return min(1 << max(0, int(tokens - 1).bit_length()), context - 1)
+
+
+def batch_size(n: int, max_batch: int) -> int:
+    """The smallest compiled batch size holding ``n`` requests: a power of two, or ``max_batch``."""
+    return min(1 << max(0, int(n - 1).bit_length()), max_batch)
+
+
+def simulate(trace: Trace, table: CostTable) -> dict:
+    """Per-request columns and per-batch totals of serving ``trace`` (module docstring): JSON-ready lists."""
+    n = len(trace)
+    policy, context = table.policy, table.context
+    long = np.flatnonzero(trace.prompt + trace.generate > context)
+    if len(long):
+        k = int(long[0])
+        raise InputError("trace", f"request {k} needs {int(trace.prompt[k] + trace.generate[k])} tokens of context; "
+                                  f"the KV space holds {context}")
+    start, first, finish, itl = (np.zeros(n) for _ in range(4))
+    batch_of = np.zeros(n, np.int64)
+    switched = np.zeros(n, np.int8)  # 0 none, 1 cold, 2 warm (on the batch's head request)
+    waiting: deque[int] = deque()
+    by_adapter: dict[int, deque[int]] = {}
+    taken = np.zeros(n, bool)
+    energy = {"reconfiguration": 0.0, "prefill": 0.0, "decode": 0.0, "idle": 0.0}
+    reconfig_s = config_s = 0.0
+    loaded, t, prev_end, nxt, batches = -1, float(trace.arrival_s[0]), None, 0, 0
+    while True:
+        while waiting and taken[waiting[0]]:  # batched with an earlier head
+            waiting.popleft()
+        if not waiting:
+            if nxt == n:
+                break
+            t = max(t, float(trace.arrival_s[nxt]))  # idle until the next arrival
+        while nxt < n and trace.arrival_s[nxt] <= t:
+            waiting.append(nxt)
+            by_adapter.setdefault(int(trace.adapter[nxt]), deque()).append(nxt)
+            nxt += 1
+        adapter = int(trace.adapter[waiting[0]])
+        queue = by_adapter[adapter]
+        members = [queue.popleft() for _ in range(min(policy.max_batch, len(queue)))]
+        taken[members] = True
+        size = batch_size(len(members), policy.max_batch)
+        pre = table.shape(size, bucket(int(trace.prompt[members].max()), context))
+        steps = int(trace.generate[members].max()) - 1
+        dec = table.shape(size, bucket(int((trace.prompt[members] + trace.generate[members]).max()) - 1, context))
+        if prev_end is not None and t > prev_end:
+            energy["idle"] += (t - prev_end) * (table.idle_w or 0.0)
+        b2b = prev_end is not None and t == prev_end
+        switch = adapter != loaded
+        case = ("b2b_" if b2b else "idle_") + ("switch" if switch else "same")
+        if switch:
+            switched[members[0]] = 2 if b2b else 1
+            same = case.replace("switch", "same")
+            reconfig_s += pre.start_s[case] - pre.start_s[same]
+            config_s += pre.config_s
+            energy["reconfiguration"] += pre.start_j[case] - pre.start_j[same]
+        energy["prefill"] += pre.start_j[case.replace("switch", "same")]
+        ready = t + pre.start_s[case]
+        start[members], first[members] = t, ready
+        finish[members] = ready + (trace.generate[members] - 1) * dec.step_s
+        itl[members] = np.where(trace.generate[members] > 1, dec.step_s, np.nan)
+        batch_of[members] = batches
+        energy["decode"] += steps * dec.step_j
+        t = ready + steps * dec.step_s
+        prev_end, loaded, batches = t, adapter, batches + 1
+    return {"start_s": start, "first_token_s": first, "finish_s": finish, "itl_s": itl, "batch": batch_of,
+            "switched": switched, "energy_j": energy, "reconfig_s": reconfig_s, "config_s": config_s, "batches": batches,
+            "shapes": [s.to_dict() for s in _used(table)], "idle_w": table.idle_w or 0.0}
+
+
+def _used(table: CostTable) -> list[Shape]:
+    return [table.shapes[k] for k in sorted(table.shapes)]

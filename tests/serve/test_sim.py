@@ -1,0 +1,71 @@
+"""The request simulation against a schedule computed by hand from a made-up cost table."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from primal_compiler.serve.costs import Policy, Shape
+from primal_compiler.serve.sim import batch_size, bucket, simulate
+from primal_compiler.serve.trace import Trace
+
+
+class Table:
+    """A stand-in cost table: the same starts for every shape, decode steps slower in larger batches."""
+
+    def __init__(self, max_batch: int = 1, idle_w: float = 0.5) -> None:
+        self.policy, self.context, self.idle_w = Policy(max_batch=max_batch), 64, idle_w
+        self.shapes: dict[tuple[int, int], Shape] = {}
+
+    def shape(self, batch: int, bucket_: int) -> Shape:
+        s = Shape(batch, bucket_, {"idle_switch": 10.0, "b2b_switch": 8.0, "b2b_same": 5.0, "idle_same": 5.0},
+                  {"idle_switch": 100.0, "b2b_switch": 80.0, "b2b_same": 50.0, "idle_same": 50.0},
+                  1.0 + 0.5 * (batch - 1), 2.0 * batch, 0, 4.0, "")
+        self.shapes[(batch, bucket_)] = s
+        return s
+
+
+def trace(rows) -> Trace:
+    a, k, p, g = zip(*rows)
+    return Trace(np.array(a, float), np.array(k), np.array(p), np.array(g), ("A", "B"))
+
+
+def test_buckets_and_batch_sizes():
+    assert [bucket(t, 64) for t in (1, 2, 10, 16, 17, 63, 64)] == [1, 2, 16, 16, 32, 63, 63]
+    assert [batch_size(n, 8) for n in (1, 2, 3, 5, 8)] == [1, 2, 4, 8, 8]
+    assert batch_size(3, 3) == 3 and batch_size(5, 6) == 6
+
+
+def test_cold_warm_and_same_adapter_starts_by_hand():
+    t = trace([(0.0, 0, 10, 3), (1.0, 1, 10, 2), (100.0, 1, 10, 1), (200.0, 0, 10, 1)])
+    run = simulate(t, Table())
+    # r0 cold switch: first token at 10, then 2 steps of 1 s; r1 waited: warm switch at 12, first at 20, ends 21;
+    # r2 arrives on an idle machine with B loaded: first at 105; r3 switches back to A cold: first at 210
+    np.testing.assert_allclose(run["first_token_s"], [10, 20, 105, 210])
+    np.testing.assert_allclose(run["finish_s"], [12, 21, 105, 210])
+    np.testing.assert_allclose(run["start_s"], [0, 12, 100, 200])
+    assert list(run["switched"]) == [1, 2, 0, 1]
+    assert run["itl_s"][0] == 1.0 and math.isnan(run["itl_s"][2])
+    e = run["energy_j"]
+    assert e["reconfiguration"] == pytest.approx(50 + 30 + 50)  # each switch's start less the same start
+    assert e["prefill"] == pytest.approx(4 * 50)
+    assert e["decode"] == pytest.approx(2 * 2.0 + 1 * 2.0)
+    assert e["idle"] == pytest.approx(0.5 * ((100 - 21) + (200 - 105)))
+    assert run["reconfig_s"] == pytest.approx(5 + 3 + 5) and run["config_s"] == pytest.approx(3 * 4.0)
+
+
+def test_batching_takes_waiting_requests_of_one_adapter_oldest_first():
+    t = trace([(0.0, 0, 10, 2), (0.1, 0, 20, 3), (0.2, 1, 10, 2), (0.3, 0, 40, 2), (0.4, 0, 10, 2)])
+    table = Table(max_batch=2)
+    run = simulate(t, table)
+    # batch 0: r0 alone; at 11 s r1..r4 wait: batch 1 = r1, r3 (A, oldest first), then r2 (B), then r4 (A)
+    assert list(run["batch"]) == [0, 1, 2, 1, 3]
+    assert (2, bucket(40, 64)) in table.shapes  # the pair's prefill shape: its longest prompt
+    assert (2, bucket(40 + 2 - 1, 64)) in table.shapes  # its decode: the largest prompt + generation - 1
+    first = run["first_token_s"]
+    assert first[1] == first[3] == pytest.approx(11 + 5)  # back to back, A still loaded
+    step = 1.5  # the batch of 2's decode step
+    assert run["finish_s"][1] == pytest.approx(16 + 2 * step) and run["finish_s"][3] == pytest.approx(16 + step)
+    assert first[2] == pytest.approx(16 + 2 * step + 8)  # then B, waiting: a warm switch

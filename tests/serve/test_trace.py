@@ -1,0 +1,80 @@
+"""Request traces: strict JSONL and CSV loading, one-line errors naming the line, a seeded generator."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from primal_compiler.errors import InputError
+from primal_compiler.serve.trace import load_trace, poisson_trace, trace_jsonl
+
+ADAPTERS = ("A", "B")
+
+
+def write(tmp_path, name: str, text: str):
+    path = tmp_path / name
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def test_jsonl_and_csv_load_the_same_requests(tmp_path):
+    j = write(tmp_path, "t.jsonl", '{"arrival_s": 0, "adapter": "A", "prompt_tokens": 5, "generate_tokens": 2}\n\n'
+                                   '{"arrival_s": 0.5, "adapter": "B", "prompt_tokens": 7, "generate_tokens": 1}\n')
+    c = write(tmp_path, "t.csv", "arrival_s,adapter,prompt_tokens,generate_tokens\n0,A,5,2\n0.5,B,7,1\n")
+    for path in (j, c):
+        t = load_trace(path, ADAPTERS, 64)
+        np.testing.assert_array_equal(t.arrival_s, [0.0, 0.5])
+        np.testing.assert_array_equal(t.adapter, [0, 1])
+        np.testing.assert_array_equal(t.prompt, [5, 7])
+        np.testing.assert_array_equal(t.generate, [2, 1])
+
+
+@pytest.mark.parametrize("line, message", [
+    ('{"arrival_s": -1, "adapter": "A", "prompt_tokens": 5, "generate_tokens": 2}', "arrival_s must be a finite time"),
+    ('{"arrival_s": 0, "adapter": "Z", "prompt_tokens": 5, "generate_tokens": 2}', "unknown adapter 'Z'"),
+    ('{"arrival_s": 0, "adapter": "A", "prompt_tokens": 60, "generate_tokens": 5}', "exceeds the context of 64"),
+    ('{"arrival_s": 0, "adapter": "A", "prompt_tokens": 0, "generate_tokens": 5}', "prompt_tokens must be a whole"),
+    ('{"arrival_s": 0, "adapter": "A", "prompt_tokens": 2.5, "generate_tokens": 5}', "prompt_tokens must be a whole"),
+    ('{"arrival_s": 0, "adapter": "A", "prompt_tokens": 5}', "missing generate_tokens"),
+    ('{"arrival_s": 0, "adapter": "A", "prompt_tokens": 5, "generate_tokens": 2, "x": 1}', "unknown x"),
+    ('{"arrival_s": "soon", "adapter": "A", "prompt_tokens": 5, "generate_tokens": 2}', "must be a number"),
+    ("[1, 2]", "not a JSON object"),
+    ("{oops", "not a JSON object"),
+])
+def test_a_bad_request_is_one_line_naming_its_line(tmp_path, line, message):
+    ok = '{"arrival_s": 0, "adapter": "A", "prompt_tokens": 5, "generate_tokens": 2}'
+    path = write(tmp_path, "t.jsonl", ok + "\n" + line + "\n")
+    with pytest.raises(InputError, match=message) as err:
+        load_trace(path, ADAPTERS, 64)
+    assert str(err.value.where) == f"{path}:2" and "\n" not in str(err.value)
+
+
+def test_an_unsorted_trace_is_refused(tmp_path):
+    path = write(tmp_path, "t.csv", "arrival_s,adapter,prompt_tokens,generate_tokens\n1,A,5,2\n0.5,A,5,2\n")
+    with pytest.raises(InputError, match="before the previous request's 1: the trace must be in arrival order"):
+        load_trace(path, ADAPTERS, 64)
+
+
+@pytest.mark.parametrize("name, text, message", [
+    ("t.txt", "", "a .jsonl or a .csv file"),
+    ("t.jsonl", "\n", "holds no request"),
+    ("t.csv", "arrival_s,adapter\n0,A,5\n", "3 values for the header's 2 fields"),
+])
+def test_a_bad_file_is_refused(tmp_path, name, text, message):
+    with pytest.raises(InputError, match=message):
+        load_trace(write(tmp_path, name, text), ADAPTERS, 64)
+    with pytest.raises(InputError, match="no such trace file"):
+        load_trace(tmp_path / "none.jsonl", ADAPTERS, 64)
+
+
+def test_the_generator_is_seeded_and_round_trips(tmp_path):
+    a = poisson_trace(2000, 50.0, ("A", "B", "C"), 1.0, (4, 9), (1, 3), seed=7)
+    b = poisson_trace(2000, 50.0, ("A", "B", "C"), 1.0, (4, 9), (1, 3), seed=7)
+    assert trace_jsonl(a) == trace_jsonl(b)
+    assert (np.diff(a.arrival_s) >= 0).all() and a.prompt.min() >= 4 and a.prompt.max() <= 9
+    share = np.bincount(a.adapter, minlength=3) / 2000
+    np.testing.assert_allclose(share, np.array([1, 1 / 2, 1 / 3]) / (11 / 6), atol=0.03)  # Zipf, exponent 1
+    assert abs(a.arrival_s[-1] / 2000 - 1 / 50.0) < 0.1 / 50  # mean gap 1 / rate
+    back = load_trace(write(tmp_path, "g.jsonl", trace_jsonl(a)), ("A", "B", "C"), 64)
+    np.testing.assert_allclose(back.arrival_s, a.arrival_s, atol=1e-9)
+    np.testing.assert_array_equal(back.adapter, a.adapter)
