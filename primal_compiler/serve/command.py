@@ -29,7 +29,8 @@ def cmd_serve(args) -> None:
     from primal_compiler.serve.run import serve
 
     report = serve(args.model, args.lora, _adapters(args.adapters), args.trace, args.target, args.pipeline,
-                   args.context, policy, lambda line: print(line, file=sys.stderr, flush=True), args.json)
+                   args.context, policy, lambda line: print(line, file=sys.stderr, flush=True), args.json,
+                   args.perfetto, args.force)
     print(json.dumps(report, indent=2, sort_keys=True) if args.json else render_serve(report))
 
 
@@ -80,6 +81,9 @@ def add_parsers(sub) -> None:
     sp.add_argument("--zero-fraction", type=float_arg(0.0, 1.0), default=SEED_ZERO_FRACTION,
                     help=f"share of LoRA blocks all zero in every adapter (default {SEED_ZERO_FRACTION}: the seed's "
                          "35%% of matrices over 70%% sparse)")
+    sp.add_argument("--perfetto", default=None, metavar="FILE.json",
+                    help="also write the timeline (batches, adapter residency, every request) as Perfetto JSON")
+    sp.add_argument("--force", action="store_true", help="replace the --perfetto file if it exists")
     sp.add_argument("--json", action="store_true", help="print one JSON object, every request's times too")
     sp.set_defaults(func=cmd_serve)
 

@@ -37,19 +37,32 @@ def place(model_name: str, lora: str | None, target: PrimalTarget, pipeline: str
 
 
 def serve_placed(trace: Trace, placed: Program, target: PrimalTarget, context: int, policy: Policy,
-                 say: Say = lambda line: None, per_request: bool = True) -> dict:
-    """The serve report of ``trace`` on a placed program under ``policy``."""
+                 say: Say = lambda line: None, per_request: bool = True, perfetto: str | None = None,
+                 force: bool = False) -> dict:
+    """The serve report of ``trace`` on a placed program under ``policy``; with ``perfetto``, its timeline
+    written there too (:mod:`.perfetto`; replaced only with ``force``)."""
     table = CostTable(placed, target, context, policy, say)
-    return serve_report(trace, policy, simulate(trace, table), placed.model.name, target.name, context, per_request)
+    run = simulate(trace, table)
+    if perfetto is not None:
+        from primal_compiler.outdir import output_file
+        from primal_compiler.serve.perfetto import trace_json
+
+        with output_file(perfetto, force) as f:
+            f.write(trace_json(trace, run).encode("utf-8"))
+    return serve_report(trace, policy, run, placed.model.name, target.name, context, per_request)
 
 
 def serve(model_name: str, lora: str | None, adapters: tuple[str, ...], trace_path: str, target_name: str,
-          pipeline: str, context: int, policy: Policy, say: Say = lambda line: None, per_request: bool = True) -> dict:
-    """``primal serve``: load the trace (checked before any compile), place, replay the shapes it needs and
-    simulate it."""
+          pipeline: str, context: int, policy: Policy, say: Say = lambda line: None, per_request: bool = True,
+          perfetto: str | None = None, force: bool = False) -> dict:
+    """``primal serve``: load the trace and check the timeline's destination (before any compile), place, replay
+    the shapes it needs and simulate it."""
+    from primal_compiler.outdir import check_destination
     from primal_compiler.target import load_primal_target
 
     trace = load_trace(trace_path, adapters, context)
+    if perfetto is not None:
+        check_destination(perfetto, force, directory=False, inputs=(trace_path,))
     target = load_primal_target(target_name)
     placed = place(model_name, lora, target, pipeline, context, policy.max_batch, say)
-    return serve_placed(trace, placed, target, context, policy, say, per_request)
+    return serve_placed(trace, placed, target, context, policy, say, per_request, perfetto, force)

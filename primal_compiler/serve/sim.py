@@ -60,6 +60,8 @@ def simulate(trace: Trace, table: CostTable) -> dict:
     taken = np.zeros(n, bool)
     energy = {"reconfiguration": 0.0, "prefill": 0.0, "decode": 0.0, "idle": 0.0}
     reconfig_s = config_s = 0.0
+    log: dict[str, list] = {"start_s": [], "exposed_s": [], "first_token_s": [], "end_s": [], "adapter": [],
+                            "switch": []}  # per batch, in order
     loaded, t, prev_end, nxt, batches = -1, float(trace.arrival_s[0]), None, 0, 0
     while True:
         while waiting and taken[waiting[0]]:  # batched with an earlier head
@@ -85,10 +87,12 @@ def simulate(trace: Trace, table: CostTable) -> dict:
         b2b = prev_end is not None and t == prev_end
         switch = adapter != loaded
         case = ("b2b_" if b2b else "idle_") + ("switch" if switch else "same")
+        exposed = 0.0
         if switch:
             switched[members[0]] = 2 if b2b else 1
             same = case.replace("switch", "same")
-            reconfig_s += pre.start_s[case] - pre.start_s[same]
+            exposed = pre.start_s[case] - pre.start_s[same]
+            reconfig_s += exposed
             config_s += pre.config_s
             energy["reconfiguration"] += pre.start_j[case] - pre.start_j[same]
         energy["prefill"] += pre.start_j[case.replace("switch", "same")]
@@ -98,10 +102,14 @@ def simulate(trace: Trace, table: CostTable) -> dict:
         itl[members] = np.where(trace.generate[members] > 1, dec.step_s, np.nan)
         batch_of[members] = batches
         energy["decode"] += steps * dec.step_j
-        t = ready + steps * dec.step_s
+        end = ready + steps * dec.step_s
+        for key, value in zip(log, (t, exposed, ready, end, adapter, (2 if b2b else 1) if switch else 0)):
+            log[key].append(value)
+        t = end
         prev_end, loaded, batches = t, adapter, batches + 1
     return {"start_s": start, "first_token_s": first, "finish_s": finish, "itl_s": itl, "batch": batch_of,
             "switched": switched, "energy_j": energy, "reconfig_s": reconfig_s, "config_s": config_s, "batches": batches,
+            "batch_log": log,
             "shapes": [s.to_dict() for s in _used(table)], "idle_w": table.idle_w or 0.0}
 
 

@@ -48,6 +48,18 @@ def test_serve_prints_the_report_and_its_json(trace_file, capsys):
     assert r["tokens_per_j"] > 0 and r["ttft_s"]["p99"] >= r["ttft_s"]["p50"] > 0
 
 
+def test_serve_writes_its_timeline(trace_file, tmp_path, capsys):
+    out = tmp_path / "serve.json"
+    args = ["serve", "tiny-llama", "--lora", "q,v:8", "--adapters", "A", "B", "--trace", str(trace_file),
+            "--context", "64", "-p", "fast", "--perfetto", str(out)]
+    assert main(args) == 0
+    ev = json.loads(out.read_text())["traceEvents"]
+    assert sum(e["ph"] == "b" for e in ev) >= 12 and any(e["name"] == "prefill" for e in ev)
+    capsys.readouterr()
+    assert _exit(args) == 2  # never replaced without --force
+    assert "exists" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("args, message", [
     (["--adapters", "A"], "unknown adapter 'B'"),
     (["--adapters", "A", "B", "--lora", ""], "has no LoRA adapter to switch"),
