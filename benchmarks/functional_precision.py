@@ -32,7 +32,8 @@ from tests.functional.reference import ort_greedy  # noqa: E402
 from primal_compiler.frontend import load_model
 from primal_compiler.functional import compile_for_replay, replay_functional
 from primal_compiler.functional.metrics import logit_error, mean_kl, top1_agreement
-from primal_compiler.target import load_target, with_overrides
+from primal_compiler.target import load_target, require_primal, with_overrides
+from primal_compiler.target.spec import PrimalTarget
 
 FIXTURES = Path(__file__).parents[1] / "tests" / "fixtures" / "onnx"
 MODELS = ["llama_lora_mlp_r4_optimum_past", "mistral_lora_qv_r2_dynamo", "gpt2_lora_cattn_r4_dynamo",
@@ -64,14 +65,20 @@ SETTINGS = [
 ]
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def study(description: str) -> tuple[argparse.Namespace, PrimalTarget]:
+    """The fixture study's arguments (models, prompts, their length, steps) and its target: primal-7nm's
+    macros, the mesh cut to 8x8 PEs (benchmarks/functional_temperature.py shares both)."""
+    parser = argparse.ArgumentParser(description=description)
     parser.add_argument("models", nargs="*", default=MODELS)
     parser.add_argument("--prompts", type=int, default=8)
     parser.add_argument("--length", type=int, default=6)
     parser.add_argument("--generate", type=int, default=6)
-    args = parser.parse_args()
-    base_target = with_overrides(load_target("primal-7nm"), {"ct.mesh_rows": 8, "ct.mesh_cols": 8})
+    return parser.parse_args(), require_primal(with_overrides(load_target("primal-7nm"), {"ct.mesh_rows": 8,
+                                                                                        "ct.mesh_cols": 8}), "primal-7nm")
+
+
+def main() -> None:
+    args, base_target = study(__doc__.splitlines()[0])
     rng = np.random.default_rng(0)
     results: dict[str, list[tuple[float, float, float]]] = {label: [] for label, *_ in SETTINGS}
     clock = time.perf_counter()

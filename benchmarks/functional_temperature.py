@@ -15,32 +15,21 @@ Run: python benchmarks/functional_temperature.py [--prompts 8] [--length 6] [--g
 
 from __future__ import annotations
 
-import argparse
 import time
-from pathlib import Path
 
 import numpy as np
+from functional_precision import FIXTURES, study  # this directory's precision study: its fixtures and arguments
 
 from primal_compiler.frontend import load_model
 from primal_compiler.functional import compile_for_replay
 from primal_compiler.functional.temperature import temperature_sweep
-from primal_compiler.target import load_target, with_overrides
 
-FIXTURES = Path(__file__).parents[1] / "tests" / "fixtures" / "onnx"
-MODELS = ["llama_lora_mlp_r4_optimum_past", "mistral_lora_qv_r2_dynamo", "gpt2_lora_cattn_r4_dynamo",
-          "opt_lora_qv_r4_optimum"]
 PIPELINE = "lower-tiles,blocking,zcurve-order,kv-ring{context=32,chunk_tokens=8},codegen"
 TEMPERATURES = [25.0, 45.0, 55.0, 85.0, 125.0]
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("models", nargs="*", default=MODELS)
-    parser.add_argument("--prompts", type=int, default=8)
-    parser.add_argument("--length", type=int, default=6)
-    parser.add_argument("--generate", type=int, default=6)
-    args = parser.parse_args()
-    target = with_overrides(load_target("primal-7nm"), {"ct.mesh_rows": 8, "ct.mesh_cols": 8})
+    args, target = study(__doc__.splitlines()[0])
     rng = np.random.default_rng(0)
     rows: dict[float, list[list[dict]]] = {t: [] for t in TEMPERATURES}
     clock = time.perf_counter()
