@@ -81,9 +81,6 @@ class Shape:
         return dict(self.__dict__)
 
 
-STARTS = ("idle_switch", "b2b_switch", "b2b_same", "idle_same")
-
-
 def tail(policy: Policy, context: int, batch: int, bucket: int) -> str:
     """The pipeline tail a shape is compiled with."""
     sparse = f"lora-sparsity{{zero_fraction={policy.zero_fraction}}}," if policy.sparse else ""

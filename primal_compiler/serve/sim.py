@@ -62,7 +62,7 @@ def simulate(trace: Trace, table: CostTable) -> dict:
     reconfig_s = config_s = 0.0
     log: dict[str, list] = {"start_s": [], "exposed_s": [], "first_token_s": [], "end_s": [], "adapter": [],
                             "switch": []}  # per batch, in order
-    loaded, t, prev_end, nxt, batches = -1, float(trace.arrival_s[0]), None, 0, 0
+    loaded, t, prev_end, nxt = -1, float(trace.arrival_s[0]), None, 0
     while True:
         while waiting and taken[waiting[0]]:  # batched with an earlier head
             waiting.popleft()
@@ -100,15 +100,16 @@ def simulate(trace: Trace, table: CostTable) -> dict:
         start[members], first[members] = t, ready
         finish[members] = ready + (trace.generate[members] - 1) * dec.step_s
         itl[members] = np.where(trace.generate[members] > 1, dec.step_s, np.nan)
-        batch_of[members] = batches
+        batch_of[members] = len(log["start_s"])
         energy["decode"] += steps * dec.step_j
         end = ready + steps * dec.step_s
         for key, value in zip(log, (t, exposed, ready, end, adapter, (2 if b2b else 1) if switch else 0)):
             log[key].append(value)
         t = end
-        prev_end, loaded, batches = t, adapter, batches + 1
+        prev_end, loaded = t, adapter
     return {"start_s": start, "first_token_s": first, "finish_s": finish, "itl_s": itl, "batch": batch_of,
-            "switched": switched, "energy_j": energy, "reconfig_s": reconfig_s, "config_s": config_s, "batches": batches,
+            "switched": switched, "energy_j": energy, "reconfig_s": reconfig_s, "config_s": config_s,
+            "batches": len(log["start_s"]),
             "batch_log": log,
             "shapes": [s.to_dict() for s in _used(table)], "idle_w": table.idle_w or 0.0}
 
