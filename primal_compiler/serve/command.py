@@ -65,7 +65,8 @@ def add_parsers(sub) -> None:
     sp = sub.add_parser("serve", help="replay a request trace over several adapters: per-request TTFT and ITL, "
                                       "throughput, tokens/J, adapter switches (docs/serving.md)")
     sp.add_argument("model", help="built-in name (llama2-7b, ...) or an .onnx file")
-    sp.add_argument("--lora", default=None, help="the adapters' LoRA, e.g. q,v:8 (TARGETS:RANK[:ALPHA])")
+    sp.add_argument("--lora", default="q,v:8",
+                    help="the adapters' LoRA, TARGETS:RANK[:ALPHA] (default q,v:8, the seed's: rank 8 on Q and V)")
     sp.add_argument("--adapters", nargs="+", required=True, help="the adapter names the trace refers to")
     sp.add_argument("--trace", required=True, help="requests: a .jsonl or .csv file (docs/serving.md)")
     sp.add_argument("--target", default="primal-7nm", help="bundled target name or a .toml path")
