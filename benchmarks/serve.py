@@ -28,6 +28,7 @@ from primal_compiler.target import load_primal_target
 RUNS = [("default: prefetch, block-sparse, no batching", Policy()),
         ("no prefetch", Policy(prefetch=False)),
         ("no block-sparse encoding", Policy(sparse=False)),
+        ("no prefetch, no block-sparse encoding", Policy(prefetch=False, sparse=False)),
         ("batching up to 4 per adapter", Policy(max_batch=4))]
 
 
