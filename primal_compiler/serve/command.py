@@ -5,19 +5,14 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from pathlib import Path
 
 from primal_compiler.errors import InputError
 from primal_compiler.serve.costs import SEED_ZERO_FRACTION, Policy
 
 
-def _adapters(names: list[str]) -> tuple[str, ...]:
+def _names(names: list[str]) -> tuple[str, ...]:
     if len(set(names)) != len(names):
         raise InputError("--adapters", f"names an adapter twice: {' '.join(names)}")
-    for name in names:
-        if Path(name).is_dir():
-            raise InputError(name, "is a directory: serve takes adapter names, and every adapter shares the "
-                                   "--zero-fraction statistics (per-adapter masks from PEFT weights are not modelled)")
     return tuple(names)
 
 
@@ -28,7 +23,7 @@ def cmd_serve(args) -> None:
                     zero_fraction=args.zero_fraction)
     from primal_compiler.serve.run import serve
 
-    report = serve(args.model, args.lora, _adapters(args.adapters), args.trace, args.target, args.pipeline,
+    report = serve(args.model, args.lora, tuple(args.adapters), args.trace, args.target, args.pipeline,
                    args.context, policy, lambda line: print(line, file=sys.stderr, flush=True), args.json,
                    args.perfetto, args.force)
     print(json.dumps(report, indent=2, sort_keys=True) if args.json else render_serve(report))
@@ -51,7 +46,7 @@ def cmd_trace(args) -> None:
 
     if not args.output.endswith(".jsonl"):
         raise InputError(args.output, "a generated trace is written as .jsonl")
-    trace = poisson_trace(args.requests, args.rate, _adapters(args.adapters), args.zipf, args.prompt, args.generate,
+    trace = poisson_trace(args.requests, args.rate, _names(args.adapters), args.zipf, args.prompt, args.generate,
                           args.seed)
     with output_file(args.output, args.force) as f:
         f.write(trace_jsonl(trace).encode("utf-8"))
@@ -65,9 +60,12 @@ def add_parsers(sub) -> None:
     sp = sub.add_parser("serve", help="replay a request trace over several adapters: per-request TTFT and ITL, "
                                       "throughput, tokens/J, adapter switches (docs/serving.md)")
     sp.add_argument("model", help="built-in name (llama2-7b, ...) or an .onnx file")
-    sp.add_argument("--lora", default="q,v:8",
-                    help="the adapters' LoRA, TARGETS:RANK[:ALPHA] (default q,v:8, the seed's: rank 8 on Q and V)")
-    sp.add_argument("--adapters", nargs="+", required=True, help="the adapter names the trace refers to")
+    sp.add_argument("--lora", default=None,
+                    help="the adapters' LoRA, TARGETS:RANK[:ALPHA] (default: the adapter directories' own, else q,v:8, "
+                         "the seed's rank 8 on Q and V)")
+    sp.add_argument("--adapters", nargs="+", required=True,
+                    help="the adapters: names, or PEFT adapter directories (named by their last path component); "
+                         "the trace refers to these names")
     sp.add_argument("--trace", required=True, help="requests: a .jsonl or .csv file (docs/serving.md)")
     sp.add_argument("--target", default="primal-7nm", help="bundled target name or a .toml path")
     sp.add_argument("-p", "--pipeline", type=pipeline_arg, default="default",

@@ -1,8 +1,9 @@
 """What each phase of serving costs, read from replays of compiled instruction streams.
 
 The model is placed once (the pipeline's placement passes). A *shape* is a
-batch size and a prompt bucket; each shape the simulation needs is compiled
-(the pipeline's tail on the placed program: ``lora-sparsity`` when
+batch size, a prompt bucket and, with block-sparse encoding, the adapter
+directory whose zero blocks are masked; each shape the simulation needs is
+compiled (the pipeline's tail on the placed program: ``lora-sparsity`` when
 block-sparse encoding is on, ``kv-ring{context,batch}``,
 ``codegen{prompt=bucket,steps=2,requests=0;1;1}``,
 ``srpg{pipeline_config=prefetch}``) and replayed once. Its three requests
@@ -45,8 +46,9 @@ from primal_compiler.executor.metrics import metrics, window_energy_j
 from primal_compiler.executor.replay import Replay, replay
 from primal_compiler.ir.program import Program
 from primal_compiler.isa.opcodes import Opcode, step_ends
-from primal_compiler.passmgr import PassManager, parse_pipeline
+from primal_compiler.passmgr import Pass, PassManager, parse_pipeline, print_pipeline
 from primal_compiler.target.spec import PrimalTarget
+from primal_compiler.transforms.lora_sparsity import LoraSparsity
 
 SEED_ZERO_FRACTION = 0.245  # seed: ~35% of LoRA delta matrices are >70% sparse -> 0.35 x 0.7 of blocks all zero
 
@@ -81,11 +83,15 @@ class Shape:
         return dict(self.__dict__)
 
 
-def tail(policy: Policy, context: int, batch: int, bucket: int) -> str:
-    """The pipeline tail a shape is compiled with."""
-    sparse = f"lora-sparsity{{zero_fraction={policy.zero_fraction}}}," if policy.sparse else ""
-    return (f"{sparse}kv-ring{{context={context},batch={batch}}},codegen{{prompt={bucket},steps=2,requests=0;1;1}},"
-            f"srpg{{pipeline_config={'true' if policy.prefetch else 'false'}}}")
+def tail(policy: Policy, context: int, batch: int, bucket: int, source: str = "") -> tuple[Pass, ...]:
+    """The pipeline tail a shape is compiled with; ``source``: the PEFT directory whose zero blocks the
+    block-sparse encoding masks ("": a ``zero_fraction`` sample)."""
+    rest = parse_pipeline(f"kv-ring{{context={context},batch={batch}}},codegen{{prompt={bucket},steps=2,"
+                          f"requests=0;1;1}},srpg{{pipeline_config={'true' if policy.prefetch else 'false'}}}")
+    if not policy.sparse:
+        return rest
+    mask = LoraSparsity(adapter=source) if source else LoraSparsity(zero_fraction=policy.zero_fraction)
+    return (mask, *rest)
 
 
 def shape_costs(rp: Replay, batch: int, bucket: int, spec: str) -> Shape:
@@ -125,20 +131,26 @@ def idle_watts(rp: Replay) -> float:
 
 
 class CostTable:
-    """The shapes of one placed program under one policy, each replayed when first asked for."""
+    """The shapes of one placed program under one policy, each replayed when first asked for; ``sources``: per
+    adapter, the PEFT directory its zero blocks come from ("": the policy's ``zero_fraction`` sample)."""
 
     def __init__(self, placed: Program, target: PrimalTarget, context: int, policy: Policy,
-                 say: Callable[[str], None] = lambda line: None) -> None:
+                 say: Callable[[str], None] = lambda line: None, sources: tuple[str, ...] = ()) -> None:
         self.placed, self.target, self.context, self.policy, self.say = placed, target, context, policy, say
-        self.shapes: dict[tuple[int, int], Shape] = {}
+        self.sources = sources
+        self.shapes: dict[tuple[int, int, str], Shape] = {}
         self.idle_w: float | None = None
 
-    def shape(self, batch: int, bucket: int) -> Shape:
-        key = (batch, bucket)
+    def shape(self, batch: int, bucket: int, adapter: int = 0) -> Shape:
+        """The shape of a batch of ``batch`` on ``bucket`` tokens switching to adapter ``adapter``; adapters
+        without a directory, and every adapter without block-sparse encoding, share one."""
+        source = self.sources[adapter] if self.policy.sparse and adapter < len(self.sources) else ""
+        key = (batch, bucket, source)
         if key not in self.shapes:
-            spec = tail(self.policy, self.context, batch, bucket)
+            passes = tail(self.policy, self.context, batch, bucket, source)
+            spec = print_pipeline(passes)
             self.say(f"serve: replaying batch {batch}, prompt {bucket}: {spec}")
-            program = PassManager(parse_pipeline(spec)).run(self.placed, self.target)
+            program = PassManager(passes).run(self.placed, self.target)
             meta, arrays = compiled.program_file(program, self.target)
             rp = replay(meta, arrays, program.need_stream(), self.target)
             self.shapes[key] = shape_costs(rp, batch, bucket, spec)

@@ -79,9 +79,10 @@ def simulate(trace: Trace, table: CostTable) -> dict:
         members = [queue.popleft() for _ in range(min(policy.max_batch, len(queue)))]
         taken[members] = True
         size = batch_size(len(members), policy.max_batch)
-        pre = table.shape(size, bucket(int(trace.prompt[members].max()), context))
+        pre = table.shape(size, bucket(int(trace.prompt[members].max()), context), adapter)
         steps = int(trace.generate[members].max()) - 1
-        dec = table.shape(size, bucket(int((trace.prompt[members] + trace.generate[members]).max()) - 1, context))
+        dec = table.shape(size, bucket(int((trace.prompt[members] + trace.generate[members]).max()) - 1, context),
+                          adapter)
         if prev_end is not None and t > prev_end:
             energy["idle"] += (t - prev_end) * (table.idle_w or 0.0)
         b2b = prev_end is not None and t == prev_end

@@ -75,9 +75,39 @@ def test_serve_errors_are_one_line(trace_file, capsys, args, message):
     assert message in err[-1] and "Traceback" not in "\n".join(err)
 
 
-def test_serve_refuses_an_adapter_directory(trace_file, tmp_path, capsys):
-    (tmp_path / "A").mkdir()
+def test_serve_takes_peft_directories_each_with_its_own_zero_blocks(tmp_path, capsys):
+    """Two tiny-llama adapters: A dense, B with its V factors all zero. Each switch writes its own adapter's
+    non-zero blocks, so switching to B writes half the bytes; the trace names them A and B."""
+    from primal_compiler.frontend import load_model
+    from primal_compiler.ir.model import Role
+    from tests.frontend.test_weights import write_adapter
+
+    model = load_model("tiny-llama", "q,v:8")
+
+    def half(layer, role, a, b):
+        if role == Role.V:
+            a[:] = 0.0
+            b[:] = 0.0
+
+    write_adapter(tmp_path / "A", model)
+    write_adapter(tmp_path / "B", model, zero=half)
+    trace = tmp_path / "t.csv"
+    trace.write_text("arrival_s,adapter,prompt_tokens,generate_tokens\n0,A,8,2\n0,B,8,2\n", encoding="utf-8")
     capsys.readouterr()
-    assert _exit(["serve", "tiny-llama", "--lora", "q,v:8", "--adapters", str(tmp_path / "A"), "B", "--trace",
+    assert main(["serve", "tiny-llama", "--adapters", str(tmp_path / "A"), str(tmp_path / "B"), "--trace",
+                 str(trace), "--context", "64", "-p", "fast", "--json"]) == 0
+    r = json.loads(capsys.readouterr().out)
+    assert r["adapters"] == ["A", "B"]
+    by_tail = {s["tail"]: s for s in r["shapes"]}
+    a = next(s for t, s in by_tail.items() if f"adapter={tmp_path / 'A'}" in t)
+    b = next(s for t, s in by_tail.items() if f"adapter={tmp_path / 'B'}" in t)
+    assert b["config_bytes"] == a["config_bytes"] // 2  # q and v have the same shapes here
+    assert r["per_request"]["switch"] == ["cold", "warm"]
+
+
+def test_two_adapters_of_one_name_are_refused(tmp_path, trace_file, capsys):
+    (tmp_path / "x" / "A").mkdir(parents=True)
+    capsys.readouterr()
+    assert _exit(["serve", "tiny-llama", "--adapters", str(tmp_path / "x" / "A"), "A", "--trace",
                   str(trace_file)]) == 2
-    assert "is a directory: serve takes adapter names" in capsys.readouterr().err
+    assert "--adapters: names an adapter twice: A A" in capsys.readouterr().err

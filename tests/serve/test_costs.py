@@ -12,7 +12,7 @@ from primal_compiler.executor.replay import replay
 from primal_compiler.frontend import load_model
 from primal_compiler.ir.program import Program
 from primal_compiler.isa.opcodes import step_ends
-from primal_compiler.passmgr import PassManager, parse_pipeline
+from primal_compiler.passmgr import PassManager, parse_pipeline, print_pipeline
 from primal_compiler.serve.costs import CostTable, Policy, tail
 from primal_compiler.serve.sim import simulate
 from primal_compiler.serve.trace import Trace
@@ -53,7 +53,7 @@ def test_block_sparse_encoding_writes_only_the_non_zero_blocks(tables):
 def test_the_shape_is_the_replay_of_its_tail(tables, placed, small_target):
     table = tables["default"]
     s = table.shape(1, 16)
-    assert s.tail == tail(table.policy, CONTEXT, 1, 16)
+    assert s.tail == print_pipeline(tail(table.policy, CONTEXT, 1, 16))
     program = PassManager(parse_pipeline(s.tail)).run(placed, small_target)
     meta, arrays = compiled.program_file(program, small_target)
     m = metrics(replay(meta, arrays, program.need_stream(), small_target), 0)
@@ -76,6 +76,6 @@ def test_simulating_a_shapes_own_requests_reproduces_its_replay(tables, placed, 
         firsts.append(rp.seconds(int(rp.finish[sec[step_ends(r[sec])]].max())))
     t0 = rp.seconds(int(rp.start[rp.section("adapter:0")].min()))
     trace = Trace(np.zeros(3), np.array([0, 1, 1]), np.full(3, 16), np.full(3, 3), ("A", "B"))
-    table.shapes.setdefault((1, 32), s)  # price the decode steps (positions 16-17, bucket 32) as replayed: at 16
+    table.shapes.setdefault((1, 32, ""), s)  # price the decode steps (positions 16-17, bucket 32) as replayed: at 16
     run = simulate(trace, table)
     np.testing.assert_allclose(run["first_token_s"], np.array(firsts) - t0, rtol=0.02)

@@ -19,7 +19,7 @@ class Table:
         self.policy, self.context, self.idle_w = Policy(max_batch=max_batch), 64, idle_w
         self.shapes: dict[tuple[int, int], Shape] = {}
 
-    def shape(self, batch: int, bucket_: int) -> Shape:
+    def shape(self, batch: int, bucket_: int, adapter: int = 0) -> Shape:
         s = Shape(batch, bucket_, {"idle_switch": 10.0, "b2b_switch": 8.0, "b2b_same": 5.0, "idle_same": 5.0},
                   {"idle_switch": 100.0, "b2b_switch": 80.0, "b2b_same": 50.0, "idle_same": 50.0},
                   1.0 + 0.5 * (batch - 1), 2.0 * batch, 0, 4.0, "")
