@@ -29,7 +29,7 @@ def cmd_thermal(args) -> None:
         from primal_compiler.thermal.throttle import render_throttle, throttle_for_limit
 
         report["policy"] = throttle_for_limit(c, target, args.limit_c, args.phase,
-                                              lambda line: print(line, file=sys.stderr, flush=True))
+                                              lambda line: print(line, file=sys.stderr, flush=True), rp)
         text += "\n" + render_throttle(report["policy"])
     print(json.dumps(report, indent=2, sort_keys=True) if args.json else text)
 

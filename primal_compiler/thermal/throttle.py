@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 from primal_compiler.errors import InputError
 from primal_compiler.executor.metrics import metrics
-from primal_compiler.executor.replay import replay
+from primal_compiler.executor.replay import Replay, replay
 from primal_compiler.thermal.report import thermal_report
 
 if TYPE_CHECKING:
@@ -26,18 +26,18 @@ if TYPE_CHECKING:
     from primal_compiler.target.spec import PrimalTarget
 
 
-def _point(c: Compiled, target: PrimalTarget, k: int, phase: str) -> dict:
-    rp = replay(c.meta, c.arrays, c.stream, target, c.where, max_active_pes=k)
+def _point(rp: Replay, k: int, phase: str) -> dict:
     m, t = metrics(rp), thermal_report(rp, phase)
     return {"max_active_pes": k, "die_max_c": t["die_c"]["max"], "power_w": t["power_w"], "ttft_s": m["ttft_s"],
             "itl_s": m["itl_s"], "tokens_per_s": m["tokens_per_s"], "tokens_per_j": m["tokens_per_j"]}
 
 
 def throttle_for_limit(c: Compiled, target: PrimalTarget, limit_c: float, phase: str = "decode",
-                       say: Callable[[str], None] | None = None) -> dict:
+                       say: Callable[[str], None] | None = None, free: Replay | None = None) -> dict:
     """The policy's result for ``limit_c`` (module docstring): ``free`` (unthrottled) and ``throttled`` (the
     largest ``k`` meeting the limit, or None when even one macro per CT does not), ``throughput_cost`` (the
-    share of tokens/s given up, or of TTFT added for the prefill phase) and every replayed point."""
+    share of tokens/s given up, or of TTFT added for the prefill phase) and every replayed point. ``free``:
+    the unthrottled replay on ``target``, when the caller has it (else it is replayed here)."""
     th = target.thermal
     if not th.model_min_c <= limit_c <= th.model_max_c:
         raise InputError("--limit-c", f"{limit_c:g} degC is outside the drift model's range {th.model_min_c:g}.."
@@ -47,13 +47,15 @@ def throttle_for_limit(c: Compiled, target: PrimalTarget, limit_c: float, phase:
 
     def at(k: int) -> dict:
         if k not in points:
-            points[k] = _point(c, target, k, phase)
+            rp = free if k == pes and free is not None else replay(c.meta, c.arrays, c.stream, target, c.where,
+                                                                    max_active_pes=k)
+            points[k] = _point(rp, k, phase)
             if say is not None:
                 say(f"thermal policy: {k} macros per CT -> hottest die {points[k]['die_max_c']:.4f} degC")
         return points[k]
 
-    free = at(pes)
-    best: int | None = pes if free["die_max_c"] <= limit_c else None
+    unthrottled = at(pes)
+    best: int | None = pes if unthrottled["die_max_c"] <= limit_c else None
     if best is None and at(1)["die_max_c"] <= limit_c:
         lo, hi = 1, pes  # lo meets the limit, hi does not
         while hi - lo > 1:
@@ -66,10 +68,10 @@ def throttle_for_limit(c: Compiled, target: PrimalTarget, limit_c: float, phase:
     if chosen is None:
         cost = None
     elif phase == "decode":
-        cost = 1.0 - chosen["tokens_per_s"] / free["tokens_per_s"]
+        cost = 1.0 - chosen["tokens_per_s"] / unthrottled["tokens_per_s"]
     else:
-        cost = chosen["ttft_s"] / free["ttft_s"] - 1.0
-    return {"limit_c": limit_c, "phase": phase, "pes_per_ct": pes, "met": chosen is not None, "free": free,
+        cost = chosen["ttft_s"] / unthrottled["ttft_s"] - 1.0
+    return {"limit_c": limit_c, "phase": phase, "pes_per_ct": pes, "met": chosen is not None, "free": unthrottled,
             "throttled": chosen, "throughput_cost": cost, "monotone": monotone, "points": ordered}
 
 
