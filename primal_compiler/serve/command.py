@@ -10,12 +10,6 @@ from primal_compiler.errors import InputError
 from primal_compiler.serve.costs import SEED_ZERO_FRACTION, Policy
 
 
-def _names(names: list[str]) -> tuple[str, ...]:
-    if len(set(names)) != len(names):
-        raise InputError("--adapters", f"names an adapter twice: {' '.join(names)}")
-    return tuple(names)
-
-
 def cmd_serve(args) -> None:
     from primal_compiler.serve.report import render_serve
 
@@ -42,12 +36,13 @@ def _range(text: str) -> tuple[int, int]:
 
 def cmd_trace(args) -> None:
     from primal_compiler.outdir import output_file
+    from primal_compiler.serve.run import adapters
     from primal_compiler.serve.trace import poisson_trace, trace_jsonl
 
     if not args.output.endswith(".jsonl"):
         raise InputError(args.output, "a generated trace is written as .jsonl")
-    trace = poisson_trace(args.requests, args.rate, _names(args.adapters), args.zipf, args.prompt, args.generate,
-                          args.seed)
+    names, _ = adapters(tuple(args.adapters))  # as serve names them: a directory by its last path component
+    trace = poisson_trace(args.requests, args.rate, names, args.zipf, args.prompt, args.generate, args.seed)
     with output_file(args.output, args.force) as f:
         f.write(trace_jsonl(trace).encode("utf-8"))
     print(f"wrote {args.output} ({len(trace):,} requests over {trace.arrival_s[-1]:.4g} s)")
