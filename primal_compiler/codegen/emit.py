@@ -6,7 +6,11 @@ a CONFIG per non-zero LoRA tile from the controller, then a SYNC, so no
 layer computes before every adapter write lands; ``srpg`` pipelines them),
 ``prefill:r`` (the prompt of ``prompt`` tokens for every sequence, logits of
 the last token) and ``decode:r`` (``steps`` steps of one token per sequence
-at positions ``prompt``, ``prompt + 1``, ...). Every phase (the prefill and
+at positions ``prompt``, ``prompt + 1``, ...). With a ``history`` of h tokens
+(context save: each request continues a conversation whose first h tokens'
+K/V are already in its KV slots, computed on its adapter) the prompt takes
+positions h .. h + prompt - 1, the decode steps follow from h + prompt, and
+the prefill's EMBED carries h in ``arg`` above bit 8 (docs/isa.md). Every phase (the prefill and
 each decode step) ends with the controller's ARGMAX. Each layer is
 emb/hand-off, norm + Q/K/V, attention, O + residual + MLP; records of a layer
 template are built once and shifted to every layer using it.
@@ -80,8 +84,8 @@ class _Out:
 
 
 class ProgramEmitter:
-    def __init__(self, program: Program, target: PrimalTarget, prompt: int) -> None:
-        self.p, self.target, self.prompt = program, target, prompt
+    def __init__(self, program: Program, target: PrimalTarget, history: int = 0) -> None:
+        self.p, self.target, self.history = program, target, history
         self.model, self.kv = program.model, program.need_kv()
         self.geo = geometry(program.model, target)
         self.geo_pes = target.ct.pes
@@ -114,8 +118,9 @@ class ProgramEmitter:
         dst = self.hub(layer, "in")
         if layer == 0:  # a decode step embeds the tokens the last ARGMAX of these sequences picked
             token = NONE16 if prefill else buf(BufKind.TOKEN, first_seq)
+            first = self.history << 8 if prefill else 0  # where the NMC's ring pointer starts the prompt
             b.add(op=Opcode.ACT, ct=CONTROLLER, pe=0, src_buf=token, dst_buf=HIDDEN(HiddenBuf.X), count=h * vectors,
-                  arg=ActFn.EMBED, layer=0)
+                  arg=int(ActFn.EMBED) | first, layer=0)
             src, sb = (CONTROLLER, 0), HIDDEN(HiddenBuf.X)
         else:
             src, sb = self.hub(layer - 1, "out"), HIDDEN(HiddenBuf.OUT)
@@ -172,16 +177,17 @@ class ProgramEmitter:
 
 
 def emit_stream(program: Program, target: PrimalTarget, prompt: int, requests: tuple[int, ...], steps: int = 1,
-                pipeline: bool = True, prefill_chunk: int = 0) -> Stream:
+                pipeline: bool = True, prefill_chunk: int = 0, history: int = 0) -> Stream:
     """The instruction stream of ``requests`` (adapter id per request) on a placed program with a KV map.
 
     ``pipeline`` (batch > 1): each decode step runs one pass per sequence through the layers (records
     of one vector, its own EMBED and ARGMAX), sequence after sequence, so the layers' CTs work on
     different sequences at once and a sequence's next step starts when its own token is known; the
     prefill stays one pass of every sequence's prompt, ending with one ARGMAX per sequence. Off, one
-    pass carries every sequence (records of ``batch`` vectors, one ARGMAX per step).
+    pass carries every sequence (records of ``batch`` vectors, one ARGMAX per step). ``history``: tokens
+    each request's conversation already holds in the KV cache (module docstring).
     """
-    em = ProgramEmitter(program, target, prompt)
+    em = ProgramEmitter(program, target, history)
     out = _Out()
     batch = program.need_kv().batch
     passes = [range(s, s + 1) for s in range(batch)] if pipeline and batch > 1 else [range(batch)]
@@ -195,12 +201,12 @@ def emit_stream(program: Program, target: PrimalTarget, prompt: int, requests: t
         chunk = prefill_chunk or prompt
         for first in range(0, prompt, chunk):
             n = min(chunk, prompt - first)
-            em.phase(out, first, n, Flag.PREFILL, range(batch), passes if first + n == prompt else [])
+            em.phase(out, history + first, n, Flag.PREFILL, range(batch), passes if first + n == prompt else [])
         out.section(f"prefill:{r}", start)
         start = out.length
         for step in range(steps):
             for seqs in passes:
-                em.phase(out, prompt + step, 1, 0, seqs, [seqs])
+                em.phase(out, history + prompt + step, 1, 0, seqs, [seqs])
         out.section(f"decode:{r}", start)
     stream = out.stream()
     _mark_skipped(stream.records, program.need_tiles(), em.geo_pes)

@@ -31,7 +31,7 @@ from primal_compiler.isa.stream import Stream
 from primal_compiler.target.spec import PrimalTarget
 from primal_compiler.executor.transfers import Transfers
 from primal_compiler.isa.descriptors import DESCRIPTORS, Descriptor
-from primal_compiler.isa.opcodes import CONTROLLER, ActFn, DmacOp, Flag, Opcode
+from primal_compiler.isa.opcodes import ARG_ENUM_MASK, CONTROLLER, ActFn, DmacOp, Flag, Opcode
 
 COMPONENTS = ("rram_adc", "base_dcim", "sram_dcim", "router_dmac", "links", "controller", "wakeup")
 
@@ -185,7 +185,7 @@ def act_ops(target: PrimalTarget) -> np.ndarray:
 def _act(c: Ctx, rec):
     r = c.target.router
     ct, pe = _pos(c, rec)
-    fn = c.records["arg"][rec].astype(np.int64)
+    fn = c.records["arg"][rec].astype(np.int64) & ARG_ENUM_MASK[Opcode.ACT]
     ops = c.records["count"][rec].astype(np.int64) * act_ops(c.target)[fn]
     on_ctl = ct == CONTROLLER
     ctl = c.controller_unit + (fn == ActFn.ARGMAX)  # the NMC's embedding lookup and its argmax are two units

@@ -39,7 +39,7 @@ import numpy as np
 from primal_compiler.executor import costs, memory, power
 from primal_compiler.executor.replay import Replay
 from primal_compiler.executor.transfers import attention_legs
-from primal_compiler.isa.opcodes import CONTROLLER, ActFn, Opcode, step_ends
+from primal_compiler.isa.opcodes import ARG_ENUM_MASK, CONTROLLER, ActFn, Opcode, step_ends
 
 COMPONENT_KEYS = ("rram_adc", "base_dcim", "sram_dcim", "router_dmac", "links", "controller", "wakeup", "static")
 
@@ -143,7 +143,7 @@ def prompt_tokens(rp: Replay, prefill: np.ndarray, batch: int) -> int | None:
     """Prompt length of a prefill: its controller EMBED covers prompt x batch x hidden elements."""
     hidden = rp.meta.get("model_ir", {}).get("hidden_size")
     r = rp.stream.records[prefill]
-    embed = r[(r["op"] == Opcode.ACT) & (r["arg"] == ActFn.EMBED) & (r["ct"] == CONTROLLER)]
+    embed = r[(r["op"] == Opcode.ACT) & ((r["arg"] & ARG_ENUM_MASK[Opcode.ACT]) == ActFn.EMBED) & (r["ct"] == CONTROLLER)]
     if not hidden or not len(embed):
         return None
     return int(embed["count"].astype(np.int64).sum()) // (hidden * batch)

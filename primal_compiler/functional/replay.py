@@ -38,7 +38,7 @@ from primal_compiler.thermal.adc import adc_offset_lsb
 from primal_compiler.ir.model import Positional
 from primal_compiler.ir.tiles import Macro
 from primal_compiler.isa.descriptors import DESCRIPTORS, Descriptor
-from primal_compiler.isa.opcodes import ActFn, Flag, Opcode
+from primal_compiler.isa.opcodes import ARG_ENUM_MASK, ActFn, Flag, Opcode
 from primal_compiler.transforms.lora_sparsity import zero_tiles
 from primal_compiler.mapping.lower import geometry
 
@@ -102,8 +102,13 @@ def _plan(program: Program, where: str, prompt: list[int], generate: int) -> lis
         part = rec[s.start : s.stop]
         steps = int(((part["op"] == Opcode.ACT) & (part["arg"] == ActFn.ARGMAX)).sum())
         if s.name.startswith("prefill:"):
-            embed = part[(part["op"] == Opcode.ACT) & (part["arg"] == ActFn.EMBED)]
+            embed = part[(part["op"] == Opcode.ACT) & ((part["arg"] & ARG_ENUM_MASK[Opcode.ACT]) == ActFn.EMBED)]
             tokens = int(embed["count"].astype(np.int64).sum()) // model.hidden_size if len(embed) else 0
+            history = int(embed["arg"].max()) >> 8 if len(embed) else 0
+            if history:
+                raise InputError(where, f"{s.name} continues a saved conversation of {history} tokens "
+                                        f"(codegen{{history={history}}}) whose KV cache no record of this stream "
+                                        "wrote; the functional replay starts from an empty cache")
             if tokens != len(prompt) or not (embed["flags"] & Flag.PREFILL).all():
                 raise InputError(where, f"{s.name} prefills {tokens} tokens but the prompt has {len(prompt)}; "
                                         f"compile for the prompt (codegen{{prompt={len(prompt)}}})")

@@ -177,7 +177,9 @@ DESCRIPTORS: dict[Opcode, Descriptor] = {d.opcode: d for d in (
                (Access(_S, Buffer.DST_BUF, Extent.WHOLE),),
                "_dmac", "dmac", PathClass.DMAC_ATTENTION, arg_enum=DmacOp),
     Descriptor(Opcode.ACT, "activation unit (`arg`: `ActFn`) on `count` elements",
-               ("ct", "pe", "layer", "src_buf", "dst_buf", "count", "arg"), "`ActFn`", "dmac",
+               ("ct", "pe", "layer", "src_buf", "dst_buf", "count", "arg"),
+               "bits 0-7 `ActFn`; bits 8-31, on a prefill's `EMBED`, the position of the prompt's first token "
+               "(the conversation's saved tokens, `codegen{history}`; 0 otherwise)", "dmac",
                (Access(_S, Buffer.SRC_BUF, Extent.WHOLE), Access(_S, Buffer.DST_BUF, Extent.WHOLE, args=_READS_DST)),
                (Access(_S, Buffer.DST_BUF, Extent.WHOLE),),
                "_act", "act", PathClass.ACTIVATION, arg_enum=ActFn),

@@ -19,7 +19,7 @@ import numpy as np
 from primal_compiler.errors import InputError
 from primal_compiler.isa.descriptors import DESCRIPTORS
 from primal_compiler.isa.opcodes import (
-    ALL_PES, ARG_ENUM_MASK, CONTROLLER, NONE16, NONE32, RECORD, BufKind, Flag, Opcode,
+    ALL_PES, ARG_ENUM_MASK, CONTROLLER, NONE16, NONE32, RECORD, ActFn, BufKind, Flag, Opcode,
 )
 from primal_compiler.isa.stream import Section, Stream
 
@@ -162,6 +162,10 @@ def _record_checks(r: np.ndarray, meta: Mapping[str, Any], num_groups: int) -> I
         bad_arg |= (op == opcode) & ~np.isin(r["arg"] & ARG_ENUM_MASK[opcode], list(enum))
     yield "arg", bad_arg, lambda v, o: f"{v} is not in {_ENUM_ARG[Opcode[o]].__name__} " \
                                        f"(0..{len(_ENUM_ARG[Opcode[o]]) - 1}) for {o}"
+    act = op == Opcode.ACT
+    high = act & (r["arg"] >> 8 != 0)
+    yield "arg", high & (((r["arg"] & ARG_ENUM_MASK[Opcode.ACT]) != ActFn.EMBED) | ((r["flags"] & Flag.PREFILL) == 0)), \
+        lambda v, o: f"{v:#x}: only a prefill's EMBED keeps a position above bit 8"
 
 
 def _record_problem(s: Stream, meta: Mapping[str, Any]) -> Problem | None:

@@ -108,9 +108,9 @@ FIELDS: dict[str, str] = {
 }
 
 
-ARG_ENUM_MASK = {Opcode.ACT: 0xFFFFFFFF, Opcode.DMAC: 0xFF, Opcode.REDUCE: 0xF}
-"""Bits of ``arg`` holding the ActFn / DmacOp / ReduceOp; DMAC keeps the KV chunk slot above bit 8,
-REDUCE its source and destination offsets above bit 4 (see docs/isa.md)."""
+ARG_ENUM_MASK = {Opcode.ACT: 0xFF, Opcode.DMAC: 0xFF, Opcode.REDUCE: 0xF}
+"""Bits of ``arg`` holding the ActFn / DmacOp / ReduceOp; a prefill's EMBED keeps its first position above
+bit 8, DMAC the KV chunk slot, REDUCE its source and destination offsets above bit 4 (see docs/isa.md)."""
 
 
 def empty(n: int = 0) -> np.ndarray:

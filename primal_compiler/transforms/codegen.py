@@ -49,7 +49,10 @@ class Codegen(Pass):
     query attends to the last ``context`` tokens). ``requests`` lists each
     request's adapter id; a request whose adapter differs from the previous
     one reloads the LoRA weights (CONFIG). Batch and context come from
-    ``kv-ring``.
+    ``kv-ring``. ``history`` (context save): each request continues a
+    conversation whose first ``history`` tokens are already in its KV slots
+    (saved from an earlier turn on its adapter), so its prompt is prefilled
+    from that position over the saved keys and values, not recomputed.
     """
 
     name = "codegen"
@@ -67,6 +70,8 @@ class Codegen(Pass):
     pipeline: bool = option(True)
     # Prompt tokens per prefill pass: chunks stream through the layer pipeline; 0 = the whole prompt in one pass.
     prefill_chunk: int = option(0, 0, CONTEXT_RANGE[1])
+    # Tokens of each request's conversation already in the KV cache before its prompt (context save).
+    history: int = option(0, 0, CONTEXT_RANGE[1] - 2)
     workload_options = {"prompt": "prompt", "steps": "steps"}
 
     def workload_changes(self, workload) -> dict:
@@ -89,21 +94,23 @@ class Codegen(Pass):
 
     def run(self, program: Program, target: PrimalTarget) -> Program:
         kv = program.need_kv()
-        prompt = self.prompt or kv.context - 1
-        if prompt + 1 > kv.context:
-            raise InputError(f"{self.name}.prompt", f"prompt {prompt} + 1 decoded token exceeds the KV context "
-                                                    f"{kv.context} allocated by kv-ring")
+        prompt = self.prompt or kv.context - 1 - self.history
+        if self.history + prompt + 1 > kv.context:
+            saved = f"history {self.history} + " if self.history else ""
+            raise InputError(f"{self.name}.prompt", f"{saved}prompt {prompt} + 1 decoded token exceeds the KV "
+                                                    f"context {kv.context} allocated by kv-ring")
         hd = program.model.attention.head_dim
         if hd % 8:  # every router offset the ISA packs is in units of 8 elements (docs/isa.md)
             raise InputError(f"pass {self.name}", f"model {program.model.name}: head size {hd} is not a multiple of "
                                                   "8, the unit of the ISA's element offsets")
         requests = parse_requests(self.requests)
-        stream = emit_stream(program, target, prompt, requests, self.steps, self.pipeline, self.prefill_chunk)
+        stream = emit_stream(program, target, prompt, requests, self.steps, self.pipeline, self.prefill_chunk,
+                             self.history)
         ops = np.bincount(stream.records["op"], minlength=len(Opcode))
         details = {
             "records": len(stream), "groups": stream.num_groups, "bytes": stream.nbytes, "prompt": prompt,
             "steps": self.steps, "pipeline": self.pipeline, "prefill_chunk": self.prefill_chunk,
-            "sections": {s.name: s.stop - s.start for s in stream.sections},
+            "history": self.history, "sections": {s.name: s.stop - s.start for s in stream.sections},
             "opcodes": {op.name: int(ops[op]) for op in Opcode if ops[op]},
         }
         return program.evolve(stream=stream, pending_details=details)
