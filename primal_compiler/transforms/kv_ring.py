@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from primal_compiler.codegen.kvmap import build_kv_map, occupancy
+from primal_compiler.codegen.kvmap import build_kv_map, capacity, chunks_held, occupancy
 from primal_compiler.codegen.kvnear import near_map
 from primal_compiler.isa.schema import KV_INTERLEAVES
 from primal_compiler.ir.facts import Fact, facts
@@ -63,11 +63,24 @@ class KvRing(Pass):
         if self.context % self.chunk_tokens:
             raise ValueError(f"context {self.context} is not a multiple of chunk_tokens {self.chunk_tokens}")
 
+    def sequences(self, program: Program, target: PrimalTarget) -> int:
+        """The most sequences of ``context`` tokens whose keys and values fit the placed program's scratchpads
+        (what the largest ``batch`` would allocate)."""
+        attn, layer_cts, mesh = self._layers(program, target)
+        chunk_bytes = self.chunk_tokens * attn.head_dim * (program.model.precision.kv_bits // 8)
+        per_router = capacity(target.router.scratchpad_bytes, self.reserve_bytes, chunk_bytes)
+        held = chunks_held(layer_cts, mesh, per_router)
+        return held // (attn.num_kv_heads * 2 * (self.context // self.chunk_tokens))
+
+    @staticmethod
+    def _layers(program: Program, target: PrimalTarget):
+        layout = program.need_layout()
+        layer_cts = [np.flatnonzero(layout.ct_layer == n) for n in range(program.model.num_layers)]
+        return program.model.layers[0].attention, layer_cts, (target.ct.mesh_rows, target.ct.mesh_cols)
+
     def run(self, program: Program, target: PrimalTarget) -> Program:
-        model, layout = program.model, program.need_layout()
-        attn = model.layers[0].attention
-        layer_cts = [np.flatnonzero(layout.ct_layer == n) for n in range(model.num_layers)]
-        mesh = (target.ct.mesh_rows, target.ct.mesh_cols)
+        model = program.model
+        attn, layer_cts, mesh = self._layers(program, target)
         kv = build_kv_map(
             layer_cts, mesh, chunk_tokens=self.chunk_tokens, context=self.context, batch=self.batch,
             kv_heads=attn.num_kv_heads, head_dim=attn.head_dim, kv_bytes=model.precision.kv_bits // 8,

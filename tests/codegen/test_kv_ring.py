@@ -54,3 +54,15 @@ def test_options_are_checked():
 
     with pytest.raises(InputError, match="chunk_tokens"):
         make_pass("kv-ring", {"context": "100"})
+
+
+@pytest.mark.parametrize("context", [64, 256])
+def test_sequences_is_the_largest_batch_that_fits(context, small_target):
+    from primal_compiler.transforms.kv_ring import KvRing
+
+    placed = compile_model(load_model("tiny-mistral"), small_target, PLACE)
+    most = KvRing(context=context).sequences(placed, small_target)
+    assert most >= 1
+    compile_model(load_model("tiny-mistral"), small_target, f"{PLACE},kv-ring{{context={context},batch={most}}}")
+    with pytest.raises(InputError, match=f"largest batch at context {context} is {most}"):
+        compile_model(load_model("tiny-mistral"), small_target, f"{PLACE},kv-ring{{context={context},batch={most + 1}}}")
