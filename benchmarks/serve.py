@@ -9,7 +9,14 @@ optimisation switched the other way, on the same placement and trace. Prints
 each run's wall time (the replays of the shapes it needs and the
 simulation) and, apart, the simulation's alone, the peak memory, and the
 report's figures as a markdown table.
+
+Then context save: two traces of conversations (2-6 turns, new prompts
+32-128 and generations 16-64 tokens, at most the context in all), one with
+30 s between turns (people chatting: many conversations alive at once) and
+one with 0.5 s (an agent's loop), each served with context save and
+without it (one cost table per policy, shared by both traces).
 Run: python benchmarks/serve.py [--requests 10000] [--rate 10] [--model llama2-7b] [--context 512]
+     [--part all|policies|conversations]
 """
 
 from __future__ import annotations
@@ -17,6 +24,8 @@ from __future__ import annotations
 import argparse
 import resource
 import time
+
+import numpy as np
 
 from primal_compiler.serve.costs import CostTable, Policy
 from primal_compiler.serve.report import serve_report
@@ -30,6 +39,7 @@ RUNS = [("default: prefetch, block-sparse, no batching", Policy()),
         ("no block-sparse encoding", Policy(sparse=False)),
         ("no prefetch, no block-sparse encoding", Policy(prefetch=False, sparse=False)),
         ("batching up to 4 per adapter", Policy(max_batch=4))]
+THINK_S = (30.0, 0.5)
 
 
 def main() -> None:
@@ -38,13 +48,22 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=10_000)
     parser.add_argument("--rate", type=float, default=10.0)
     parser.add_argument("--context", type=int, default=512)  # 4 sequences of 512 tokens fit Llama-2-7B's KV space
+    parser.add_argument("--part", choices=("all", "policies", "conversations"), default="all")
     args = parser.parse_args()
     target = load_primal_target("primal-7nm")
-    trace = poisson_trace(args.requests, args.rate, ("A", "B", "C"), 1.0, (32, 256), (16, 128), seed=0)
     clock = time.perf_counter()
     placed = place(args.model, "q,v:8", target, "default", args.context, 4)
-    print(f"{args.model}: placed in {time.perf_counter() - clock:.1f} s; trace of {len(trace):,} requests over "
-          f"{trace.arrival_s[-1]:.0f} s ({args.rate:g}/s), context {args.context}\n")
+    print(f"{args.model}: placed in {time.perf_counter() - clock:.1f} s; context {args.context}")
+    if args.part in ("all", "policies"):
+        policies(args, placed, target)
+    if args.part in ("all", "conversations"):
+        conversations(args, placed, target)
+    print(f"\npeak RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20:.2f} GiB")
+
+
+def policies(args, placed, target) -> None:
+    trace = poisson_trace(args.requests, args.rate, ("A", "B", "C"), 1.0, (32, 256), (16, 128), seed=0)
+    print(f"\ntrace of {len(trace):,} requests over {trace.arrival_s[-1]:.0f} s ({args.rate:g}/s)\n")
     print("| run | wall s (simulate s) | shapes | TTFT p50 / p99 (ms) | ITL p50 / p99 (ms) | tokens/s | tokens/J "
           "| switches (cold / warm) | CONFIG time (s) | exposed reconfiguration (s) | reconfiguration J |")
     print("|---|---|---|---|---|---|---|---|---|---|---|")
@@ -63,7 +82,30 @@ def main() -> None:
               f"| {sw['total']:,} ({sw['cold']:,} / {sw['warm']:,}) | {r['reconfiguration']['config_s']:.4f} "
               f"| {r['reconfiguration']['exposed_s']:.4f} "
               f"| {r['reconfiguration']['energy_j']:.3f} |", flush=True)
-    print(f"\npeak RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20:.2f} GiB")
+
+
+def conversations(args, placed, target) -> None:
+    print("\n| trace | context save | wall s | shapes | returning turns | resumed | prefilled tokens | saved tokens "
+          "| evictions | TTFT p50 / p99 (ms) | returning TTFT p50 / p99 (ms) | tokens/s | tokens/J | prefill J |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    tables = {save: CostTable(placed, target, args.context, Policy(context_save=save)) for save in (True, False)}
+    for think in THINK_S:
+        trace = poisson_trace(args.requests, args.rate, ("A", "B", "C"), 1.0, (32, 128), (16, 64), seed=0,
+                              turns=(2, 6), think_s=think, context=args.context)
+        back = trace.history > 0
+        for save, table in tables.items():
+            clock = time.perf_counter()
+            run = simulate(trace, table)
+            wall = time.perf_counter() - clock
+            r = serve_report(trace, table.policy, run, placed.model.name, target.name, args.context, per_request=False)
+            cs, t = r["context_save"], r["ttft_s"]
+            ttft = (run["first_token_s"] - trace.arrival_s)[back] * 1e3
+            print(f"| {think:g} s between turns, {len(trace):,} requests over {trace.arrival_s[-1]:.0f} s "
+                  f"| {'on' if save else 'off'} | {wall:.1f} | {len(r['shapes'])} | {cs['returning']:,} "
+                  f"| {cs['resumed']:,} | {cs['prefilled_tokens']:,} | {cs['saved_tokens']:,} | {cs['evictions']:,} "
+                  f"| {t['p50'] * 1e3:.1f} / {t['p99'] * 1e3:.1f} "
+                  f"| {np.percentile(ttft, 50):.1f} / {np.percentile(ttft, 99):.1f} | {r['tokens_per_s']:.1f} "
+                  f"| {r['tokens_per_j']:.1f} | {r['energy_by_phase_j']['prefill']:.2f} |", flush=True)
 
 
 if __name__ == "__main__":

@@ -14,7 +14,7 @@ def cmd_serve(args) -> None:
     from primal_compiler.serve.report import render_serve
 
     policy = Policy(prefetch=not args.no_prefetch, sparse=not args.no_sparse, max_batch=args.max_batch,
-                    zero_fraction=args.zero_fraction)
+                    zero_fraction=args.zero_fraction, context_save=not args.no_context_save)
     from primal_compiler.serve.run import serve
 
     report = serve(args.model, args.lora, tuple(args.adapters), args.trace, args.target, args.pipeline,
@@ -42,7 +42,8 @@ def cmd_trace(args) -> None:
     if not args.output.endswith(".jsonl"):
         raise InputError(args.output, "a generated trace is written as .jsonl")
     names, _ = adapters(tuple(args.adapters))  # as serve names them: a directory by its last path component
-    trace = poisson_trace(args.requests, args.rate, names, args.zipf, args.prompt, args.generate, args.seed)
+    trace = poisson_trace(args.requests, args.rate, names, args.zipf, args.prompt, args.generate, args.seed,
+                          args.turns, args.think, args.context)
     with output_file(args.output, args.force) as f:
         f.write(trace_jsonl(trace).encode("utf-8"))
     print(f"wrote {args.output} ({len(trace):,} requests over {trace.arrival_s[-1]:.4g} s)")
@@ -72,6 +73,8 @@ def add_parsers(sub) -> None:
     sp.add_argument("--no-prefetch", action="store_true",
                     help="load an adapter only after the previous request and before its own prefill")
     sp.add_argument("--no-sparse", action="store_true", help="configure every LoRA block, zero or not")
+    sp.add_argument("--no-context-save", action="store_true",
+                    help="free a conversation's KV cache after each turn, so a returning turn prefills its history again")
     sp.add_argument("--zero-fraction", type=float_arg(0.0, 1.0), default=SEED_ZERO_FRACTION,
                     help=f"share of LoRA blocks all zero in every adapter (default {SEED_ZERO_FRACTION}: the seed's "
                          "35%% of matrices over 70%% sparse)")
@@ -91,5 +94,12 @@ def add_parsers(sub) -> None:
                     help="adapter k drawn with weight 1/(k+1)^ZIPF (0: uniform; default 1)")
     sp.add_argument("--prompt", type=_range, default=(64, 512), help="prompt tokens LOW:HIGH, uniform (64:512)")
     sp.add_argument("--generate", type=_range, default=(16, 128), help="generated tokens LOW:HIGH, uniform (16:128)")
+    sp.add_argument("--turns", type=_range, default=(1, 1),
+                    help="turns per conversation LOW:HIGH, uniform (default 1:1: every request on its own); "
+                         "conversations start at RATE over the mean turn count")
+    sp.add_argument("--think", type=float_arg(0.0, 1e9), default=30.0,
+                    help="mean seconds between a conversation's turns, exponential (default 30)")
+    sp.add_argument("--context", type=option_arg("kv-ring", "context"), default=2048,
+                    help="a conversation ends before the turn that would take it past this many tokens (2048)")
     sp.add_argument("--seed", type=int_arg(0, 2**32 - 1), default=0)
     sp.set_defaults(func=cmd_trace)

@@ -1,11 +1,13 @@
 """What each phase of serving costs, read from replays of compiled instruction streams.
 
 The model is placed once (the pipeline's placement passes). A *shape* is a
-batch size, a prompt bucket and, with block-sparse encoding, the adapter
-directory whose zero blocks are masked; each shape the simulation needs is
-compiled (the pipeline's tail on the placed program: ``lora-sparsity`` when
+batch size, a prompt bucket, a history bucket (context save: the tokens of
+each sequence's conversation already in the KV cache; 0 for a prompt
+prefilled whole) and, with block-sparse encoding, the adapter directory
+whose zero blocks are masked; each shape the simulation needs is compiled
+(the pipeline's tail on the placed program: ``lora-sparsity`` when
 block-sparse encoding is on, ``kv-ring{context,batch}``,
-``codegen{prompt=bucket,steps=2,requests=0;1;1}``,
+``codegen{prompt=bucket,history=history,steps=2,requests=0;1;1}``,
 ``srpg{pipeline_config=prefetch}``) and replayed once. Its three requests
 load adapter 0 on an idle machine, switch to adapter 1 right after request
 0's last token, and run request 2 on adapter 1 with no switch, so one
@@ -48,6 +50,7 @@ from primal_compiler.ir.program import Program
 from primal_compiler.isa.opcodes import Opcode, step_ends
 from primal_compiler.passmgr import Pass, PassManager, parse_pipeline, print_pipeline
 from primal_compiler.target.spec import PrimalTarget
+from primal_compiler.transforms.kv_ring import KvRing
 from primal_compiler.transforms.lora_sparsity import LoraSparsity
 
 SEED_ZERO_FRACTION = 0.245  # seed: ~35% of LoRA delta matrices are >70% sparse -> 0.35 x 0.7 of blocks all zero
@@ -61,6 +64,7 @@ class Policy:
     sparse: bool = True  # block-sparse LoRA encoding: CONFIG sends only non-zero blocks (lora-sparsity)
     max_batch: int = 1  # batch up to this many waiting requests that share an adapter (1: no batching)
     zero_fraction: float = SEED_ZERO_FRACTION  # LoRA blocks all zero in every adapter, when sparse
+    context_save: bool = True  # a conversation's KV cache stays in the scratchpads for its next turn
 
 
 @dataclass(frozen=True)
@@ -71,6 +75,7 @@ class Shape:
 
     batch: int
     bucket: int
+    history: int
     start_s: dict[str, float]
     start_j: dict[str, float]
     step_s: float
@@ -83,10 +88,11 @@ class Shape:
         return dict(self.__dict__)
 
 
-def tail(policy: Policy, context: int, batch: int, bucket: int, source: str = "") -> tuple[Pass, ...]:
+def tail(policy: Policy, context: int, batch: int, bucket: int, source: str = "", history: int = 0) -> tuple[Pass, ...]:
     """The pipeline tail a shape is compiled with; ``source``: the PEFT directory whose zero blocks the
     block-sparse encoding masks ("": a ``zero_fraction`` sample)."""
-    rest = parse_pipeline(f"kv-ring{{context={context},batch={batch}}},codegen{{prompt={bucket},steps=2,"
+    saved = f"history={history}," if history else ""
+    rest = parse_pipeline(f"kv-ring{{context={context},batch={batch}}},codegen{{prompt={bucket},{saved}steps=2,"
                           f"requests=0;1;1}},srpg{{pipeline_config={'true' if policy.prefetch else 'false'}}}")
     if not policy.sparse:
         return rest
@@ -94,7 +100,7 @@ def tail(policy: Policy, context: int, batch: int, bucket: int, source: str = ""
     return (mask, *rest)
 
 
-def shape_costs(rp: Replay, batch: int, bucket: int, spec: str) -> Shape:
+def shape_costs(rp: Replay, batch: int, bucket: int, spec: str, history: int = 0) -> Shape:
     """The figures of one shape's replay (module docstring)."""
     r = rp.stream.records
     sec = {s.name: np.arange(s.start, s.stop) for s in rp.stream.sections}
@@ -115,7 +121,7 @@ def shape_costs(rp: Replay, batch: int, bucket: int, spec: str) -> Shape:
     start_s["idle_same"], start_j["idle_same"] = start_s["b2b_same"], start_j["b2b_same"]
     m = metrics(rp, 2)
     load = req(0)[r["op"][req(0)] == Opcode.CONFIG]
-    return Shape(batch, bucket, start_s, start_j, m["itl_s"], m["energy_per_token_j"] * batch,
+    return Shape(batch, bucket, history, start_s, start_j, m["itl_s"], m["energy_per_token_j"] * batch,
                  int(r["nbytes"][load].astype(np.int64).sum()),
                  rp.seconds(int(rp.finish[load].max()) - int(rp.start[load].min())) if len(load) else 0.0, spec)
 
@@ -138,22 +144,25 @@ class CostTable:
                  say: Callable[[str], None] = lambda line: None, sources: tuple[str, ...] = ()) -> None:
         self.placed, self.target, self.context, self.policy, self.say = placed, target, context, policy, say
         self.sources = sources
-        self.shapes: dict[tuple[int, int, str], Shape] = {}
+        self.shapes: dict[tuple[int, int, int, str], Shape] = {}
         self.idle_w: float | None = None
+        self.slots = KvRing(context=context).sequences(placed, target)
 
-    def shape(self, batch: int, bucket: int, adapter: int = 0) -> Shape:
-        """The shape of a batch of ``batch`` on ``bucket`` tokens switching to adapter ``adapter``; adapters
-        without a directory, and every adapter without block-sparse encoding, share one."""
+    def shape(self, batch: int, bucket: int, adapter: int = 0, history: int = 0) -> Shape:
+        """The shape of a batch of ``batch`` on ``bucket`` tokens after ``history`` saved ones switching to
+        adapter ``adapter``; adapters without a directory, and every adapter without block-sparse encoding,
+        share one."""
         source = self.sources[adapter] if self.policy.sparse and adapter < len(self.sources) else ""
-        key = (batch, bucket, source)
+        key = (batch, bucket, history, source)
         if key not in self.shapes:
-            passes = tail(self.policy, self.context, batch, bucket, source)
+            passes = tail(self.policy, self.context, batch, bucket, source, history)
             spec = print_pipeline(passes)
-            self.say(f"serve: replaying batch {batch}, prompt {bucket}: {spec}")
+            saved = f" after {history} saved" if history else ""
+            self.say(f"serve: replaying batch {batch}, prompt {bucket}{saved}: {spec}")
             program = PassManager(passes).run(self.placed, self.target)
             meta, arrays = compiled.program_file(program, self.target)
             rp = replay(meta, arrays, program.need_stream(), self.target)
-            self.shapes[key] = shape_costs(rp, batch, bucket, spec)
+            self.shapes[key] = shape_costs(rp, batch, bucket, spec, history)
             if self.idle_w is None:
                 self.idle_w = idle_watts(rp)
         return self.shapes[key]

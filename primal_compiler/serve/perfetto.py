@@ -5,7 +5,8 @@ switch ("switch cold -> A" / "switch warm -> A"), its prefill and its decode
 steps; thread 1 adapter residency, one span per stretch of batches on one
 loaded adapter. Process 1, "requests": one async track per request (``id``
 = its index in the trace), "queued" from arrival to its batch's start,
-"prefill" to its first token, "decode" to its last. Times in microseconds;
+"prefill" (or "prefill resumed", over its saved context) to its first
+token, "decode" to its last. Times in microseconds;
 the JSON is written with sorted keys, so the same run gives the same bytes.
 """
 
@@ -49,7 +50,8 @@ def events(trace: Trace, run: dict) -> list[dict]:
                              batches=b - since))
             since = b
     for i in range(len(trace)):
-        phases = (("queued", trace.arrival_s[i], run["start_s"][i]), ("prefill", run["start_s"][i],
+        prefill = "prefill resumed" if run["saved_tokens"][i] else "prefill"
+        phases = (("queued", trace.arrival_s[i], run["start_s"][i]), (prefill, run["start_s"][i],
                   run["first_token_s"][i]), ("decode", run["first_token_s"][i], run["finish_s"][i]))
         for name, begin, end in phases:
             if end > begin:

@@ -9,7 +9,10 @@ the last token; **tokens/J** divides them by all the energy of that span:
 adapter switches, prefills, decode steps and the idle machine between
 batches. A switch's **exposed** time is what it adds to its batch's first
 tokens; its **CONFIG** time is the span of the load's CONFIG records, hidden
-behind compute or not. Percentiles are over requests (linear interpolation).
+behind compute or not. **Context save** counts the returning turns (those
+with a history), how many resumed their saved KV cache, the history tokens
+they did not prefill again, and the saved conversations that gave their
+slots up. Percentiles are over requests (linear interpolation).
 """
 
 from __future__ import annotations
@@ -48,13 +51,19 @@ def serve_report(trace: Trace, policy: Policy, run: dict, model: str, target: st
                              "warm": int((switched == 2).sum())},
         "reconfiguration": {"exposed_s": run["reconfig_s"], "config_s": run["config_s"],
                             "energy_j": run["energy_j"]["reconfiguration"]},
+        "context_save": {"returning": int((trace.history > 0).sum()),
+                         "resumed": int((run["saved_tokens"] > 0).sum()),
+                         "saved_tokens": int(run["saved_tokens"].sum()),
+                         "prefilled_tokens": int((trace.history + trace.prompt - run["saved_tokens"]).sum()),
+                         "evictions": run["evictions"], "kv_slots": run["kv_slots"]},
         "shapes": run["shapes"],
     }
     if per_request:
         out["per_request"] = {"arrival_s": arrival.tolist(), "adapter": [trace.adapters[k] for k in trace.adapter],
                               "start_s": run["start_s"].tolist(), "first_token_s": run["first_token_s"].tolist(),
                               "finish_s": run["finish_s"].tolist(), "batch": run["batch"].tolist(),
-                              "switch": [("", "cold", "warm")[k] for k in switched]}
+                              "switch": [("", "cold", "warm")[k] for k in switched],
+                              "saved_tokens": run["saved_tokens"].tolist()}
     return out
 
 
@@ -66,14 +75,14 @@ def _ms(d: dict) -> str:
 
 def render_serve(r: dict) -> str:
     """The text form of :func:`serve_report`."""
-    p, e, sw = r["policy"], r["energy_by_phase_j"], r["adapter_switches"]
+    p, e, sw, cs = r["policy"], r["energy_by_phase_j"], r["adapter_switches"], r["context_save"]
     on = lambda flag: "on" if flag else "off"  # noqa: E731
     lines = [
         f"serve: {r['model']} on {r['target']}, {len(r['adapters'])} adapters, {r['requests']:,} requests, "
         f"{r['generated_tokens']:,} tokens generated over {r['span_s']:.4g} s in {r['batches']:,} batches",
         f"  policy          prefetch {on(p['prefetch'])}, block-sparse LoRA {on(p['sparse'])}"
         + (f" ({p['zero_fraction']:.1%} of blocks zero)" if p["sparse"] else "")
-        + f", batching up to {p['max_batch']} requests of one adapter",
+        + f", batching up to {p['max_batch']} requests of one adapter, context save {on(p['context_save'])}",
         f"  TTFT            {_ms(r['ttft_s'])}",
         f"  ITL             {_ms(r['itl_s'])}",
         f"  queueing        {_ms(r['queueing_s'])}",
@@ -84,7 +93,11 @@ def render_serve(r: dict) -> str:
         f"  adapter switch  {sw['total']:,} ({sw['cold']:,} cold, {sw['warm']:,} warm): "
         f"{r['reconfiguration']['exposed_s'] * 1e3:.4g} ms exposed of {r['reconfiguration']['config_s'] * 1e3:.4g} ms "
         "of CONFIG records",
-        f"  replayed        {len(r['shapes'])} shapes (batch, prompt bucket): "
-        + ", ".join(f"({s['batch']}, {s['bucket']})" for s in r["shapes"]),
+        f"  context save    {cs['resumed']:,} of {cs['returning']:,} returning turns resumed, "
+        f"{cs['saved_tokens']:,} tokens not prefilled again ({cs['prefilled_tokens']:,} prefilled); "
+        f"{cs['kv_slots']:,} KV slots, {cs['evictions']:,} saved contexts evicted",
+        f"  replayed        {len(r['shapes'])} shapes (batch, prompt bucket[, saved]): "
+        + ", ".join(f"({s['batch']}, {s['bucket']}" + (f", {s['history']})" if s["history"] else ")")
+                    for s in r["shapes"]),
     ]
     return "\n".join(lines)

@@ -4,13 +4,18 @@ The machine holds one adapter's LoRA weights at a time and runs one batch at
 a time (static batching: a batch runs until its longest generation ends).
 When it is free it takes the oldest waiting request and, with batching, up
 to ``max_batch - 1`` more waiting requests on the same adapter, oldest
-first; with nothing waiting it idles until the next arrival. A batch of
-``n`` runs as the program of the smallest compiled batch size holding it
-(a power of two, or ``max_batch``); its prefill as the shape of its
-longest prompt rounded up to a *bucket* (a power of two, at most the
-context minus one), its decode steps as the shape at the bucket of its
-longest prompt plus generation minus one (so every step is priced at a
-position at or past its own: more attention work, never less).
+first, that are of other conversations and, like the oldest, resume a
+saved context or do not (:mod:`.context`); with nothing waiting it idles
+until the next arrival. A batch of ``n`` runs as the program of the
+smallest compiled batch size holding it (a power of two, or
+``max_batch``); its prefill as the shape of the most tokens a member
+prefills rounded up to a *bucket* (a power of two, at most the context
+minus one) and, when it resumes, after the most saved tokens rounded up
+the same way (at most what the context leaves after the bucket, so the
+last prefilled position is at or past every member's); its decode steps as
+the shape at the bucket of its longest history plus prompt plus generation
+minus one (so every step is priced at a position at or past its own: more
+attention work, never less).
 
 A batch starts back to back (*warm*) when it was already waiting as the
 previous batch ended, else on an idle machine (*cold*), and switches
@@ -29,6 +34,7 @@ from collections import deque
 import numpy as np
 
 from primal_compiler.errors import InputError
+from primal_compiler.serve.context import SavedContexts, prefill_tokens
 from primal_compiler.serve.costs import CostTable, Shape
 from primal_compiler.serve.trace import Trace
 
@@ -43,15 +49,35 @@ def batch_size(n: int, max_batch: int) -> int:
     return min(1 << max(0, int(n - 1).bit_length()), max_batch)
 
 
+def _members(queue: deque[int], trace: Trace, kv: SavedContexts, max_batch: int) -> list[int]:
+    """The batch the head of ``queue`` leads (module docstring); the rest stay in ``queue``, in order."""
+    resumes = kv.saved(trace, queue[0]) > 0
+    members: list[int] = []
+    talks: set[int] = set()
+    rest = []
+    for k in queue:
+        c = int(trace.conversation[k])
+        if len(members) < max_batch and c not in talks and (kv.saved(trace, k) > 0) == resumes:
+            members.append(k)
+            talks |= {c} if c >= 0 else set()
+        else:
+            rest.append(k)
+    queue.clear()
+    queue.extend(rest)
+    return members
+
+
 def simulate(trace: Trace, table: CostTable) -> dict:
     """Per-request columns and per-batch totals of serving ``trace`` (module docstring): JSON-ready lists."""
     n = len(trace)
     policy, context = table.policy, table.context
-    long = np.flatnonzero(trace.prompt + trace.generate > context)
+    long = np.flatnonzero(trace.history + trace.prompt + trace.generate > context)
     if len(long):
         k = int(long[0])
-        raise InputError("trace", f"request {k} needs {int(trace.prompt[k] + trace.generate[k])} tokens of context; "
-                                  f"the KV space holds {context}")
+        raise InputError("trace", f"request {k} needs {int(trace.history[k] + trace.prompt[k] + trace.generate[k])} "
+                                  f"tokens of context; the KV space holds {context}")
+    kv = SavedContexts(table.slots, policy.context_save)
+    saved_tokens = np.zeros(n, np.int64)
     start, first, finish, itl = (np.zeros(n) for _ in range(4))
     batch_of = np.zeros(n, np.int64)
     switched = np.zeros(n, np.int8)  # 0 none, 1 cold, 2 warm (on the batch's head request)
@@ -76,13 +102,18 @@ def simulate(trace: Trace, table: CostTable) -> dict:
             nxt += 1
         adapter = int(trace.adapter[waiting[0]])
         queue = by_adapter[adapter]
-        members = [queue.popleft() for _ in range(min(policy.max_batch, len(queue)))]
+        members = _members(queue, trace, kv, policy.max_batch)
         taken[members] = True
         size = batch_size(len(members), policy.max_batch)
-        pre = table.shape(size, bucket(int(trace.prompt[members].max()), context), adapter)
+        saved = [kv.saved(trace, k) for k in members]
+        saved_tokens[members] = saved
+        kv.admit(trace, members)
+        fresh = bucket(int(prefill_tokens(trace, members, saved).max()), context)
+        history = min(bucket(max(saved), context), context - 1 - fresh) if max(saved) else 0
+        pre = table.shape(size, fresh, adapter, history)
         steps = int(trace.generate[members].max()) - 1
-        dec = table.shape(size, bucket(int((trace.prompt[members] + trace.generate[members]).max()) - 1, context),
-                          adapter)
+        end_pos = trace.history[members] + trace.prompt[members] + trace.generate[members]
+        dec = table.shape(size, bucket(int(end_pos.max()) - 1, context), adapter)
         if prev_end is not None and t > prev_end:
             energy["idle"] += (t - prev_end) * (table.idle_w or 0.0)
         b2b = prev_end is not None and t == prev_end
@@ -106,11 +137,13 @@ def simulate(trace: Trace, table: CostTable) -> dict:
         end = ready + steps * dec.step_s
         for key, value in zip(log, (t, exposed, ready, end, adapter, (2 if b2b else 1) if switch else 0)):
             log[key].append(value)
+        kv.keep(trace, members)
         t = end
         prev_end, loaded = t, adapter
     return {"start_s": start, "first_token_s": first, "finish_s": finish, "itl_s": itl, "batch": batch_of,
             "switched": switched, "energy_j": energy, "reconfig_s": reconfig_s, "config_s": config_s,
-            "batches": len(log["start_s"]),
+            "batches": len(log["start_s"]), "saved_tokens": saved_tokens, "evictions": kv.evictions,
+            "kv_slots": table.slots,
             "batch_log": log,
             "shapes": [s.to_dict() for s in _used(table)], "idle_w": table.idle_w or 0.0}
 

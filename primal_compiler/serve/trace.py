@@ -1,19 +1,25 @@
 """Request traces: what arrives when, on which adapter, how long its prompt and its generation are.
 
 A trace is a JSONL file (one object a line) or a CSV file (a header line)
-with exactly four fields per request, in arrival order (docs/serving.md):
+with four fields per request and an optional fifth, in arrival order
+(docs/serving.md):
 
 - ``arrival_s``: seconds from the start of the trace, finite, >= 0, never
   smaller than the request before;
 - ``adapter``: the name of one of the adapters being served;
 - ``prompt_tokens``: >= 1;
-- ``generate_tokens``: >= 1, with ``prompt_tokens + generate_tokens`` at most
-  the context the KV space is compiled for.
+- ``generate_tokens``: >= 1;
+- ``conversation`` (optional; absent, null or empty: a request of its own):
+  a name shared by the turns of one conversation. A turn's prompt is its
+  new tokens; it follows every earlier turn's prompt and generation, its
+  *history*, and keeps their adapter.
 
-Any other field, a missing one, a malformed line or a broken rule is an
-:class:`InputError` naming the file and line. :func:`poisson_trace` makes a
-seeded trace: Poisson arrivals, adapters drawn with Zipf popularity, prompt
-and generation lengths uniform over inclusive ranges.
+A request's history, prompt and generation together are at most the context
+the KV space is compiled for. Any other field, a missing one, a malformed
+line or a broken rule is an :class:`InputError` naming the file and line.
+:func:`poisson_trace` makes a seeded trace: Poisson arrivals, adapters drawn
+with Zipf popularity, prompt and generation lengths uniform over inclusive
+ranges and, optionally, conversations of several turns.
 """
 
 from __future__ import annotations
@@ -30,26 +36,31 @@ import numpy as np
 from primal_compiler.errors import InputError
 
 FIELDS = ("arrival_s", "adapter", "prompt_tokens", "generate_tokens")
+OPTIONAL = ("conversation",)
 MAX_REQUESTS = 10_000_000
 
 
 @dataclass(frozen=True, eq=False)
 class Trace:
-    """Requests as columns, in arrival order: ``adapter`` indexes ``adapters``."""
+    """Requests as columns, in arrival order: ``adapter`` indexes ``adapters``, ``conversation`` numbers the
+    conversations in order of first arrival (-1: a request of its own), ``history`` is the tokens of the
+    conversation's earlier turns (prompts and generations)."""
 
     arrival_s: np.ndarray  # float64
     adapter: np.ndarray  # int64
     prompt: np.ndarray  # int64
     generate: np.ndarray  # int64
     adapters: tuple[str, ...]
+    conversation: np.ndarray  # int64
+    history: np.ndarray  # int64
 
     def __len__(self) -> int:
         return len(self.arrival_s)
 
     def rows(self) -> list[dict]:
         return [{"arrival_s": float(a), "adapter": self.adapters[int(k)], "prompt_tokens": int(p),
-                 "generate_tokens": int(g)}
-                for a, k, p, g in zip(self.arrival_s, self.adapter, self.prompt, self.generate)]
+                 "generate_tokens": int(g), **({"conversation": f"c{c}"} if c >= 0 else {})}
+                for a, k, p, g, c in zip(self.arrival_s, self.adapter, self.prompt, self.generate, self.conversation)]
 
 
 def load_trace(path: str | Path, adapters: tuple[str, ...], context: int) -> Trace:
@@ -70,13 +81,14 @@ def load_trace(path: str | Path, adapters: tuple[str, ...], context: int) -> Tra
     if len(rows) > MAX_REQUESTS:
         raise InputError(where, f"holds {len(rows):,} requests; at most {MAX_REQUESTS:,}")
     index = {name: i for i, name in enumerate(adapters)}
-    cols: tuple[list, list, list, list] = ([], [], [], [])
+    cols: tuple[list, ...] = ([], [], [], [], [], [])
     last = 0.0
+    talks: dict[str, list[int]] = {}  # conversation -> [number, adapter, tokens so far]
     for line, row in rows:
         at = f"{where}:{line}"
-        if set(row) != set(FIELDS):
-            extra, missing = sorted(set(row) - set(FIELDS)), sorted(set(FIELDS) - set(row))
-            raise InputError(at, f"expected the fields {', '.join(FIELDS)}"
+        if not set(FIELDS) <= set(row) <= set(FIELDS + OPTIONAL):
+            extra, missing = sorted(set(row) - set(FIELDS + OPTIONAL)), sorted(set(FIELDS) - set(row))
+            raise InputError(at, f"expected the fields {', '.join(FIELDS)} (and optionally {', '.join(OPTIONAL)})"
                                  + (f"; unknown {', '.join(map(str, extra))}" if extra else "")
                                  + (f"; missing {', '.join(missing)}" if missing else ""))
         arrival = _number(row["arrival_s"], at, "arrival_s")
@@ -90,14 +102,25 @@ def load_trace(path: str | Path, adapters: tuple[str, ...], context: int) -> Tra
             raise InputError(at, f"unknown adapter {name!r} (serving: {', '.join(adapters)})")
         prompt, generate = _count(row["prompt_tokens"], at, "prompt_tokens"), _count(row["generate_tokens"], at,
                                                                                       "generate_tokens")
-        if prompt + generate > context:
-            raise InputError(at, f"prompt_tokens {prompt} + generate_tokens {generate} exceeds the context of "
-                                 f"{context} tokens")
+        talk = row.get("conversation")
+        number, history = -1, 0
+        if talk not in (None, ""):
+            number, adapter, history = talks.setdefault(str(talk), [len(talks), index[name], 0])
+            if adapter != index[name]:
+                raise InputError(at, f"conversation {talk!s} runs on adapter {adapters[adapter]!r}, not {name!r}: "
+                                     "its KV cache is bound to its adapter")
+        if history + prompt + generate > context:
+            earlier = f"{history} tokens of earlier turns + " if history else ""
+            raise InputError(at, f"{earlier}prompt_tokens {prompt} + generate_tokens {generate} exceeds the context "
+                                 f"of {context} tokens")
+        if number >= 0:
+            talks[str(talk)][2] = history + prompt + generate
         last = arrival
-        for col, value in zip(cols, (arrival, index[name], prompt, generate)):
+        for col, value in zip(cols, (arrival, index[name], prompt, generate, number, history)):
             col.append(value)
-    return Trace(np.array(cols[0], np.float64), np.array(cols[1], np.int64), np.array(cols[2], np.int64),
-                 np.array(cols[3], np.int64), tuple(adapters))
+    adapter_col, prompt_col, generate_col, talk_col, history_col = (np.array(c, np.int64) for c in cols[1:])
+    return Trace(np.array(cols[0], np.float64), adapter_col, prompt_col, generate_col, tuple(adapters), talk_col,
+                 history_col)
 
 
 def _jsonl(text: str, where: str) -> list[tuple[int, dict]]:
@@ -150,17 +173,58 @@ def _count(value, at: str, name: str) -> int:
 
 
 def poisson_trace(requests: int, rate_per_s: float, adapters: tuple[str, ...], zipf: float,
-                  prompt: tuple[int, int], generate: tuple[int, int], seed: int) -> Trace:
+                  prompt: tuple[int, int], generate: tuple[int, int], seed: int, turns: tuple[int, int] = (1, 1),
+                  think_s: float = 30.0, context: int = 2048) -> Trace:
     """``requests`` arrivals of a Poisson process at ``rate_per_s``; adapter ``k`` (0-based, in the order given)
     drawn with probability proportional to ``1 / (k + 1) ** zipf`` (0: uniform); prompt and generation lengths
-    uniform over the inclusive ranges; all from one generator seeded with ``seed``."""
+    uniform over the inclusive ranges; all from one generator seeded with ``seed``.
+
+    With ``turns`` above one, the Poisson arrivals (at ``rate_per_s`` over the mean turn count) start
+    conversations of a uniform number of turns on one adapter, each turn arriving an exponential think
+    time of mean ``think_s`` after the one before; a conversation ends early at the turn that would take it
+    past ``context`` tokens; the trace is the first ``requests`` turns in arrival order."""
     rng = np.random.default_rng(seed)
-    arrival = np.cumsum(rng.exponential(1.0 / rate_per_s, requests))
-    weight = 1.0 / np.arange(1, len(adapters) + 1) ** zipf
-    adapter = rng.choice(len(adapters), size=requests, p=weight / weight.sum())
-    p = rng.integers(prompt[0], prompt[1] + 1, requests)
-    g = rng.integers(generate[0], generate[1] + 1, requests)
-    return Trace(arrival, adapter.astype(np.int64), p.astype(np.int64), g.astype(np.int64), tuple(adapters))
+    if turns[1] <= 1:
+        arrival = np.cumsum(rng.exponential(1.0 / rate_per_s, requests))
+        none = np.full(requests, -1, np.int64)
+        return Trace(arrival, _adapters(rng, requests, len(adapters), zipf), *_lengths(rng, requests, prompt, generate),
+                     tuple(adapters), none, np.zeros(requests, np.int64))
+    n = requests  # conversations drawn; the first ``requests`` turns come from the earliest of them
+    begin = np.cumsum(rng.exponential((turns[0] + turns[1]) / 2 / rate_per_s, n))
+    talk = np.repeat(np.arange(n), rng.integers(turns[0], turns[1] + 1, n))
+    first = np.r_[True, talk[1:] != talk[:-1]]
+    p, g = _lengths(rng, len(talk), prompt, generate)
+    gap = np.where(first, 0.0, rng.exponential(think_s, len(talk)))
+    arrival = begin[talk] + _within(talk, gap)
+    end = _within(talk, p + g)
+    keep = np.flatnonzero(end <= context)
+    order = keep[np.argsort(arrival[keep], kind="stable")][:requests]
+    adapter = _adapters(rng, n, len(adapters), zipf)[talk]
+    ids = np.unique(talk[order], return_index=True)
+    number = np.empty(n, np.int64)
+    number[ids[0][np.argsort(ids[1])]] = np.arange(len(ids[0]))
+    return Trace(arrival[order], adapter[order], p[order], g[order], tuple(adapters), number[talk[order]],
+                 (end - p - g)[order])
+
+
+def _adapters(rng: np.random.Generator, n: int, k: int, zipf: float) -> np.ndarray:
+    weight = 1.0 / np.arange(1, k + 1) ** zipf
+    return rng.choice(k, size=n, p=weight / weight.sum()).astype(np.int64)
+
+
+def _lengths(rng: np.random.Generator, n: int, prompt: tuple[int, int],
+             generate: tuple[int, int]) -> tuple[np.ndarray, np.ndarray]:
+    p = rng.integers(prompt[0], prompt[1] + 1, n)
+    g = rng.integers(generate[0], generate[1] + 1, n)
+    return p.astype(np.int64), g.astype(np.int64)
+
+
+def _within(group: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """Running sum of ``x`` within each run of equal ``group`` values (``group`` sorted)."""
+    total = np.cumsum(x)
+    starts = np.r_[0, np.flatnonzero(group[1:] != group[:-1]) + 1]
+    before = np.repeat(total[starts] - x[starts], np.diff(np.r_[starts, len(x)]))
+    return total - before
 
 
 def trace_jsonl(trace: Trace) -> str:

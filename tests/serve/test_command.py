@@ -44,7 +44,8 @@ def test_serve_prints_the_report_and_its_json(trace_file, capsys):
     assert main(args + ["--json"]) == 0
     r = json.loads(capsys.readouterr().out)
     assert r["requests"] == 12 and len(r["per_request"]["first_token_s"]) == 12
-    assert r["policy"] == {"prefetch": True, "sparse": True, "max_batch": 2, "zero_fraction": 0.245}
+    assert r["policy"] == {"prefetch": True, "sparse": True, "max_batch": 2, "zero_fraction": 0.245,
+                           "context_save": True}
     assert r["tokens_per_j"] > 0 and r["ttft_s"]["p99"] >= r["ttft_s"]["p50"] > 0
 
 
@@ -111,3 +112,28 @@ def test_two_adapters_of_one_name_are_refused(tmp_path, trace_file, capsys):
     assert _exit(["serve", "tiny-llama", "--adapters", str(tmp_path / "x" / "A"), "A", "--trace",
                   str(trace_file)]) == 2
     assert "--adapters: names an adapter twice: A A" in capsys.readouterr().err
+
+
+def test_context_save_resumes_returning_turns_and_prefills_less(tmp_path, capsys):
+    """Conversations of several turns on tiny-llama: with context save the returning turns resume their saved
+    KV caches (shapes with a history), prefill fewer tokens and reach their first tokens sooner than when
+    every turn prefills its history again."""
+    trace = tmp_path / "talk.jsonl"
+    assert main(["trace", "-o", str(trace), "--adapters", "A", "B", "--requests", "16", "--rate", "50",
+                 "--prompt", "4:12", "--generate", "2:6", "--turns", "3:4", "--think", "0.05", "--context", "64",
+                 "--seed", "1"]) == 0
+    runs = {}
+    for flag in ([], ["--no-context-save"]):
+        capsys.readouterr()
+        assert main(["serve", "tiny-llama", "--lora", "q,v:8", "--adapters", "A", "B", "--trace", str(trace),
+                     "--context", "64", "-p", "fast", "--json", *flag]) == 0
+        runs[bool(flag)] = json.loads(capsys.readouterr().out)
+    on, off = runs[False], runs[True]
+    assert on["context_save"]["returning"] == off["context_save"]["returning"] > 0
+    assert on["context_save"]["resumed"] > 0 and off["context_save"]["resumed"] == 0
+    assert on["context_save"]["prefilled_tokens"] + on["context_save"]["saved_tokens"] == \
+        off["context_save"]["prefilled_tokens"]
+    assert any(s["history"] for s in on["shapes"]) and not any(s["history"] for s in off["shapes"])
+    back = [i for i, s in enumerate(on["per_request"]["saved_tokens"]) if s]
+    ttft = lambda r: [r["per_request"]["first_token_s"][i] - r["per_request"]["start_s"][i] for i in back]  # noqa: E731
+    assert sum(ttft(on)) < sum(ttft(off))

@@ -75,7 +75,8 @@ def test_simulating_a_shapes_own_requests_reproduces_its_replay(tables, placed, 
         sec = rp.section(f"prefill:{k}")
         firsts.append(rp.seconds(int(rp.finish[sec[step_ends(r[sec])]].max())))
     t0 = rp.seconds(int(rp.start[rp.section("adapter:0")].min()))
-    trace = Trace(np.zeros(3), np.array([0, 1, 1]), np.full(3, 16), np.full(3, 3), ("A", "B"))
-    table.shapes.setdefault((1, 32, ""), s)  # price the decode steps (positions 16-17, bucket 32) as replayed: at 16
+    trace = Trace(np.zeros(3), np.array([0, 1, 1]), np.full(3, 16), np.full(3, 3), ("A", "B"), np.full(3, -1),
+                  np.zeros(3, np.int64))
+    table.shapes.setdefault((1, 32, 0, ""), s)  # price the decode steps (positions 16-17, bucket 32) as replayed: at 16
     run = simulate(trace, table)
     np.testing.assert_allclose(run["first_token_s"], np.array(firsts) - t0, rtol=0.02)

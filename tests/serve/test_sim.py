@@ -15,21 +15,29 @@ from primal_compiler.serve.trace import Trace
 class Table:
     """A stand-in cost table: the same starts for every shape, decode steps slower in larger batches."""
 
-    def __init__(self, max_batch: int = 1, idle_w: float = 0.5) -> None:
-        self.policy, self.context, self.idle_w = Policy(max_batch=max_batch), 64, idle_w
-        self.shapes: dict[tuple[int, int], Shape] = {}
+    def __init__(self, max_batch: int = 1, idle_w: float = 0.5, slots: int = 8, save: bool = True) -> None:
+        self.policy, self.context, self.idle_w = Policy(max_batch=max_batch, context_save=save), 64, idle_w
+        self.shapes: dict[tuple[int, ...], Shape] = {}
+        self.slots = slots
 
-    def shape(self, batch: int, bucket_: int, adapter: int = 0) -> Shape:
-        s = Shape(batch, bucket_, {"idle_switch": 10.0, "b2b_switch": 8.0, "b2b_same": 5.0, "idle_same": 5.0},
+    def shape(self, batch: int, bucket_: int, adapter: int = 0, history: int = 0) -> Shape:
+        s = Shape(batch, bucket_, history,
+                  {"idle_switch": 10.0, "b2b_switch": 8.0, "b2b_same": 5.0, "idle_same": 5.0},
                   {"idle_switch": 100.0, "b2b_switch": 80.0, "b2b_same": 50.0, "idle_same": 50.0},
                   1.0 + 0.5 * (batch - 1), 2.0 * batch, 0, 4.0, "")
-        self.shapes[(batch, bucket_)] = s
+        self.shapes[(batch, bucket_) + ((history,) if history else ())] = s
         return s
 
 
-def trace(rows) -> Trace:
+def trace(rows, talks=None) -> Trace:
+    """Requests (arrival, adapter, prompt, generate); ``talks``: each one's conversation (-1: none)."""
     a, k, p, g = zip(*rows)
-    return Trace(np.array(a, float), np.array(k), np.array(p), np.array(g), ("A", "B"))
+    c = np.array(talks if talks is not None else [-1] * len(rows), np.int64)
+    history = np.zeros(len(rows), np.int64)
+    for i in range(len(rows)):
+        earlier = [j for j in range(i) if c[j] == c[i] >= 0]
+        history[i] = sum(p[j] + g[j] for j in earlier)
+    return Trace(np.array(a, float), np.array(k), np.array(p), np.array(g), ("A", "B"), c, history)
 
 
 def test_buckets_and_batch_sizes():
@@ -69,3 +77,35 @@ def test_batching_takes_waiting_requests_of_one_adapter_oldest_first():
     step = 1.5  # the batch of 2's decode step
     assert run["finish_s"][1] == pytest.approx(16 + 2 * step) and run["finish_s"][3] == pytest.approx(16 + step)
     assert first[2] == pytest.approx(16 + 2 * step + 8)  # then B, waiting: a warm switch
+
+
+def test_a_returning_turn_resumes_its_saved_context_by_hand():
+    """c0's second turn (history 13: 10 prompt + 3 generated) finds 12 tokens saved (the last generated one
+    was never embedded): it prefills 1 + 5 = 6 tokens (bucket 8) after 12 saved (history bucket 16)."""
+    t = trace([(0.0, 0, 10, 3), (100.0, 0, 5, 2)], talks=[0, 0])
+    table = Table()
+    run = simulate(t, table)
+    assert list(run["saved_tokens"]) == [0, 12]
+    assert [k for k in table.shapes if len(k) == 3] == [(1, 8, 16)]
+    assert sorted(table.shapes) == [(1, 8, 16), (1, 16), (1, 32)]  # decode at 13 + 5 + 2 - 1 = 19: bucket 32
+    off = Table(save=False)
+    run_off = simulate(t, off)
+    assert list(run_off["saved_tokens"]) == [0, 0]
+    assert sorted(off.shapes) == [(1, 16), (1, 32)]  # the whole history and prompt again: 18 tokens, bucket 32
+
+
+def test_the_least_recently_used_saved_context_gives_its_slot_up():
+    rows = [(0.0, 0, 10, 2), (50.0, 0, 10, 2), (100.0, 0, 4, 2), (150.0, 0, 4, 2)]
+    t = trace(rows, talks=[0, 1, 0, 1])
+    one = simulate(t, Table(slots=1))
+    assert list(one["saved_tokens"]) == [0, 0, 0, 0] and one["evictions"] == 3
+    two = simulate(t, Table(slots=2))
+    assert list(two["saved_tokens"]) == [0, 0, 11, 11] and two["evictions"] == 0
+
+
+def test_a_batch_holds_one_turn_per_conversation_and_resumes_all_or_none():
+    # r0 (c0) runs alone; meanwhile r1 (c0's next turn, resumable), r2 (c1, new) and r3 (c0 again) wait
+    rows = [(0.0, 0, 10, 2), (1.0, 0, 4, 2), (2.0, 0, 4, 2), (3.0, 0, 4, 2)]
+    run = simulate(trace(rows, talks=[0, 0, 1, 0]), Table(max_batch=4))
+    assert list(run["batch"]) == [0, 1, 2, 3]  # r2 is not resuming, r3 is c0's next turn after r1
+    assert list(run["saved_tokens"]) == [0, 11, 0, 17]  # after r1, c0 holds 12 + 4 + 2 - 1 tokens

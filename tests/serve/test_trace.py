@@ -78,3 +78,41 @@ def test_the_generator_is_seeded_and_round_trips(tmp_path):
     back = load_trace(write(tmp_path, "g.jsonl", trace_jsonl(a)), ("A", "B", "C"), 64)
     np.testing.assert_allclose(back.arrival_s, a.arrival_s, atol=1e-9)
     np.testing.assert_array_equal(back.adapter, a.adapter)
+
+
+def test_conversations_carry_their_history_and_keep_their_adapter(tmp_path):
+    text = ("arrival_s,adapter,prompt_tokens,generate_tokens,conversation\n"
+            "0,A,5,2,x\n0.1,B,3,1,\n0.2,A,4,2,x\n0.3,A,6,1,y\n0.4,A,1,1,x\n")
+    t = load_trace(write(tmp_path, "t.csv", text), ADAPTERS, 64)
+    np.testing.assert_array_equal(t.conversation, [0, -1, 0, 1, 0])
+    np.testing.assert_array_equal(t.history, [0, 0, 7, 0, 13])  # x: 5 + 2, then + 4 + 2
+    back = load_trace(write(tmp_path, "t.jsonl", trace_jsonl(t)), ADAPTERS, 64)
+    np.testing.assert_array_equal(back.history, t.history)
+    np.testing.assert_array_equal(back.conversation, t.conversation)
+
+
+@pytest.mark.parametrize("line, message", [
+    ('{"arrival_s": 1, "adapter": "B", "prompt_tokens": 5, "generate_tokens": 2, "conversation": "x"}',
+     "conversation x runs on adapter 'A', not 'B': its KV cache is bound to its adapter"),
+    ('{"arrival_s": 1, "adapter": "A", "prompt_tokens": 50, "generate_tokens": 8, "conversation": "x"}',
+     "7 tokens of earlier turns \\+ prompt_tokens 50 \\+ generate_tokens 8 exceeds the context of 64"),
+])
+def test_a_broken_conversation_is_one_line_naming_its_line(tmp_path, line, message):
+    first = '{"arrival_s": 0, "adapter": "A", "prompt_tokens": 5, "generate_tokens": 2, "conversation": "x"}'
+    path = write(tmp_path, "t.jsonl", first + "\n" + line + "\n")
+    with pytest.raises(InputError, match=message) as err:
+        load_trace(path, ADAPTERS, 64)
+    assert str(err.value.where) == f"{path}:2"
+
+
+def test_the_generator_makes_conversations_that_fit(tmp_path):
+    a = poisson_trace(3000, 20.0, ("A", "B", "C"), 1.0, (4, 30), (1, 20), seed=5, turns=(1, 6), think_s=2.0,
+                      context=128)
+    assert trace_jsonl(a) == trace_jsonl(poisson_trace(3000, 20.0, ("A", "B", "C"), 1.0, (4, 30), (1, 20), seed=5,
+                                                       turns=(1, 6), think_s=2.0, context=128))
+    assert len(a) == 3000 and (np.diff(a.arrival_s) >= 0).all()
+    assert (a.history + a.prompt + a.generate <= 128).all() and (a.history > 0).sum() > 1000
+    back = load_trace(write(tmp_path, "g.jsonl", trace_jsonl(a)), ("A", "B", "C"), 128)  # history re-derived
+    np.testing.assert_array_equal(back.history, a.history)
+    np.testing.assert_array_equal(back.conversation, a.conversation)
+    assert 14.0 < len(a) / a.arrival_s[-1] < 20.5  # at most the rate: conversations cut short have fewer turns
