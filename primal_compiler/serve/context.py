@@ -35,11 +35,12 @@ class SavedContexts:
         held = self.held.get(int(trace.conversation[k]), 0) if trace.conversation[k] >= 0 else 0
         return held if held == trace.history[k] - 1 else 0
 
-    def admit(self, trace: Trace, members: list[int]) -> None:
-        """Slots for ``members``' batch: a saved conversation of theirs keeps its own, the least recently used
-        others' are given up until every member has one."""
+    def admit(self, trace: Trace, members: list[int], lanes: int) -> None:
+        """Slots for a batch of ``members`` run as a program of ``lanes`` sequences (a padded lane's slot is
+        written too): a saved conversation of the members keeps its own, the least recently used others' are
+        given up until every lane has one."""
         own = {int(trace.conversation[k]) for k in members} & set(self.held)
-        need = len(members) - len(own)
+        need = lanes - len(own)
         for c in [c for c in self.held if c not in own][: max(0, len(self.held) + need - self.slots)]:
             del self.held[c]
             self.evictions += 1

@@ -50,20 +50,24 @@ def batch_size(n: int, max_batch: int) -> int:
 
 
 def _members(queue: deque[int], trace: Trace, kv: SavedContexts, max_batch: int) -> list[int]:
-    """The batch the head of ``queue`` leads (module docstring); the rest stay in ``queue``, in order."""
+    """The batch the head of ``queue`` leads (module docstring); the rest stay in ``queue``, in order.
+
+    A conversation's turn passed over keeps every later turn of that conversation out of the batch, so
+    turns run in their order; the scan stops once the batch is full."""
     resumes = kv.saved(trace, queue[0]) > 0
     members: list[int] = []
-    talks: set[int] = set()
-    rest = []
-    for k in queue:
+    blocked: set[int] = set()
+    rest: list[int] = []
+    while queue and len(members) < max_batch:
+        k = queue.popleft()
         c = int(trace.conversation[k])
-        if len(members) < max_batch and c not in talks and (kv.saved(trace, k) > 0) == resumes:
+        if c not in blocked and (kv.saved(trace, k) > 0) == resumes:
             members.append(k)
-            talks |= {c} if c >= 0 else set()
         else:
             rest.append(k)
-    queue.clear()
-    queue.extend(rest)
+        if c >= 0:
+            blocked.add(c)
+    queue.extendleft(reversed(rest))
     return members
 
 
@@ -107,7 +111,7 @@ def simulate(trace: Trace, table: CostTable) -> dict:
         size = batch_size(len(members), policy.max_batch)
         saved = [kv.saved(trace, k) for k in members]
         saved_tokens[members] = saved
-        kv.admit(trace, members)
+        kv.admit(trace, members, size)
         fresh = bucket(int(prefill_tokens(trace, members, saved).max()), context)
         history = min(bucket(max(saved), context), context - 1 - fresh) if max(saved) else 0
         pre = table.shape(size, fresh, adapter, history)

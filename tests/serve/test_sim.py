@@ -103,9 +103,40 @@ def test_the_least_recently_used_saved_context_gives_its_slot_up():
     assert list(two["saved_tokens"]) == [0, 0, 11, 11] and two["evictions"] == 0
 
 
+def test_eviction_takes_the_least_recently_used_not_the_first_saved():
+    """c0, c1, then c0 again (c1 is now least recently used); c2 needs a slot of two: c1's goes, c0 resumes.
+    Evicting the first saved (c0) or the most recent would give c0's third turn nothing."""
+    rows = [(0.0, 0, 10, 2), (50.0, 0, 10, 2), (100.0, 0, 4, 2), (150.0, 0, 10, 2), (200.0, 0, 4, 2),
+            (250.0, 0, 4, 2)]
+    run = simulate(trace(rows, talks=[0, 1, 0, 2, 0, 1]), Table(slots=2))
+    assert list(run["saved_tokens"]) == [0, 0, 11, 0, 17, 0]
+    assert run["evictions"] == 2  # c1 for c2, then c2 (least recent of c0, c2) for c1
+
+
+def test_a_padded_lane_takes_a_slot_too():
+    """Three new conversations run as the batch-4 program, whose fourth lane writes a slot: with 4 slots,
+    c9's saved cache is given up and its next turn prefills everything."""
+    rows = [(0.0, 0, 10, 2), (1.0, 0, 4, 2), (2.0, 0, 4, 2), (3.0, 0, 4, 2), (100.0, 0, 4, 2)]
+    run = simulate(trace(rows, talks=[9, 0, 1, 2, 9]), Table(max_batch=4, slots=4))
+    assert list(run["batch"]) == [0, 1, 1, 1, 2]
+    assert list(run["saved_tokens"]) == [0, 0, 0, 0, 0] and run["evictions"] == 1
+    five = simulate(trace(rows, talks=[9, 0, 1, 2, 9]), Table(max_batch=4, slots=5))
+    assert list(five["saved_tokens"]) == [0, 0, 0, 0, 11] and five["evictions"] == 0
+
+
 def test_a_batch_holds_one_turn_per_conversation_and_resumes_all_or_none():
     # r0 (c0) runs alone; meanwhile r1 (c0's next turn, resumable), r2 (c1, new) and r3 (c0 again) wait
     rows = [(0.0, 0, 10, 2), (1.0, 0, 4, 2), (2.0, 0, 4, 2), (3.0, 0, 4, 2)]
     run = simulate(trace(rows, talks=[0, 0, 1, 0]), Table(max_batch=4))
     assert list(run["batch"]) == [0, 1, 2, 3]  # r2 is not resuming, r3 is c0's next turn after r1
     assert list(run["saved_tokens"]) == [0, 11, 0, 17]  # after r1, c0 holds 12 + 4 + 2 - 1 tokens
+
+
+def test_a_passed_over_turn_keeps_its_conversations_later_turns_out():
+    """At 11 s r1 (c1, new) heads the queue; r2 (c0, resumable) is passed over, so r3 (c0's next turn, not
+    yet resumable) must not run before it."""
+    rows = [(0.0, 0, 10, 2), (1.0, 0, 4, 2), (2.0, 0, 4, 2), (3.0, 0, 4, 2)]
+    run = simulate(trace(rows, talks=[0, 1, 0, 0]), Table(max_batch=4))
+    assert list(run["batch"]) == [0, 1, 2, 3]
+    assert list(run["saved_tokens"]) == [0, 0, 11, 17]
+    assert run["start_s"][2] < run["start_s"][3]
