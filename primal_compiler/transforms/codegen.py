@@ -42,8 +42,8 @@ def parse_requests(text: str) -> tuple[int, ...]:
 class Codegen(Pass):
     """Emit, per request, the adapter load, the prefill of ``prompt`` tokens and ``steps`` decode steps.
 
-    ``prompt`` = 0 means the KV map's context minus one, so the (first)
-    decode step attends over the full context. Decode step s sits at position
+    ``prompt`` = 0 means the KV map's context minus one minus ``history``, so
+    the (first) decode step attends over the full context. Decode step s sits at position
     ``prompt + s`` and ends with the controller's ARGMAX; positions past the
     context wrap around the KV ring (the oldest token is overwritten, so a
     query attends to the last ``context`` tokens). ``requests`` lists each
@@ -61,7 +61,7 @@ class Codegen(Pass):
     provides = facts(Fact.STREAM)
     invalidates = facts(Fact.POWER_SCHEDULE)
 
-    prompt: int = option(0, 0, CONTEXT_RANGE[1] - 1)  # 0 = context - 1; one decoded token must fit after it
+    prompt: int = option(0, 0, CONTEXT_RANGE[1] - 1)  # 0 = context - 1 - history; one decoded token must fit after it
     requests: str = option("0")
     # Decode steps per request: 4096, a whole Llama-2 context of generated tokens (past the context the
     # KV ring wraps, so longer runs repeat the same work).
@@ -94,6 +94,10 @@ class Codegen(Pass):
 
     def run(self, program: Program, target: PrimalTarget) -> Program:
         kv = program.need_kv()
+        if self.history + 2 > kv.context:
+            raise InputError(f"{self.name}.history", f"history {self.history} leaves no room for a prompt token "
+                                                     f"and a decoded token in the KV context {kv.context} "
+                                                     "allocated by kv-ring")
         prompt = self.prompt or kv.context - 1 - self.history
         if self.history + prompt + 1 > kv.context:
             saved = f"history {self.history} + " if self.history else ""

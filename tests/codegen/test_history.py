@@ -104,6 +104,18 @@ def test_a_position_on_any_other_activation_is_illegal(programs):
     assert problem is not None and "only a prefill's EMBED" in problem.message
 
 
+def test_a_position_on_a_decode_embed_is_illegal(programs):
+    """Decode embeds its one token at the position the step's phase says; a position in its arg is refused."""
+    p = programs["resumed"]
+    rec = p.stream.records.copy()
+    start = next(s.start for s in p.stream.sections if s.name == "decode:0")
+    embed = start + np.flatnonzero((rec["op"][start:] == Opcode.ACT) & (rec["arg"][start:] == ActFn.EMBED))[0]
+    rec["arg"][embed] |= 8 << 8
+    bad = type(p.stream)(rec, p.stream.group_ptr, p.stream.group_ct, p.stream.group_pe, p.stream.sections)
+    problem = stream_problem(bad, program_file(p, load_target("primal-7nm"))[0])
+    assert problem is not None and "only a prefill's EMBED" in problem.message
+
+
 def test_functional_replay_refuses_a_saved_conversation(programs):
     with pytest.raises(InputError, match=r"codegen\{history=8\}.*no record of this stream wrote"):
         replay_functional(programs["resumed"], load_target("primal-7nm"), FILE, prompt=[1, 2, 3, 4], generate=2)
@@ -112,3 +124,13 @@ def test_functional_replay_refuses_a_saved_conversation(programs):
 def test_history_and_prompt_must_fit_the_context():
     with pytest.raises(InputError, match=r"history 24 \+ prompt 8 \+ 1 decoded token exceeds the KV context 32"):
         _compile(8, history=24)
+
+
+@pytest.mark.parametrize("history", [31, 40])
+def test_a_history_leaving_no_prompt_is_refused(history):
+    with pytest.raises(InputError, match=rf"codegen.history: history {history} leaves no room for a prompt token"):
+        _compile(0, history=history)
+
+
+def test_the_default_prompt_fills_the_context_after_the_history():
+    assert next(r for r in _compile(0, history=30).records if r.name == "codegen").details["prompt"] == 1
