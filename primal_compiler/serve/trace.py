@@ -10,7 +10,8 @@ with four fields per request and an optional fifth, in arrival order
 - ``prompt_tokens``: >= 1;
 - ``generate_tokens``: >= 1;
 - ``conversation`` (optional; absent, null or empty: a request of its own):
-  a name shared by the turns of one conversation. A turn's prompt is its
+  a name (a string, or an integer: the same name as its decimal text)
+  shared by the turns of one conversation. A turn's prompt is its
   new tokens; it follows every earlier turn's prompt and generation, its
   *history*, and keeps their adapter.
 
@@ -38,6 +39,7 @@ from primal_compiler.errors import InputError
 FIELDS = ("arrival_s", "adapter", "prompt_tokens", "generate_tokens")
 OPTIONAL = ("conversation",)
 MAX_REQUESTS = 10_000_000
+MAX_TURNS_DRAWN = 50_000_000  # poisson_trace holds about 100 bytes a drawn turn: at most about 5 GB
 
 
 @dataclass(frozen=True, eq=False)
@@ -105,6 +107,8 @@ def load_trace(path: str | Path, adapters: tuple[str, ...], context: int) -> Tra
         talk = row.get("conversation")
         number, history = -1, 0
         if talk not in (None, ""):
+            if isinstance(talk, bool) or not isinstance(talk, (str, int)):
+                raise InputError(at, f"conversation must be a name (a string or an integer), got {talk!r}")
             number, adapter, history = talks.setdefault(str(talk), [len(talks), index[name], 0])
             if adapter != index[name]:
                 raise InputError(at, f"conversation {talk!s} runs on adapter {adapters[adapter]!r}, not {name!r}: "
@@ -181,8 +185,16 @@ def poisson_trace(requests: int, rate_per_s: float, adapters: tuple[str, ...], z
 
     With ``turns`` above one, the Poisson arrivals (at ``rate_per_s`` over the mean turn count) start
     conversations of a uniform number of turns on one adapter, each turn arriving an exponential think
-    time of mean ``think_s`` after the one before; a conversation ends early at the turn that would take it
-    past ``context`` tokens; the trace is the first ``requests`` turns in arrival order."""
+    time of mean ``think_s`` after the one before *arrives* (an open-loop trace cannot know when an answer
+    ends; the simulation runs a conversation's turns in order, so a turn arriving early waits). A
+    conversation ends early at the turn that would take it past ``context`` tokens, and ``turns`` is first
+    clipped to the most turns that can fit (``context`` over the shortest prompt plus generation). The
+    trace is the first ``requests`` turns in arrival order. Every request fits ``context``: the longest
+    prompt plus the longest generation exceeding it is an InputError, as is a draw of more than
+    ``MAX_TURNS_DRAWN`` turns."""
+    if prompt[1] + generate[1] > context:
+        raise InputError("--context", f"a request of the longest prompt ({prompt[1]}) and generation ({generate[1]}) "
+                                      f"would not fit the context of {context} tokens")
     rng = np.random.default_rng(seed)
     if turns[1] <= 1:
         arrival = np.cumsum(rng.exponential(1.0 / rate_per_s, requests))
@@ -190,8 +202,14 @@ def poisson_trace(requests: int, rate_per_s: float, adapters: tuple[str, ...], z
         return Trace(arrival, _adapters(rng, requests, len(adapters), zipf), *_lengths(rng, requests, prompt, generate),
                      tuple(adapters), none, np.zeros(requests, np.int64))
     n = requests  # conversations drawn; the first ``requests`` turns come from the earliest of them
-    begin = np.cumsum(rng.exponential((turns[0] + turns[1]) / 2 / rate_per_s, n))
-    talk = np.repeat(np.arange(n), rng.integers(turns[0], turns[1] + 1, n))
+    high = min(turns[1], context // (prompt[0] + generate[0]))  # no more turns than that can fit
+    low = min(turns[0], high)
+    begin = np.cumsum(rng.exponential((low + high) / 2 / rate_per_s, n))
+    count = rng.integers(low, high + 1, n)
+    if count.sum() > MAX_TURNS_DRAWN:
+        raise InputError("--turns", f"{requests:,} conversations of {low} to {high} turns draw "
+                                    f"{int(count.sum()):,} turns, more than {MAX_TURNS_DRAWN:,}")
+    talk = np.repeat(np.arange(n), count)
     first = np.r_[True, talk[1:] != talk[:-1]]
     p, g = _lengths(rng, len(talk), prompt, generate)
     gap = np.where(first, 0.0, rng.exponential(think_s, len(talk)))

@@ -96,6 +96,10 @@ def test_conversations_carry_their_history_and_keep_their_adapter(tmp_path):
      "conversation x runs on adapter 'A', not 'B': its KV cache is bound to its adapter"),
     ('{"arrival_s": 1, "adapter": "A", "prompt_tokens": 50, "generate_tokens": 8, "conversation": "x"}',
      "7 tokens of earlier turns \\+ prompt_tokens 50 \\+ generate_tokens 8 exceeds the context of 64"),
+    ('{"arrival_s": 1, "adapter": "A", "prompt_tokens": 5, "generate_tokens": 2, "conversation": 1.5}',
+     "conversation must be a name \\(a string or an integer\\), got 1.5"),
+    ('{"arrival_s": 1, "adapter": "A", "prompt_tokens": 5, "generate_tokens": 2, "conversation": true}',
+     "conversation must be a name .*got True"),
 ])
 def test_a_broken_conversation_is_one_line_naming_its_line(tmp_path, line, message):
     first = '{"arrival_s": 0, "adapter": "A", "prompt_tokens": 5, "generate_tokens": 2, "conversation": "x"}'
@@ -116,3 +120,19 @@ def test_the_generator_makes_conversations_that_fit(tmp_path):
     np.testing.assert_array_equal(back.history, a.history)
     np.testing.assert_array_equal(back.conversation, a.conversation)
     assert 14.0 < len(a) / a.arrival_s[-1] < 20.5  # at most the rate: conversations cut short have fewer turns
+
+
+@pytest.mark.parametrize("turns", [(1, 1), (2, 4)])
+def test_the_generator_refuses_requests_that_cannot_fit(turns):
+    with pytest.raises(InputError, match=r"longest prompt \(60\) and generation \(10\) would not fit the context of 64"):
+        poisson_trace(10, 1.0, ("A",), 1.0, (4, 60), (1, 10), seed=0, turns=turns, context=64)
+
+
+def test_the_generator_clips_turns_to_what_can_fit():
+    """At most 64 // (1 + 1) = 32 turns fit: asking for up to 10^5 draws 2 to 32, and conversations start at
+    the rate over that range's mean."""
+    t = poisson_trace(2000, 10.0, ("A",), 1.0, (1, 1), (1, 1), seed=1, turns=(2, 100_000), context=64)
+    per = np.bincount(t.conversation)
+    assert per.max() <= 32 and len(t) == 2000 and (t.history + t.prompt + t.generate <= 64).all()
+    with pytest.raises(InputError, match=r"draw [\d,]+ turns, more than 50,000,000"):
+        poisson_trace(10_000_000, 1.0, ("A",), 1.0, (1, 1), (1, 1), seed=0, turns=(20, 32), context=64)
