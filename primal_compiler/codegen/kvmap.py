@@ -87,11 +87,6 @@ def capacity(scratchpad_bytes: int, reserve_bytes: int, chunk_bytes: int) -> int
     return max(0, (scratchpad_bytes - reserve_bytes) // chunk_bytes)
 
 
-def chunks_held(layer_cts: list[np.ndarray], mesh: tuple[int, int], per_router: int) -> int:
-    """KV chunks the scratchpads of the layer with the fewest CTs hold: every layer holds as many."""
-    return min(len(c) for c in layer_cts) * mesh[0] * mesh[1] * per_router
-
-
 def build_kv_map(
     layer_cts: list[np.ndarray], mesh: tuple[int, int], *, chunk_tokens: int, context: int, batch: int,
     kv_heads: int, head_dim: int, kv_bytes: int, scratchpad_bytes: int, reserve_bytes: int, banks: int,
@@ -107,7 +102,7 @@ def build_kv_map(
     units = chunks * batch * kv_heads * 2
     routers_per_ct = mesh[0] * mesh[1]
     fewest = min(len(c) for c in layer_cts)
-    held = chunks_held(layer_cts, mesh, per_router)
+    held = fewest * routers_per_ct * per_router
     if units > held:
         per_seq = held // (kv_heads * 2)
         raise InputError(where, f"context {context} x batch {batch} needs {units} KV chunks per layer but a layer's "

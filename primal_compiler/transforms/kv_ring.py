@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from primal_compiler.codegen.kvmap import build_kv_map, capacity, chunks_held, occupancy
+from primal_compiler.codegen.kvmap import build_kv_map, occupancy
 from primal_compiler.codegen.kvnear import near_map
 from primal_compiler.isa.schema import KV_INTERLEAVES
 from primal_compiler.ir.facts import Fact, facts
@@ -65,28 +65,24 @@ class KvRing(Pass):
 
     def sequences(self, program: Program, target: PrimalTarget) -> int:
         """The most sequences of ``context`` tokens whose keys and values fit the placed program's scratchpads
-        (what the largest ``batch`` would allocate)."""
-        attn, layer_cts, mesh = self._layers(program, target)
-        chunk_bytes = self.chunk_tokens * attn.head_dim * (program.model.precision.kv_bits // 8)
-        per_router = capacity(target.router.scratchpad_bytes, self.reserve_bytes, chunk_bytes)
-        held = chunks_held(layer_cts, mesh, per_router)
-        return held // (attn.num_kv_heads * 2 * (self.context // self.chunk_tokens))
+        (what the largest ``batch`` would allocate); InputError as ``run`` when not even one fits."""
+        kv, layer_cts, mesh = self._map(program, target, 1)
+        return int(occupancy(kv, layer_cts, mesh, target.router.scratchpad_bytes)["max_batch_at_context"])
 
-    @staticmethod
-    def _layers(program: Program, target: PrimalTarget):
+    def _map(self, program: Program, target: PrimalTarget, batch: int):
         layout = program.need_layout()
         layer_cts = [np.flatnonzero(layout.ct_layer == n) for n in range(program.model.num_layers)]
-        return program.model.layers[0].attention, layer_cts, (target.ct.mesh_rows, target.ct.mesh_cols)
-
-    def run(self, program: Program, target: PrimalTarget) -> Program:
-        model = program.model
-        attn, layer_cts, mesh = self._layers(program, target)
+        attn, mesh = program.model.layers[0].attention, (target.ct.mesh_rows, target.ct.mesh_cols)
         kv = build_kv_map(
-            layer_cts, mesh, chunk_tokens=self.chunk_tokens, context=self.context, batch=self.batch,
-            kv_heads=attn.num_kv_heads, head_dim=attn.head_dim, kv_bytes=model.precision.kv_bits // 8,
+            layer_cts, mesh, chunk_tokens=self.chunk_tokens, context=self.context, batch=batch,
+            kv_heads=attn.num_kv_heads, head_dim=attn.head_dim, kv_bytes=program.model.precision.kv_bits // 8,
             scratchpad_bytes=target.router.scratchpad_bytes, reserve_bytes=self.reserve_bytes,
             banks=target.router.scratchpad_banks, interleave=self.bank_interleave, where=self.name,
         )
+        return kv, layer_cts, mesh
+
+    def run(self, program: Program, target: PrimalTarget) -> Program:
+        kv, layer_cts, mesh = self._map(program, target, self.batch)
         details = {"kv": occupancy(kv, layer_cts, mesh, target.router.scratchpad_bytes)}
         if self.placement == "near":
             kv, details["kv_placement"] = near_map(program, target, kv, self.name)
