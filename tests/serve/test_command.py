@@ -131,8 +131,15 @@ def test_context_save_resumes_returning_turns_and_prefills_less(tmp_path, capsys
     on, off = runs[False], runs[True]
     assert on["context_save"]["returning"] == off["context_save"]["returning"] > 0
     assert on["context_save"]["resumed"] > 0 and off["context_save"]["resumed"] == 0
-    assert on["context_save"]["prefilled_tokens"] + on["context_save"]["saved_tokens"] == \
-        off["context_save"]["prefilled_tokens"]
+    # from the file: a resumed turn's cache holds its whole history but the last generated token
+    rows = [json.loads(line) for line in trace.read_text().splitlines()]
+    history = [sum(r["prompt_tokens"] + r["generate_tokens"] for r in rows[:i] if r["conversation"] == row["conversation"])
+               for i, row in enumerate(rows)]
+    saved = on["per_request"]["saved_tokens"]
+    assert all(s in (0, h - 1) for s, h in zip(saved, history))
+    assert on["context_save"]["saved_tokens"] == sum(saved)
+    assert off["context_save"]["prefilled_tokens"] == sum(h + r["prompt_tokens"] for h, r in zip(history, rows))
+    assert on["context_save"]["prefilled_tokens"] == off["context_save"]["prefilled_tokens"] - sum(saved)
     assert any(s["history"] for s in on["shapes"]) and not any(s["history"] for s in off["shapes"])
     back = [i for i, s in enumerate(on["per_request"]["saved_tokens"]) if s]
     ttft = lambda r: [r["per_request"]["first_token_s"][i] - r["per_request"]["start_s"][i] for i in back]  # noqa: E731

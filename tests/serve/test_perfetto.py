@@ -25,3 +25,10 @@ def test_timeline_shows_each_batch_switch_and_request():
     assert len(starts) == len(ends) and {e["id"] for e in starts} == {0, 1, 2, 3}
     r1 = {e["name"]: e["ts"] for e in starts if e["id"] == 1}
     assert r1 == {"queued": 1e6, "prefill": 12e6, "decode": 20e6}
+
+
+def test_a_resumed_turns_prefill_is_labelled_so():
+    t = trace([(0.0, 0, 10, 3), (100.0, 0, 5, 2)], talks=[0, 0])
+    ev = json.loads(trace_json(t, simulate(t, Table())))["traceEvents"]
+    phases = [(e["id"], e["name"]) for e in ev if e["ph"] == "b"]
+    assert phases == [(0, "prefill"), (0, "decode"), (1, "prefill resumed"), (1, "decode")]  # neither waited
