@@ -2,7 +2,9 @@
 
 Every flow joins a tile and a hub (or two hubs), so for fixed hub positions
 the byte-hops of a placement are ``sum_t C[t, slot_t]`` plus a constant;
-OR-Tools' linear sum assignment gives the optimal tiles, then the hubs move
+SciPy's rectangular linear sum assignment (shortest augmenting paths; 3.5
+times faster than OR-Tools' cost-scaling solver on Llama-2-13B's 1024-PE
+matrices, benchmarks/lap.py) gives the optimal tiles, then the hubs move
 to their weighted medians. Each accepted round strictly lowers byte-hops
 (then max hops), so the loop terminates; pinned tiles keep their PE, and with
 ``regions`` = (region of each tile, region of each PE) every tile stays on a
@@ -12,7 +14,7 @@ PE of its own region (the column bands of :mod:`~primal_compiler.mapping.bands`)
 from __future__ import annotations
 
 import numpy as np
-from ortools.graph.python import linear_sum_assignment
+from scipy.optimize import linear_sum_assignment
 
 from primal_compiler.mapping.instance import Instance, evaluate, hub_xy
 
@@ -34,29 +36,36 @@ def _tile_hub_weights(inst: Instance) -> tuple[np.ndarray, float]:
 Regions = tuple[np.ndarray, np.ndarray] | None
 
 
+def cost_matrix(inst: Instance, hx: np.ndarray, hy: np.ndarray, pins: dict[int, int], cap: int = 0,
+                regions: Regions = None) -> np.ndarray:
+    """(T, S) byte-hops of each tile on each PE with hubs fixed at (hx, hy); ``_FORBIDDEN`` where a pin, a
+    region or, with ``cap`` > 0, a tile-hub distance above ``cap`` rules the PE out."""
+    S = inst.num_slots
+    W, _ = _tile_hub_weights(inst)
+    px, py = np.arange(S) % inst.cols, np.arange(S) // inst.cols
+    D = np.abs(hx[:, None] - px[None, :]) + np.abs(hy[:, None] - py[None, :])
+    C = np.rint(W @ D).astype(np.int64)
+    if cap > 0:
+        far = ((W > 0).astype(np.float64) @ (D > cap).astype(np.float64)) > 0
+        C[far] = _FORBIDDEN
+    if regions is not None:
+        C[regions[0][:, None] != regions[1][None, :]] = _FORBIDDEN
+    for t, s in pins.items():
+        C[t] = _FORBIDDEN
+        C[t, s] = 0
+    return C
+
+
 def assign(inst: Instance, hx: np.ndarray, hy: np.ndarray, pins: dict[int, int], cap: int = 0,
            regions: Regions = None) -> np.ndarray | None:
     """Optimal tile PEs for hubs fixed at (hx, hy); with ``cap`` > 0 no tile may sit
     farther than ``cap`` hops from a hub it exchanges data with (None if infeasible)."""
-    T, S = inst.num_tiles, inst.num_slots
-    W, _ = _tile_hub_weights(inst)
-    px, py = np.arange(S) % inst.cols, np.arange(S) // inst.cols
-    D = np.abs(hx[:, None] - px[None, :]) + np.abs(hy[:, None] - py[None, :])
-    C = np.zeros((S, S), dtype=np.int64)
-    C[:T] = np.rint(W @ D).astype(np.int64)
-    if cap > 0:
-        far = ((W > 0).astype(np.float64) @ (D > cap).astype(np.float64)) > 0
-        C[:T][far] = _FORBIDDEN
-    if regions is not None:
-        C[:T][regions[0][:, None] != regions[1][None, :]] = _FORBIDDEN
-    for t, s in pins.items():
-        C[t] = _FORBIDDEN
-        C[t, s] = 0
-    lap = linear_sum_assignment.SimpleLinearSumAssignment()
-    lap.add_arcs_with_cost(np.repeat(np.arange(S), S), np.tile(np.arange(S), S), C.ravel())
-    if lap.solve() != lap.OPTIMAL:
+    T = inst.num_tiles
+    C = cost_matrix(inst, hx, hy, pins, cap, regions)
+    rows, out = linear_sum_assignment(C)  # exact in float64: T x 2^40 < 2^53
+    if not np.array_equal(rows, np.arange(T)):
         raise RuntimeError("linear assignment failed")
-    out = np.array([lap.right_mate(t) for t in range(T)], dtype=np.int32)
+    out = out.astype(np.int32)
     if (cap > 0 or regions is not None) and C[np.arange(T), out].max(initial=0) >= _FORBIDDEN:
         return None
     return out
