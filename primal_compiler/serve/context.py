@@ -1,8 +1,9 @@
 """Context save: which conversations' KV caches stay in the scratchpads, and what a returning turn prefills.
 
 The KV space holds ``slots`` sequences of the full context (the most
-``kv-ring`` fits in the placed program's scratchpads). A batch's requests
-each take a slot while it runs; with context save, a named conversation's
+``kv-ring`` fits in the placed program's scratchpads). A running batch
+takes a slot for every lane of the program it runs (a padded lane writes
+its slot too); with context save, a named conversation's
 slot keeps its keys and values after its turn (the server cannot know
 whether a turn is the last), and the least recently used saved
 conversation not in the running batch gives its slot up when a batch needs

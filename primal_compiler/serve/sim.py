@@ -3,10 +3,11 @@
 The machine holds one adapter's LoRA weights at a time and runs one batch at
 a time (static batching: a batch runs until its longest generation ends).
 When it is free it takes the oldest waiting request and, with batching, up
-to ``max_batch - 1`` more waiting requests on the same adapter, oldest
-first, that are of other conversations and, like the oldest, resume a
-saved context or do not (:mod:`.context`); with nothing waiting it idles
-until the next arrival. A batch of ``n`` runs as the program of the
+to ``max_batch - 1`` more of the ``SCAN x max_batch`` oldest waiting
+requests on the same adapter, oldest first, that, like the oldest, resume a
+saved context or do not (:mod:`.context`) and whose conversation has no
+older turn still waiting (a conversation's turns run in order, one a
+batch); with nothing waiting it idles until the next arrival. A batch of ``n`` runs as the program of the
 smallest compiled batch size holding it (a power of two, or
 ``max_batch``); its prefill as the shape of the most tokens a member
 prefills rounded up to a *bucket* (a power of two, at most the context
@@ -39,6 +40,9 @@ from primal_compiler.serve.costs import CostTable, Shape
 from primal_compiler.serve.trace import Trace
 
 
+SCAN = 16  # a batch is drawn from the 16 x max_batch oldest waiting requests of its adapter
+
+
 def bucket(tokens: int, context: int) -> int:
     """The smallest power of two holding ``tokens``, at most ``context - 1``."""
     return min(1 << max(0, int(tokens - 1).bit_length()), context - 1)
@@ -53,12 +57,13 @@ def _members(queue: deque[int], trace: Trace, kv: SavedContexts, max_batch: int)
     """The batch the head of ``queue`` leads (module docstring); the rest stay in ``queue``, in order.
 
     A conversation's turn passed over keeps every later turn of that conversation out of the batch, so
-    turns run in their order; the scan stops once the batch is full."""
+    turns run in their order; the scan stops once the batch is full or ``SCAN x max_batch`` requests were
+    looked at (so an overloaded queue costs no more per batch than a short one)."""
     resumes = kv.saved(trace, queue[0]) > 0
     members: list[int] = []
     blocked: set[int] = set()
     rest: list[int] = []
-    while queue and len(members) < max_batch:
+    while queue and len(members) < max_batch and len(members) + len(rest) < SCAN * max_batch:
         k = queue.popleft()
         c = int(trace.conversation[k])
         if c not in blocked and (kv.saved(trace, k) > 0) == resumes:

@@ -140,3 +140,17 @@ def test_a_passed_over_turn_keeps_its_conversations_later_turns_out():
     assert list(run["batch"]) == [0, 1, 2, 3]
     assert list(run["saved_tokens"]) == [0, 0, 11, 17]
     assert run["start_s"][2] < run["start_s"][3]
+
+
+def test_a_batch_is_drawn_from_the_oldest_waiting_requests_only():
+    """32 conversations' first turns run; while a long request holds the machine, a new request X, their 32
+    resumable second turns and a new request Y arrive. X leads; Y would join it, but it is the 34th waiting
+    and a batch of at most 2 looks at the 16 x 2 oldest."""
+    firsts = [(float(i), 0, 4, 1) for i in range(32)]
+    rows = firsts + [(999.0, 0, 4, 50), (1000.0, 0, 4, 1)] + [(1000.1 + i / 100, 0, 4, 1) for i in range(32)] + \
+        [(1001.0, 0, 4, 1)]
+    talks = list(range(32)) + [-1, 100] + list(range(32)) + [101]
+    run = simulate(trace(rows, talks=talks), Table(max_batch=2, slots=40))
+    x, y = 33, len(rows) - 1
+    assert run["saved_tokens"][34:y].min() == 4  # every second turn resumes
+    assert run["batch"][y] != run["batch"][x] and list(run["batch"]).count(run["batch"][x]) == 1
