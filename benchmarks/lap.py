@@ -15,20 +15,24 @@ Run: python benchmarks/lap.py [--repeat N]
 from __future__ import annotations
 
 import argparse
+import sys
 import time
+from pathlib import Path
 
 import numpy as np
-from ortools.graph.python import linear_sum_assignment as ortools_lsa
 from scipy.optimize import linear_sum_assignment as scipy_lsa
 
-from primal_compiler.frontend import load_model
-from primal_compiler.ir.program import Program
-from primal_compiler.mapping.bands import build_bands
-from primal_compiler.mapping.instance import hub_xy
-from primal_compiler.mapping.lap import cost_matrix
-from primal_compiler.passmgr import PassManager, resolve_pipeline
-from primal_compiler.target import load_target
-from primal_compiler.transforms.ga_placement import _template_bands, _tied
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from primal_compiler.frontend import load_model  # noqa: E402
+from primal_compiler.ir.program import Program  # noqa: E402
+from primal_compiler.mapping.bands import build_bands  # noqa: E402
+from primal_compiler.mapping.instance import hub_xy  # noqa: E402
+from primal_compiler.mapping.lap import cost_matrix  # noqa: E402
+from primal_compiler.passmgr import PassManager, resolve_pipeline  # noqa: E402
+from primal_compiler.target import load_target  # noqa: E402
+from primal_compiler.transforms.ga_placement import _template_bands, _tied  # noqa: E402
+from tests.mapping.instances import ortools_optimum  # noqa: E402
 
 
 def _best(fn, repeat: int) -> tuple[float, int]:
@@ -43,17 +47,6 @@ def _best(fn, repeat: int) -> tuple[float, int]:
 def _scipy(C: np.ndarray) -> int:
     rows, cols = scipy_lsa(C)
     return int(C[rows, cols].sum())
-
-
-def _ortools(C: np.ndarray) -> int:
-    S = C.shape[1]
-    square = np.zeros((S, S), np.int64)
-    square[: len(C)] = C
-    lap = ortools_lsa.SimpleLinearSumAssignment()
-    lap.add_arcs_with_cost(np.repeat(np.arange(S), S), np.tile(np.arange(S), S), square.ravel())
-    if lap.solve() != lap.OPTIMAL:
-        raise RuntimeError("OR-Tools found no assignment")
-    return int(lap.optimal_cost())
 
 
 def main(repeat: int) -> None:
@@ -77,7 +70,7 @@ def main(repeat: int) -> None:
             regions = (b.tile_band, b.pe_band)
         C = cost_matrix(inst, hx[0], hy[0], {}, regions=regions)
         s, cs = _best(lambda: _scipy(C), repeat)
-        o, co = _best(lambda: _ortools(C), repeat)
+        o, co = _best(lambda: ortools_optimum(C), repeat)
         total[0] += s
         total[1] += o
         print(f"| {k} | {C.shape[0]} x {C.shape[1]} | {'yes' if bands else 'no'} | {s:.3f} | {o:.3f} | "

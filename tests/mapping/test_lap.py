@@ -4,21 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from ortools.graph.python import linear_sum_assignment
 
 from primal_compiler.mapping.lap import _FORBIDDEN, assign, cost_matrix
-from tests.mapping.instances import random_instance
-
-
-def _ortools_optimum(C: np.ndarray) -> int:
-    """Optimal cost of the tiles (rows) on distinct PEs, rows padded with zero-cost dummies to a square."""
-    S = C.shape[1]
-    square = np.zeros((S, S), np.int64)
-    square[: len(C)] = C
-    lap = linear_sum_assignment.SimpleLinearSumAssignment()
-    lap.add_arcs_with_cost(np.repeat(np.arange(S), S), np.tile(np.arange(S), S), square.ravel())
-    assert lap.solve() == lap.OPTIMAL
-    return int(lap.optimal_cost())
+from tests.mapping.instances import ortools_optimum, random_instance
 
 
 @pytest.mark.parametrize("seed", range(6))
@@ -30,7 +18,7 @@ def test_assignment_is_optimal_and_keeps_pins(seed):
     out = assign(inst, hx, hy, pins)
     assert out is not None and len(set(out.tolist())) == 30 and out[0] == 35 and out[7] == 0
     C = cost_matrix(inst, hx, hy, pins)
-    assert C[np.arange(30), out].sum() == _ortools_optimum(C)
+    assert C[np.arange(30), out].sum() == ortools_optimum(C)
 
 
 def test_a_cap_no_placement_meets_is_refused_and_regions_are_kept():
@@ -41,4 +29,4 @@ def test_a_cap_no_placement_meets_is_refused_and_regions_are_kept():
     out = assign(inst, hx, hy, {}, regions=regions)
     assert out is not None and (regions[1][out] == regions[0]).all()
     C = cost_matrix(inst, hx, hy, {}, regions=regions)
-    assert C[np.arange(30), out].max() < _FORBIDDEN and C[np.arange(30), out].sum() == _ortools_optimum(C)
+    assert C[np.arange(30), out].max() < _FORBIDDEN and C[np.arange(30), out].sum() == ortools_optimum(C)
