@@ -26,12 +26,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from primal_compiler.frontend import load_model  # noqa: E402
 from primal_compiler.ir.program import Program  # noqa: E402
-from primal_compiler.mapping.bands import build_bands  # noqa: E402
+from primal_compiler.mapping.ga import GaConfig, _Decoder  # noqa: E402
 from primal_compiler.mapping.instance import hub_xy  # noqa: E402
 from primal_compiler.mapping.lap import cost_matrix  # noqa: E402
 from primal_compiler.passmgr import PassManager, resolve_pipeline  # noqa: E402
 from primal_compiler.target import load_target  # noqa: E402
-from primal_compiler.transforms.ga_placement import _template_bands, _tied  # noqa: E402
+from primal_compiler.transforms.ga_placement import _first_identical, _template_bands, _tied  # noqa: E402
 from tests.mapping.instances import ortools_optimum  # noqa: E402
 
 
@@ -53,21 +53,15 @@ def main(repeat: int) -> None:
     passes = resolve_pipeline("default")
     program = PassManager(passes[:3]).run(Program(model=load_model("llama2-13b", "q,v:8")), load_target("primal-7nm"))
     layout = program.need_layout()
-    seen: set[bytes] = set()
+    instances = [_tied(tp.instance) for tp in layout.templates]
+    configs = [GaConfig(bands=_template_bands(program, tp)) for tp in layout.templates]
     print("| template | tiles x PEs | bands | SciPy s | OR-Tools s | ratio | same optimum |\n|---|---|---|---|---|---|---|")
     total = [0.0, 0.0]
-    for k, tp in enumerate(layout.templates):
-        inst, bands = _tied(tp.instance), _template_bands(program, tp)
-        key = inst.src.tobytes() + inst.dst.tobytes() + inst.weight.tobytes() + np.array(bands).tobytes()
-        if key in seen:
-            continue
-        seen.add(key)
+    for k in sorted(set(_first_identical(instances, configs))):  # each distinct placement problem once
+        inst, tp, bands = instances[k], layout.templates[k], configs[k].bands
         slots = tp.slots
         hx, hy = hub_xy(inst, (slots % inst.cols)[None, :], (slots // inst.cols)[None, :])
-        regions = None
-        if bands:
-            b = build_bands(inst.rows, inst.cols, np.array(bands, np.int64), 1)
-            regions = (b.tile_band, b.pe_band)
+        regions = _Decoder(inst, 1, (), bands).regions  # the polishers' regions: each band's tiles on its PEs
         C = cost_matrix(inst, hx[0], hy[0], {}, regions=regions)
         s, cs = _best(lambda: _scipy(C), repeat)
         o, co = _best(lambda: ortools_optimum(C), repeat)
