@@ -20,7 +20,7 @@ largest wait a leg accumulated in routers, known once its legs are delivered. Th
 events only as far as it needs a finish (a dependence, a unit, a blocking record) or, before a
 ``SYNC``, a ``PG_OFF`` and at the end, until none is left. Heads waiting for one link are served by
 ``router.arbitration``: ``age`` (``age=True``: the earliest start first, then stream order) or
-program order. A reduction reserves its tree's windows when it starts (:func:`.flow.reduction_links`).
+program order. A reduction reserves its tree's windows when it starts (:func:`.flow.run`, ``REDUCE``).
 ``"in-order"`` (the executor before cut-through): a transfer starts when every link of its route is
 free at the offset its head reaches it, and each link keeps only the end of its latest reservation.
 """
@@ -30,7 +30,7 @@ from __future__ import annotations
 import numpy as np
 
 from primal_compiler.executor import flow
-from primal_compiler.executor.flow import BUF_WIDTH, CAL_WIDTH, new_pool, reduction_links, run, start_legs
+from primal_compiler.executor.flow import BUF_WIDTH, CAL_WIDTH, DELIVERED, DRY, REDUCE, new_pool, run, start_legs
 from primal_compiler.isa.opcodes import Opcode
 from primal_compiler.jit import njit
 
@@ -94,11 +94,9 @@ def schedule(op, busy, unit, pred_ptr, pred, link_ptr, link, link_off, hold_mesh
     cal = np.zeros((num_links if cut_through else 0, CAL_WIDTH), dtype=np.int64)
     buf = np.zeros((mesh_links if cut_through else 0, BUF_WIDTH), dtype=np.int64)  # PE-mesh links only
     holder = np.full(num_links, -1, dtype=np.int64)
-    slot = np.zeros(num_links, dtype=np.int64)
     widest = 0
     for i in range(n):
         widest = max(widest, link_ptr[i + 1] - link_ptr[i])
-    win = (np.empty(widest, dtype=np.int64), np.empty(widest, dtype=np.int64), np.empty(widest, dtype=np.int64))
     wait = np.zeros(len(link), dtype=np.int32)
     hold = np.zeros(2, dtype=np.int64)
     link_by = np.full(n, -1, dtype=np.int64)
@@ -112,7 +110,8 @@ def schedule(op, busy, unit, pred_ptr, pred, link_ptr, link, link_off, hold_mesh
     left = np.zeros(n, dtype=np.int64)  # legs of a started transfer not yet delivered
     st = (heap, new_pool(), np.full(len(buf), -1, dtype=np.int64), cal, buf, seen, enter, wait, link, link_off,
           link_ptr, np.array([mesh_links, buffer_flits, hop_cycles, other_cycles], dtype=np.int64), hold_mesh,
-          hold_other, start, busy, finish, left)
+          hold_other, start, busy, finish, left, np.zeros(num_links, dtype=np.int64), np.empty(widest, dtype=np.int64),
+          np.empty(widest, dtype=np.int64), np.empty(widest, dtype=np.int64))
     pending = np.empty(n, dtype=np.int64)  # started transfers whose CTs and horizon are not yet updated
     n_pending = 0
     port_free = 0
@@ -123,7 +122,7 @@ def schedule(op, busy, unit, pred_ptr, pred, link_ptr, link, link_off, hold_mesh
     for i in range(n + 1):
         o = op[i] if i < n else _SYNC
         if o == _SYNC or o == _PG_OFF:  # everything earlier must be known: run the links dry
-            run(2, 0, 0, st)
+            run(DRY, 0, 0, *st)
             for k in range(n_pending):
                 j = pending[k]
                 if left[j] > 0 and stuck < 0:
@@ -151,13 +150,13 @@ def schedule(op, busy, unit, pred_ptr, pred, link_ptr, link, link_off, hold_mesh
             continue
         for p in range(pred_ptr[i], pred_ptr[i + 1]):
             j = pred[p]
-            if left[j] > 0 and not run(0, j, 0, st) and stuck < 0:
+            if left[j] > 0 and run(DELIVERED, j, 0, *st) == 0 and stuck < 0:
                 stuck = j
             t = max(t, finish[j])
         u = unit[i]
         if u >= 0 and unit_rec[u] >= 0:
             j = unit_rec[u]
-            if left[j] > 0 and not run(0, j, 0, st) and stuck < 0:
+            if left[j] > 0 and run(DELIVERED, j, 0, *st) == 0 and stuck < 0:
                 stuck = j
             t = max(t, finish[j])
         a = ct_a[i]
@@ -182,8 +181,7 @@ def schedule(op, busy, unit, pred_ptr, pred, link_ptr, link, link_off, hold_mesh
         start[i] = t
         finish[i] = t + busy[i]
         if cut_through and o == _REDUCE:
-            run(1, 0, t, st)
-            delay = reduction_links(i, t, lo, hi, link, link_off, hold, mesh_links, cal, seen, slot, win, wait)
+            delay = run(REDUCE, i, t, *st)
         elif cut_through:
             start_legs(i, t, t if age else i, lo, hi, link_off, heap, left)
         else:
@@ -203,7 +201,7 @@ def schedule(op, busy, unit, pred_ptr, pred, link_ptr, link, link_off, hold_mesh
         if left[i] > 0:  # its legs are under way: finish known once they are delivered
             pending[n_pending] = i
             n_pending += 1
-            if blocking[i] and not run(0, i, 0, st) and stuck < 0:
+            if blocking[i] and run(DELIVERED, i, 0, *st) == 0 and stuck < 0:
                 stuck = i
         else:
             finish[i] = t + busy[i] + delay

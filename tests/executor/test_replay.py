@@ -88,6 +88,18 @@ def test_a_waiting_head_never_enters_a_link_early(replayed):
     assert late and (replayed.finish >= replayed.start + replayed.busy).all()
 
 
+def test_a_record_finishes_its_busy_time_and_its_longest_wait_after_its_start(replayed):
+    """finish = start + busy + the largest wait any of its legs accumulated in routers (0 without links):
+    checked on every record, from the link rows' waits alone. Reductions that waited are among them, so
+    a finish the link model computed but failed to hand back to the schedule fails here."""
+    ptr, wait = replayed.transfers.link_ptr, replayed.link_wait.wait.astype(np.int64)
+    longest = np.zeros(len(replayed.start), dtype=np.int64)
+    rows = np.diff(ptr) > 0
+    longest[rows] = np.maximum.reduceat(wait, ptr[:-1][rows])
+    assert (replayed.finish == replayed.start + replayed.busy + longest).all()
+    reduce = replayed.stream.records["op"] == Opcode.REDUCE
+    assert (longest[reduce] > 0).sum() > 10
+
 def test_sync_waits_for_everything_before_it(compiled, replayed):
     r = compiled[0].stream.records
     for s in np.flatnonzero(r["op"] == Opcode.SYNC):
