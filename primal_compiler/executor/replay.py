@@ -170,10 +170,11 @@ def replay(meta: dict, arrays: dict, stream: Stream, target: PrimalTarget, where
     ctl = control(stream, target, topo.num_cts, where, mode)
     mark("control")
     a, b = touched(stream.records)
+    link, num_links, mesh_links = used_links(tr.link, topo.num_links, topo.d2d_base)
     dispatch, start, finish, bad, n_mesh, n_other, wait, link_by, link_bound, link_mesh, stuck = schedule(
-        stream.records["op"].astype(np.int64), busy, unit, ptr, pred, tr.link_ptr, tr.link, tr.link_offset,
+        stream.records["op"].astype(np.int64), busy, unit, ptr, pred, tr.link_ptr, link, tr.link_offset,
         tr.hold_mesh, tr.hold_other, a, b, blocking(stream.records, ctl.mode), ctl.seq, ctl.issue_cycles, ctl.reload, ctx.num_units,
-        topo.num_links, topo.num_cts, topo.d2d_base, r.link_schedule == "cut-through",
+        num_links, topo.num_cts, mesh_links, r.link_schedule == "cut-through",
         r.hop_latency_cycles, target.d2d.latency_cycles, r.buffer_link_cycles, r.arbitration == "age")
     if bad >= 0:
         rec = stream.records[bad]
@@ -200,6 +201,17 @@ def replay(meta: dict, arrays: dict, stream: Stream, target: PrimalTarget, where
     return Replay(meta, arrays, stream, target, topo, ctx, ctl, ptr, pred, busy, unit, dispatch, start, finish, energy,
                   (n_mesh, n_other), tl, tuple(stages), LinkWait(wait, link_by, link_bound, link_mesh), mem,
                   max_active_pes)
+
+
+def used_links(link: np.ndarray, num_links: int, mesh_links: int) -> tuple[np.ndarray, int, int]:
+    """``link`` renumbered over the links some row uses, in order, so PE-mesh links (ids below
+    ``mesh_links``) stay first: (renumbered rows, links used, PE-mesh links used). The schedule keeps a
+    calendar and a buffer per link it is given; Llama-2-70B's rows use 2.7 of its 4.3 million links, and the
+    calendars and buffers of the others were 1.3 GB of memory it zeroed for nothing."""
+    used = np.zeros(num_links, dtype=bool)
+    used[link] = True
+    ids = (np.cumsum(used) - 1).astype(link.dtype)
+    return ids[link], int(ids[-1]) + 1 if num_links else 0, int(used[:mesh_links].sum())
 
 
 ENERGY_UNITS = ("pJ", "uW")

@@ -10,7 +10,7 @@ import pytest
 from primal_compiler.errors import InputError
 from primal_compiler.executor import deps
 from primal_compiler.executor.metrics import metrics
-from primal_compiler.executor.replay import replay
+from primal_compiler.executor.replay import replay, used_links
 from primal_compiler.isa.opcodes import Opcode
 from primal_compiler.isa.stream import Section, Stream
 
@@ -155,3 +155,10 @@ def test_link_energy_is_bits_times_distinct_links(compiled, replayed, small_targ
     expect = (bits[mesh].sum() * small_target.router.energy_pj_per_bit_hop
               + bits[~mesh].sum() * small_target.d2d.energy_pj_per_bit)
     assert replayed.energy_pj["links"].sum() == pytest.approx(expect)
+
+
+def test_the_schedule_is_given_only_the_links_some_row_uses_in_their_order():
+    """Link ids 1, 5, 7, 9 of 10 (PE-mesh links below 6) become 0..3, two of them PE-mesh links."""
+    link, used, mesh = used_links(np.array([5, 1, 5, 9, 7], dtype=np.int32), 10, 6)
+    assert link.tolist() == [1, 0, 1, 3, 2] and link.dtype == np.int32
+    assert (used, mesh) == (4, 2)
