@@ -158,13 +158,14 @@ def occupancy(stream: Stream, f: Footprints, start: np.ndarray, finish: np.ndarr
     pe_key = _pe_keys(inst_loc, pes)
     kv_bytes = _kv_bytes(meta, arrays, pes, num)
     sel = np.flatnonzero(written & (size > 0))
-    peak, when, over = _sweep(pe_key[sel], begin[sel], end[sel], size[sel], kv_bytes, num,
-                              ctx.target.router.scratchpad_bytes)
+    events = _events(pe_key[sel], begin[sel], end[sel], size[sel])
+    capacity = ctx.target.router.scratchpad_bytes
+    peak, when, over = _sweep(events, kv_bytes, num, capacity)
     phases = {}
-    phase = _phase_of(stream, first[sel])
+    phase = _phase_of(stream, first[sel])[events[3]]
     for name in ("prefill", "decode"):
-        mine = sel[phase == name]
-        p, _, _ = _sweep(pe_key[mine], begin[mine], end[mine], size[mine], kv_bytes, num, ctx.target.router.scratchpad_bytes)
+        mine = phase == name
+        p, _, _ = _sweep(tuple(column[mine] for column in events), kv_bytes, num, capacity)
         phases[name] = int(p.max()) if len(p) else 0
     overflow = None if over is None else (int(sel[over[0]]), over[1])
     return Memory(ctx.target.router.scratchpad_bytes, kv_bytes, peak, when, phases, inst_loc, size, first, begin, end,
@@ -201,24 +202,31 @@ def _phase_of(stream: Stream, rec: np.ndarray) -> np.ndarray:
     return kinds[np.where(inside, i, -1)]
 
 
-def _sweep(pe, begin, end, size, kv_bytes, num, capacity):
-    """(peak occupancy per PE, the cycle it is first reached, (index, occupancy) of the earliest allocation
-    that exceeds ``capacity`` or None)."""
-    peak, when = kv_bytes.copy(), np.zeros(num, dtype=np.int64)
-    if not len(pe):
-        return peak, when, None
+def _events(pe, begin, end, size) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(PE, cycle, bytes, instance) of every allocation (+size at ``begin``) and free (-size at ``end``), sorted
+    by PE, then cycle, frees before allocations at the same cycle: sorted once, the sweeps of a subset of
+    the instances take its rows in this order."""
     m = len(pe)
     t = np.concatenate([begin, end])
     delta = np.concatenate([size, -size])
     who = np.concatenate([np.arange(m), np.arange(m)])
     p = np.concatenate([pe, pe])
-    order = np.lexsort((delta, t, p))  # frees before allocations at the same cycle
-    p, delta, who, t = p[order], delta[order], who[order], t[order]
+    order = np.lexsort((delta, t, p))
+    return p[order], t[order], delta[order], who[order]
+
+
+def _sweep(events, kv_bytes, num, capacity):
+    """(peak occupancy per PE, the cycle it is first reached, (instance, occupancy) of the earliest allocation
+    that exceeds ``capacity`` or None) over :func:`_events` rows."""
+    p, t, delta, who = events
+    peak, when = kv_bytes.copy(), np.zeros(num, dtype=np.int64)
+    if not len(p):
+        return peak, when, None
     run = np.cumsum(delta)
     starts = np.flatnonzero(np.concatenate([[True], p[1:] != p[:-1]]))
     base = np.repeat(run[starts] - delta[starts], np.diff(np.concatenate([starts, [len(p)]])))
     level = run - base + kv_bytes[p]
-    np.maximum.at(peak, p, level)
+    peak[p[starts]] = np.maximum(peak[p[starts]], np.maximum.reduceat(level, starts))  # p sorted: one run per PE
     top = np.flatnonzero(level == peak[p])
     top = top[np.concatenate([[True], p[top][1:] != p[top][:-1]])]  # the first time each PE reaches its peak
     when[p[top]] = t[top]
