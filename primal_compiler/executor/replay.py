@@ -237,7 +237,7 @@ def without_link_rows(rp: Replay) -> Replay:
     :func:`~primal_compiler.executor.metrics.metrics` and :func:`reprice` read is kept (per record, per leg)."""
     tr = rp.transfers
     none32, none64 = np.zeros(0, np.int32), np.zeros(0, np.int64)
-    routes = replace(tr.routes, leg=none64, link=none32, offset=none32)
+    routes = replace(tr.routes, ptr=np.zeros(len(tr.routes.ptr), np.int64), link=none32, offset=none32)
     light = replace(tr, routes=routes, link=none32, link_offset=none32, link_ptr=np.zeros(len(tr.link_ptr), np.int64))
     waits = replace(rp.link_wait, wait=none32)
     return replace(rp, ctx=replace(rp.ctx, transfers=light), link_wait=waits, pred=none64,

@@ -87,7 +87,7 @@ class Topology:
 class Routes:
     """(leg, link) rows of a leg set plus per-leg hop counts and zero-load latency."""
 
-    leg: np.ndarray  # int64 leg index of each row (rows grouped by leg, in path order)
+    ptr: np.ndarray  # int64 CSR: leg i's rows are ptr[i]:ptr[i + 1], in path order
     link: np.ndarray  # int32 link id
     offset: np.ndarray  # int32 cycles from injection until the head enters the link
     mesh_hops: np.ndarray  # per leg: PE-mesh hops (both CTs' meshes for a die-to-die leg)
@@ -119,9 +119,8 @@ def route_legs(t: Topology, src_ct, src_pe, dst_ct, dst_pe) -> Routes:
     off = np.empty(int(ptr[-1]), dtype=np.int32)
     _walk(ptr, src_ct, src_pe, dst_ct, dst_pe, c, t.pes, t.package_cols, t.routing == "xy", t.hop_cycles,
           t.d2d_cycles, t.d2d_base, t.ctl_link, CONTROLLER, link, off)
-    leg = np.repeat(np.arange(len(src_ct)), rows)
     terminal = np.where(rows > 0, t.terminal_cycles, 0)  # a PE's own channels: latency, no contention
-    return Routes(leg, link, off, a_h + b_h, p_h, (a_h + b_h) * t.hop_cycles + p_h * t.d2d_cycles + terminal)
+    return Routes(ptr, link, off, a_h + b_h, p_h, (a_h + b_h) * t.hop_cycles + p_h * t.d2d_cycles + terminal)
 
 
 @njit(nogil=True)
