@@ -138,7 +138,7 @@ def footprints(stream: Stream) -> Footprints:
                 ct, pe = r[field[0]][rec], r[field[1]][rec]
             parts.append((rec, ct, pe, tag, lo, hi, np.full(len(rec), is_write)))
     cols = [np.concatenate([p[i] for p in parts]) if parts else np.zeros(0) for i in range(7)]
-    rec, ct, pe, tag, lo, hi = (c.astype(np.int64) for c in cols[:6])
+    rec, ct, pe, tag, lo, hi = (c.astype(np.int64, copy=False) for c in cols[:6])
     pe = np.where(ct == CONTROLLER, 0, pe)
     return Footprints(rec, ct, pe, tag, lo, hi, cols[6].astype(bool))
 
