@@ -88,7 +88,7 @@ def run(until, j, t, heap, pool, wake, cal, buf, seen, enter, wait, link, link_o
     passed to a compiled function, an atomic operation per array per call, which took most of the
     replay's time when each event passed them all. The arrays are arguments, not a tuple unpacked here:
     in a function with closures, numba 0.68 drops writes to arrays unpacked from a tuple argument
-    (tests/executor/test_links.py checks every record's finish against its legs' waits)."""
+    (tests/executor/test_replay.py checks every record's finish against its legs' waits)."""
 
     def _fit(lk, at, length):
         """Earliest start >= ``at`` of a window of ``length`` cycles in the gaps of link ``lk``'s calendar."""
