@@ -99,17 +99,16 @@ def access_elements(records: np.ndarray, f: Footprints, ctx, precision: dict) ->
     SMAC's input covers ``count`` vectors of its tile's rows and its output ``count`` vectors of its
     columns. A DMAC's buffers are sized by the router records that fill and drain them.
     """
-    r = records[f.rec]
-    op, count = r["op"].astype(np.int64), r["count"].astype(np.int64)
-    nbytes = r["nbytes"].astype(np.int64)
+    op, count = records["op"][f.rec].astype(np.int64), records["count"][f.rec].astype(np.int64)
+    nbytes, arg = records["nbytes"][f.rec].astype(np.int64), records["arg"][f.rec]
     kind = f.tag >> 12
     act, psum = int(precision["activation_bits"]) / 8, int(precision["psum_bits"]) / 8
     dmac, kv = ctx.target.router.dmac_bits / 8, int(precision["kv_bits"]) / 8
     width = np.full(len(op), act)
     width[op == Opcode.KV_APPEND] = kv
     red = op == Opcode.REDUCE
-    width[red & ((r["arg"] & 0xF) == ReduceOp.SUM)] = psum
-    width[red & ((r["arg"] & 0xF) == ReduceOp.SOFTMAX_MERGE)] = dmac
+    width[red & ((arg & 0xF) == ReduceOp.SUM)] = psum
+    width[red & ((arg & 0xF) == ReduceOp.SOFTMAX_MERGE)] = dmac
     width[(op == Opcode.UNICAST) & (kind == BufKind.SCORE)] = kv
     out = np.zeros(len(op), dtype=np.int64)
     router = np.isin(op, (Opcode.BCAST, Opcode.UNICAST, Opcode.REDUCE, Opcode.KV_APPEND))
