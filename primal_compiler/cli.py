@@ -17,11 +17,9 @@ import sys
 import traceback
 from pathlib import Path
 
-from primal_compiler.argtypes import token_ids
 from primal_compiler.errors import InputError, one_line
-from primal_compiler.outdir import check_destination, output_file
+from primal_compiler.outdir import check_destination
 from primal_compiler.signals import Terminated, handled, received
-
 
 def _target(name: str):
     from primal_compiler.target import load_primal_target
@@ -54,7 +52,7 @@ def cmd_compile(args) -> None:
     check_destination(args.output, args.force, directory=True, inputs=inputs)
     model = load_model(args.model, args.lora, args.adapter)
     target = _target(args.target)
-    pipeline = api.for_workload(args.pipeline, Workload(adapters=len(args.adapter or ())))
+    pipeline = api.for_workload(args.pipeline, Workload(adapters=len(args.adapter or ()), **_generation(None, None)))
     program = api.compile_model(model, target, pipeline, verify=args.verify)
     compiled.write_compiled(program, target, Path(args.output), args.force, inputs)
     print(render_inspect(inspect_model(program.model, target, program)))
@@ -70,6 +68,14 @@ def cmd_compile(args) -> None:
     print(f"wrote {args.output}/ ({files}{', program.primal' if program.stream is not None else ''})")
 
 
+def _generation(generate: int | None, replayed: int | None) -> dict[str, int]:
+    """The workload's ``steps`` and ``generate`` for ``--generate`` and ``--replay-steps`` (codegen's defaults)."""
+    from primal_compiler.transforms.codegen import DEFAULT_GENERATE, DEFAULT_REPLAYED
+
+    generate = generate or DEFAULT_GENERATE
+    return {"steps": min(generate, replayed or DEFAULT_REPLAYED), "generate": generate}
+
+
 def _model_inputs(model: str) -> tuple[str, ...]:
     """The files a model argument names (an ONNX file is read; a built-in name is not a path)."""
     return (model,) if model and Path(model).exists() else ()
@@ -78,57 +84,6 @@ def _model_inputs(model: str) -> tuple[str, ...]:
 def _adapter_inputs(adapters: list[str] | None) -> tuple[str, ...]:
     """The adapter directories ``--adapter`` names, which an output may not replace."""
     return tuple(adapters or ())
-
-
-def _is_program(spec: str) -> bool:
-    """A directory (a model is never one: without a program file it is refused as such), a ``.primal`` path,
-    or any regular file starting with the program magic."""
-    from primal_compiler.isa.container import is_program_file
-
-    path = Path(spec)
-    return path.is_dir() or spec.endswith(".primal") or is_program_file(path)
-
-
-def _save_logits(path: str, logits, force: bool) -> None:
-    import numpy as np
-
-    with output_file(path, force) as f:
-        np.save(f, logits)
-
-
-def cmd_run_functional(args) -> None:
-    """``primal run --functional``: execute the stream numerically with real weights."""
-    from primal_compiler.functional import compile_for_replay, replay_functional
-    from primal_compiler.report import collect
-
-    if not args.weights or args.prompt is None:
-        raise InputError("--functional", "needs --weights MODEL.onnx and --prompt TOKEN,IDS")
-    prompt = token_ids(args.prompt)
-    if args.save_logits:
-        check_destination(args.save_logits, args.force, directory=False, inputs=(args.model, args.weights))
-    if _is_program(args.model):
-        c = collect.load_compiled(Path(args.model), args.target)
-        program, target, where = c.program(), c.target, c.where
-    else:
-        from primal_compiler.frontend import load_model
-
-        target, where = _target(args.target or "primal-7nm"), args.model
-        model = load_model(args.model, args.lora, args.adapter)
-        program = compile_for_replay(model, target, len(prompt), args.generate or 1, args.pipeline or "default",
-                                     args.context, adapters=len(args.adapter or ()))
-    result = replay_functional(program, target, args.weights, args.adapter, prompt=prompt, generate=args.generate or 1,
-                               precision=args.precision, where=where, temperature_c=args.temperature_c)
-    if args.save_logits:
-        _save_logits(args.save_logits, result.logits, args.force)
-    if args.json:
-        print(json.dumps(result.summary(), indent=2, sort_keys=True))
-    else:
-        stored = (f"; {result.crossbars_stored} of {result.crossbars} crossbars hold the file's own quantized codes"
-                  if result.crossbars_stored else "")
-        generated = (" ".join(f"request {r} {t}" for r, t in enumerate(result.request_tokens))
-                     if len(result.request_tokens) > 1 else str(result.tokens))
-        print(f"prompt {prompt} -> generated {generated} ({args.precision} precision, "
-              f"{result.records:,} records executed in {result.seconds:.2f} s{stored})")
 
 
 def cmd_run(args) -> None:
@@ -140,10 +95,12 @@ def cmd_run(args) -> None:
     from primal_compiler.baselines.family import selection
 
     if args.functional:
-        cmd_run_functional(args)
+        from primal_compiler.functional.command import run_functional
+
+        run_functional(args)
         return
     chosen = selection(args.baseline_gpu, args.baselines)  # checked before any compile or replay
-    if _is_program(args.model):
+    if collect.is_program(args.model):
         if args.lora or args.adapter or args.pipeline or args.output is not None:
             raise InputError(args.model, "--lora, --adapter, -p and -o apply when compiling a model (--adapter also "
                                          "with --functional); this is a compiled program")
@@ -153,10 +110,13 @@ def cmd_run(args) -> None:
             if want is not None and want != kv.get(name):
                 raise InputError(where, f"compiled for {name} {kv.get(name)}, not {want}; recompile with "
                                         f"`primal run MODEL --{name} {want}` (the KV space is laid out at compile time)")
+        if args.replay_steps is not None:
+            raise InputError(where, "--replay-steps applies when compiling a model (decode steps are compiled); "
+                                    "this is a compiled program")
         steps = collect.decode_steps(c.stream)
-        if args.generate is not None and args.generate != steps:
-            raise InputError(where, f"compiled for {steps} generated tokens, not {args.generate}; recompile with "
-                                    f"`primal run MODEL --generate {args.generate}` (decode steps are compiled)")
+        if args.generate is not None and args.generate < steps:
+            raise InputError(where, f"compiled for {steps} decode steps, more than --generate {args.generate}; "
+                                    f"recompile with `primal run MODEL --generate {args.generate}`")
     else:
         from primal_compiler.frontend import load_model
         from primal_compiler.isa.container import PROGRAM_FILE, load_program
@@ -166,7 +126,7 @@ def cmd_run(args) -> None:
             check_destination(args.output, args.force, directory=True, inputs=inputs)
         model = load_model(args.model, args.lora, args.adapter)
         target = _target(args.target or "primal-7nm")
-        workload = Workload(batch=args.batch, context=args.context, steps=args.generate,
+        workload = Workload(batch=args.batch, context=args.context, **_generation(args.generate, args.replay_steps),
                             adapters=len(args.adapter or ()))
         pipeline = api.for_workload(args.pipeline or "default", workload)
         program = api.compile_model(model, target, pipeline)
@@ -180,7 +140,7 @@ def cmd_run(args) -> None:
             print(f"wrote {args.output}/ (program.primal, placement, summary.json, records.json)", file=sys.stderr)
     report = collect.replay_report(c, validate=not args.no_validate,
                                baselines=chosen, control=args.control, critical_path=args.critical_path,
-                               memory=args.memory)
+                               memory=args.memory, generate=args.generate)
     print(json.dumps(report, indent=2, sort_keys=True) if args.json else render_run(report))
 
 
@@ -228,7 +188,8 @@ def cmd_targets(args) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from primal_compiler.argtypes import float_arg, layout_rules_arg, option_arg, pipeline_arg
+    from primal_compiler.argtypes import float_arg, int_arg, layout_rules_arg, option_arg, pipeline_arg
+    from primal_compiler.transforms.codegen import DEFAULT_GENERATE, DEFAULT_REPLAYED, MAX_GENERATE
     from primal_compiler.baselines.command import add_family_args
 
     p = argparse.ArgumentParser(prog="primal", description="PRIMAL mapping compiler and cost simulator")
@@ -286,9 +247,12 @@ def build_parser() -> argparse.ArgumentParser:
     fn.add_argument("--functional", action="store_true", help="run the stream on real weights instead of costing it")
     fn.add_argument("--weights", default=None, help="the model's ONNX file (base weights, and its LoRA if unmerged)")
     fn.add_argument("--prompt", default=None, help="prompt token ids, e.g. 1,2,3,4")
-    sp.add_argument("--generate", type=option_arg("codegen", "steps"), default=None,
-                    help="tokens to generate per sequence (default 1): the cost replay compiles that many decode steps "
-                         "and reports ITL p50/p99 over them; --functional generates them greedily")
+    sp.add_argument("--generate", type=int_arg(1, MAX_GENERATE), default=None,
+                    help=f"tokens to generate per sequence (default {DEFAULT_GENERATE}; with --functional 1, generated "
+                         "greedily): the cost replay reports ITL mean/p50/p99, tokens/s and tokens/J over them")
+    sp.add_argument("--replay-steps", type=option_arg("codegen", "steps"), default=None,
+                    help=f"decode steps compiled and replayed record by record (default {DEFAULT_REPLAYED}, at most --generate); the "
+                         "later tokens repeat the last one once it is periodic (docs/executor.md, Steady-state decode)")
     fn.add_argument("--precision", default="exact", choices=("exact", "hardware"))
     fn.add_argument("--temperature-c", type=float, default=None, help="die temperature of every CT in degC: "
                     "hardware precision adds the ADC offset drift (default: none, the calibration temperature)")

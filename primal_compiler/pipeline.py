@@ -4,8 +4,9 @@
 form (``a,b{opt=1},c``, a bundled name or a TOML file in, text out). A
 :class:`Workload` says what the program serves: the KV space (``batch``
 sequences of ``context`` tokens), the ``prompt`` length, the decode
-``steps`` and the number of ``adapters``. Each pass declares which of its
-options a workload sets (``Pass.workload_options``, and
+``steps`` in the stream, the tokens it generates (``generate``) and the
+number of ``adapters``. Each pass declares which of its options a workload
+sets (``Pass.workload_options``, and
 :meth:`~primal_compiler.passmgr.Pass.for_workload` where it needs more), so
 the command line, the functional replay and the sweep set them the same way
 and no caller patches a pass by name.
@@ -27,6 +28,7 @@ class Workload:
     context: int | None = None
     prompt: int | None = None
     steps: int | None = None
+    generate: int | None = None
     adapters: int = 0
 
 

@@ -11,6 +11,11 @@ For request ``r`` (sections ``adapter:r`` if it loads an adapter, ``prefill:r``,
   sequence (the same pass: the batch, or one sequence when codegen
   pipelines), mean over every step of every pass; ``itl_p50_s`` /
   ``itl_p99_s`` over the same gaps; ``itl_first_step_s`` the first step only.
+- **generation**: ``generate`` tokens per sequence (default: the replayed
+  decode steps). Steps past the replayed ones repeat a middle replayed step
+  once the last one is periodic (:mod:`.steady`): each adds one period to
+  every pass's gaps, the window and step ``K - 1``'s energy; ``generation``
+  says how many steps were replayed and how many repeat.
 - **throughput** (of the machine): tokens generated (batch x steps) over the
   decode window, from the last prefill ARGMAX (every sequence has its first
   token) to the last decode ARGMAX.
@@ -38,6 +43,7 @@ import numpy as np
 
 from primal_compiler.executor import costs, memory, power
 from primal_compiler.executor.replay import Replay
+from primal_compiler.executor.steady import Steady, steady
 from primal_compiler.executor.transfers import attention_legs
 from primal_compiler.isa.opcodes import ARG_ENUM_MASK, CONTROLLER, ActFn, Opcode, step_ends
 
@@ -172,17 +178,31 @@ def phase_window(rp: Replay, phase: str, request: int = 0) -> tuple[np.ndarray, 
     raise ValueError(f"unknown phase {phase!r}")
 
 
-def energy_metrics(rp: Replay, request: int = 0) -> dict:
-    """The energy and power figures of :func:`metrics` alone: all that a change of energy constants moves
-    (``executor.replay.reprice``)."""
+def _generation(rp: Replay, span: tuple, steps: int, generate: int | None, where: str) -> Steady:
+    return steady(rp.stream.records, rp.start, rp.finish, span[0]["decode"], steps, generate or steps, where)
+
+
+def energy_metrics(rp: Replay, request: int = 0, generate: int | None = None) -> dict:
+    """The energy and power figures of :func:`metrics` (over ``generate`` tokens per sequence) alone: all that a
+    change of energy constants moves (``executor.replay.reprice``)."""
     span = _span(rp, request)
-    return _energy(rp, span, step_gaps(rp, span[3], span[4])[1])
+    return _energy(rp, span, _generation(rp, span, step_gaps(rp, span[3], span[4])[1], generate, "program"))
 
 
-def _energy(rp: Replay, span: tuple, steps: int) -> dict:
+def _merged(parts: tuple[dict, dict, dict], more: tuple[dict, dict, dict], times: int) -> tuple[dict, dict, dict]:
+    return tuple({k: v + times * extra.get(k, 0.0) for k, v in part.items()}  # type: ignore[return-value]
+                 for part, extra in zip(parts, more))
+
+
+def _energy(rp: Replay, span: tuple, st: Steady) -> dict:
     sec, batch, t0, _, _, begin, end = span
     comp, states, domains = _window_energy(rp, sec["decode"], begin, end)
-    energy, window_s, tokens = sum(comp.values()), rp.seconds(end - begin), batch * steps
+    if st.repeated:  # each repeat: a middle step's records and every CT's leakage over its period
+        p = st.period_cycles
+        comp, states, domains = _merged((comp, states, domains),
+                                        _window_energy(rp, st.step_records, end - 2 * p, end - p), st.repeated)
+    window = end - begin + st.repeated * st.period_cycles
+    energy, window_s, tokens = sum(comp.values()), rp.seconds(window), batch * st.generated
     pre_comp, _, _ = _window_energy(rp, np.concatenate([sec["adapter"], sec["prefill"]]), t0, begin)
     return {
         "energy_per_token_j": energy / tokens, "tokens_per_j": tokens / energy, "power_w": energy / window_s,
@@ -197,25 +217,33 @@ def _energy(rp: Replay, span: tuple, steps: int) -> dict:
     }
 
 
-def metrics(rp: Replay, request: int = 0) -> dict:
-    """Every metric of request ``request`` as one JSON-ready dict (seconds, joules, watts)."""
+def metrics(rp: Replay, request: int = 0, generate: int | None = None, where: str = "program") -> dict:
+    """Every metric of request ``request`` as one JSON-ready dict (seconds, joules, watts), over a generation of
+    ``generate`` tokens per sequence (default: the replayed decode steps; more repeat the last replayed
+    step once it is periodic, :mod:`.steady`; InputError naming ``where`` if it is not)."""
     span = _span(rp, request)
     sec, batch, t0, pre_tok, dec_tok, first_token, end = span
     kv = rp.meta.get("kv", {})
     gaps, steps = step_gaps(rp, pre_tok, dec_tok)
+    st = _generation(rp, span, steps, generate, where)
+    first_gaps = gaps[:: max(1, steps)]
+    if st.repeated:  # every pass's gaps go on with one period per repeated step
+        gaps = np.hstack([gaps.reshape(-1, steps), np.full((len(pre_tok), st.repeated), float(st.period_cycles))]).ravel()
     itl_cycles = float(gaps.mean())
-    window_s = rp.seconds(end - first_token)
-    tokens = batch * steps
+    window_s = rp.seconds(end - first_token + st.repeated * st.period_cycles)
+    tokens = batch * st.generated
     stored, capacity = costs.kv_storage(rp.ctx, sec["decode"])
     hops = hop_stats(rp, sec["decode"])
     prefill_begin = int(rp.start[sec["prefill"]].min())
     return {
-        "request": request, "batch": batch, "context": int(kv.get("context", 0)), "decode_steps": steps,
+        "request": request, "batch": batch, "context": int(kv.get("context", 0)), "decode_steps": st.generated,
+        "generation": {"tokens": st.generated, "replayed_steps": st.replayed, "repeated_steps": st.repeated,
+                       "period_s": rp.seconds(st.period_cycles)},
         "prompt_tokens": prompt_tokens(rp, sec["prefill"], batch),
         "ttft_s": rp.seconds(first_token - t0), "itl_s": rp.seconds(itl_cycles),
         "itl_p50_s": rp.seconds(float(np.percentile(gaps, 50))), "itl_p99_s": rp.seconds(float(np.percentile(gaps, 99))),
-        "itl_first_step_s": rp.seconds(float(gaps[:: max(1, steps)].mean())), "passes": int(len(pre_tok)),
-        "tokens_per_s": tokens / window_s, **_energy(rp, span, steps),
+        "itl_first_step_s": rp.seconds(float(first_gaps.mean())), "passes": int(len(pre_tok)),
+        "tokens_per_s": tokens / window_s, **_energy(rp, span, st),
         "reconfig_exposed_s": rp.seconds(max(0, prefill_begin - t0)),
         "decode_issue_s": rp.seconds(decode_issue_cycles(rp, sec["decode"]) / steps),
         "control": rp.control.mode, "program_load_s": rp.seconds(rp.control.load_cycles),

@@ -19,6 +19,15 @@ if TYPE_CHECKING:
     from primal_compiler.isa.stream import Stream
 
 
+def is_program(spec: str) -> bool:
+    """A directory (a model is never one: without a program file it is refused as such), a ``.primal`` path,
+    or any regular file starting with the program magic."""
+    from primal_compiler.isa.container import is_program_file
+
+    path = Path(spec)
+    return path.is_dir() or spec.endswith(".primal") or is_program_file(path)
+
+
 def load_compiled(path: Path, target_name=None) -> Compiled:
     """The :class:`~primal_compiler.compiled.Compiled` of a program file or a compile output directory.
 
@@ -39,10 +48,23 @@ def load_compiled(path: Path, target_name=None) -> Compiled:
     return Compiled(meta, arrays, stream, target, str(file))
 
 
+def planned_generation(meta: dict) -> int | None:
+    """Tokens per sequence the program's ``codegen`` says it generates (its ``generate``; None: its steps)."""
+    from primal_compiler.passmgr import parse_pipeline
+    from primal_compiler.transforms.codegen import Codegen
+
+    try:
+        passes = parse_pipeline(meta.get("pipeline") or "")
+    except InputError:
+        return None
+    return next((p.generate for p in passes if isinstance(p, Codegen) and p.generate), None)
+
+
 def replay_report(compiled: Compiled, validate: bool = True,
                   baselines: Selection = DEFAULT_BASELINES, control: str | None = None,
-                  critical_path: bool = False, memory: str = "report") -> dict:
-    """Replay a program (under ``control``, default the target's) and collect its metrics, hop validation,
+                  critical_path: bool = False, memory: str = "report", generate: int | None = None) -> dict:
+    """Replay a program (under ``control``, default the target's) and collect its metrics over ``generate``
+    tokens per sequence (default: what its codegen plans, :func:`planned_generation`), hop validation,
     the seed's H100 baseline and the GPU baseline family; with ``critical_path``, also
     ``metrics["critical_path"]``: where request 0's TTFT and ITL go (``executor.critical``). ``memory``
     ``"strict"``: an InputError naming the record, CT, PE and buffer of the first scratchpad overflow;
@@ -59,7 +81,7 @@ def replay_report(compiled: Compiled, validate: bool = True,
         from primal_compiler.executor.memory import check
 
         check(rp.memory, compiled.stream.records, where)
-    m = metrics(rp)
+    m = metrics(rp, generate=generate or planned_generation(meta), where=where)
     report: dict[str, Any] = {"format": "primal-run", "package_version": __version__, "program": where,
                               "model": meta.get("model"), "target": compiled.target.name,
                               "pipeline": meta.get("pipeline"), "metrics": m}

@@ -95,7 +95,10 @@ def render_run(report: dict) -> str:
         f"{k} {v:.3f} W ({100 * v / total:.1f}%)" for k, v in m["power_breakdown_w"].items()))
     lines.append("power by state:     " + ", ".join(f"{k} {v:.3f} W" for k, v in m["power_by_state_w"].items()))
     bound = "instruction issue" if m["decode_issue_s"] >= 0.9 * m["itl_s"] else "the mesh and the macros"
-    lines.append(f"decode: {m['decode_steps']} step(s), {m['passes']} pass(es) per step ({m['control']} control); ITL per "
+    g = m["generation"]
+    repeats = (f" ({g['replayed_steps']} replayed, {g['repeated_steps']} repeating the periodic last one)"
+               if g["repeated_steps"] else "")
+    lines.append(f"decode: {m['decode_steps']} step(s){repeats}, {m['passes']} pass(es) per step ({m['control']} control); ITL per "
                  f"sequence p50 {human_time(m['itl_p50_s'])}, p99 {human_time(m['itl_p99_s'])}, first step "
                  f"{human_time(m['itl_first_step_s'])}; {human_time(m['decode_issue_s'])} on the busiest sequencer "
                  f"to issue a step: bound by {bound}; program load {human_time(m['program_load_s'])} (once)")

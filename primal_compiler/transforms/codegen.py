@@ -22,6 +22,12 @@ if TYPE_CHECKING:
 #: already a stream of several GiB. Adapter ids are labels compared for equality; 16 bits are plenty.
 MAX_REQUESTS = 64
 MAX_ADAPTER_ID = 0xFFFF
+#: Tokens one sequence may generate: a million, far past any context; each costs one repeat of a replayed step.
+MAX_GENERATE = 1 << 20
+#: What ``primal run`` and ``primal compile`` generate per sequence by default, from how many decode steps in the
+#: stream: the first step follows the prefill, the second and third show the decode settled (periodic,
+#: executor/steady.py), and the 61 repeats make the means the steady state's.
+DEFAULT_GENERATE, DEFAULT_REPLAYED = 64, 3
 
 
 def parse_requests(text: str) -> tuple[int, ...]:
@@ -66,13 +72,17 @@ class Codegen(Pass):
     # Decode steps per request: 4096, a whole Llama-2 context of generated tokens (past the context the
     # KV ring wraps, so longer runs repeat the same work).
     steps: int = option(1, 1, 4096)
+    # Tokens per sequence the program generates; 0 = steps. The stream holds the first `steps` decode steps and a
+    # replay repeats its periodic last step for the rest (executor/steady.py), so a long generation costs a few
+    # replayed steps: primal run generates 64 tokens from 3 replayed steps by default.
+    generate: int = option(0, 0, MAX_GENERATE)
     # Batch > 1: one pass per sequence, so the layers work on different sequences at once (docs/executor.md).
     pipeline: bool = option(True)
     # Prompt tokens per prefill pass: chunks stream through the layer pipeline; 0 = the whole prompt in one pass.
     prefill_chunk: int = option(0, 0, CONTEXT_RANGE[1])
     # Tokens of each request's conversation already in the KV cache before its prompt (context save).
     history: int = option(0, 0, CONTEXT_RANGE[1] - 2)
-    workload_options = {"prompt": "prompt", "steps": "steps"}
+    workload_options = {"prompt": "prompt", "steps": "steps", "generate": "generate"}
 
     def workload_changes(self, workload) -> dict:
         """The workload's prompt and steps; with ``adapters`` adapter directories, the default of one request
@@ -91,6 +101,9 @@ class Codegen(Pass):
 
     def check(self) -> None:
         parse_requests(self.requests)
+        if self.generate and self.generate < self.steps:
+            raise ValueError(f"generate {self.generate} is below steps {self.steps}: a generation covers at least "
+                             "the decode steps in the stream")
 
     def run(self, program: Program, target: PrimalTarget) -> Program:
         kv = program.need_kv()
@@ -113,7 +126,7 @@ class Codegen(Pass):
         ops = np.bincount(stream.records["op"], minlength=len(Opcode))
         details = {
             "records": len(stream), "groups": stream.num_groups, "bytes": stream.nbytes, "prompt": prompt,
-            "steps": self.steps, "pipeline": self.pipeline, "prefill_chunk": self.prefill_chunk,
+            "steps": self.steps, "generate": self.generate or self.steps, "pipeline": self.pipeline, "prefill_chunk": self.prefill_chunk,
             "history": self.history, "sections": {s.name: s.stop - s.start for s in stream.sections},
             "opcodes": {op.name: int(ops[op]) for op in Opcode if ops[op]},
         }

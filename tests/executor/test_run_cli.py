@@ -50,12 +50,33 @@ def test_run_of_a_program_file_equals_run_of_its_directory(out_dir, capsys):
     (["--batch", "4"], "compiled for batch 1, not 4"),
     (["--target", "primal-5nm"], "target: compiled for target primal-7nm"),
     (["--lora", "q:8"], "apply when compiling a model"),
-    (["--generate", "3"], "compiled for 1 generated tokens, not 3"),
+    (["--generate", "2"], "compiled for 3 decode steps, more than --generate 2"),
+    (["--replay-steps", "4"], "--replay-steps applies when compiling a model"),
 ])
 def test_run_rejects_mismatches(out_dir, capsys, extra, message):
     assert main(["run", str(out_dir)] + extra) == 2
     err = capsys.readouterr().err
     assert message in err and err.count("\n") == 1
+
+
+def test_run_generates_64_tokens_from_3_replayed_steps_and_a_program_keeps_that(out_dir, capsys):
+    assert main(["run", str(out_dir), "--json"]) == 0
+    planned = json.loads(capsys.readouterr().out)["metrics"]
+    assert planned["generation"] | {"period_s": 0} == {"tokens": 64, "replayed_steps": 3, "repeated_steps": 61,
+                                                       "period_s": 0}
+    assert planned["decode_steps"] == 64 and planned["generation"]["period_s"] > 0
+    assert main(["run", str(out_dir), "--json", "--generate", "100"]) == 0
+    longer = json.loads(capsys.readouterr().out)["metrics"]
+    assert longer["generation"]["repeated_steps"] == 97 and longer["ttft_s"] == planned["ttft_s"]
+
+
+def test_a_generation_one_replayed_step_cannot_settle_is_refused(tmp_path, capsys):
+    out = tmp_path / "one"
+    assert main(["run", "tiny-llama", "-p", FAST, "--context", "64", "--generate", "1", "-o", str(out)]) == 0
+    capsys.readouterr()
+    assert main(["run", str(out), "--generate", "3"]) == 2
+    err = capsys.readouterr().err
+    assert "cannot extend 1 replayed decode steps to 3 generated tokens" in err and err.count("\n") == 1
 
 
 def test_run_rejects_a_kv_space_that_does_not_fit(tmp_path, capsys):
