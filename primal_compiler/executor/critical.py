@@ -336,11 +336,30 @@ def _summary(rp: Replay, path: Path, per: int) -> dict:
             "records": len(path.records), "bound_by": CLASS_KEYS[int(np.argmax(path.by_class))]}
 
 
-def critical_path(rp: Replay, request: int = 0) -> dict:
+def last_step(rp: Replay, decode: tuple[int, int]) -> tuple[int, int]:
+    """The window of the last decode step of the pass that finishes last: from the finish of that pass's
+    previous ARGMAX (its prefill ARGMAX after one step) to its last ARGMAX finish."""
+    last, begin = decode
+    tag = rp.stream.records["dst_buf"]
+    sink = argmax_records(rp.stream)
+    mine = np.flatnonzero(sink & (tag == tag[last]) & (rp.finish < rp.finish[last]))
+    return last, max(begin, int(rp.finish[mine].max())) if len(mine) else begin
+
+
+def critical_path(rp: Replay, request: int = 0, generate: int | None = None) -> dict:
     """``{"ttft": ..., "itl": ...}`` of ``request``: each ``total_s``, ``by_class_s`` (summing to it),
     ``records`` on the path and the class ``bound_by`` (largest share). ITL is the decode window of the
     pass that finishes last (from its prefill ARGMAX to its last decode ARGMAX) divided by its ``steps``;
-    with one pass (batch 1, or pipelining off) its ``total_s`` is the metrics' ``itl_s``."""
+    a generation of ``generate`` tokens past the replayed steps (:mod:`.steady`, which the metrics check)
+    adds its last step's path once per repeat, divided by ``generate``. With one pass (batch 1, or
+    pipelining off) ITL's ``total_s`` is the metrics' ``itl_s``."""
     ttft, decode, steps = request_windows(rp, request)
-    first, itl = walks(rp, [ttft, decode])
-    return {"ttft": _summary(rp, first, 1), "itl": {**_summary(rp, itl, steps), "steps": steps}}
+    repeats = max(0, (generate or steps) - steps)
+    paths = walks(rp, [ttft, decode] + ([last_step(rp, decode)] if repeats else []))
+    itl = paths[1]
+    if repeats:  # each repeat runs the settled step's path again
+        settled = paths[2]
+        itl = Path(itl.records, itl.via, 0, itl.end - itl.begin + repeats * (settled.end - settled.begin),
+                   itl.by_class + repeats * settled.by_class)
+    return {"ttft": _summary(rp, paths[0], 1),
+            "itl": {**_summary(rp, itl, steps + repeats), "steps": steps + repeats, "replayed_steps": steps}}

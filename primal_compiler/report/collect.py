@@ -86,7 +86,7 @@ def replay_report(compiled: Compiled, validate: bool = True,
                               "model": meta.get("model"), "target": compiled.target.name,
                               "pipeline": meta.get("pipeline"), "metrics": m}
     if critical_path:
-        m["critical_path"] = breakdown(rp)
+        m["critical_path"] = breakdown(rp, generate=m["decode_steps"])
     if validate:
         report["validation"] = validate_hops(rp, where)
     report["h100"] = h100_for(meta, m)

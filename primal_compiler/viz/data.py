@@ -105,7 +105,7 @@ def load(out, target_name: str | None = None) -> VizData:
     The program comes through :func:`~primal_compiler.report.collect.load_compiled`, so its placement, KV map and
     mapping arrays exist and index each other, and sections ``prefill:0``/``decode:0`` end with ARGMAX.
     """
-    from primal_compiler.report.collect import h100_for, load_compiled
+    from primal_compiler.report.collect import h100_for, load_compiled, planned_generation
     from primal_compiler.executor.metrics import metrics
     from primal_compiler.executor.replay import replay
 
@@ -120,7 +120,7 @@ def load(out, target_name: str | None = None) -> VizData:
     t = time.perf_counter()
     rp = replay(meta, arrays, stream, target, where)
     seconds["replay"] = time.perf_counter() - t
-    m = metrics(rp)
+    m = metrics(rp, generate=planned_generation(meta), where=where)  # the generation primal run reports
     records = read_records(out) if out.is_dir() else []
     return VizData(out if out.is_dir() else out.parent, where, meta, arrays, stream, target, rp, m,
                    h100_for(meta, m), records, seconds)

@@ -16,6 +16,7 @@ import pytest
 from primal_compiler.api import compile_model
 from primal_compiler.compiled import program_file
 from primal_compiler.errors import InputError
+from primal_compiler.executor.critical import critical_path
 from primal_compiler.executor.metrics import metrics
 from primal_compiler.executor.replay import replay
 from primal_compiler.executor.steady import periodic, steady
@@ -94,3 +95,12 @@ def test_without_a_longer_generation_nothing_repeats(short):
     m = metrics(short)
     assert m["generation"] == {"tokens": REPLAYED, "replayed_steps": REPLAYED, "repeated_steps": 0, "period_s": 0.0}
     assert np.isclose(m["tokens_per_s"], metrics(short, generate=REPLAYED)["tokens_per_s"])
+
+
+def test_the_critical_path_of_an_extended_generation_is_the_metrics_itl(short):
+    m = metrics(short, generate=GENERATE)
+    cp = critical_path(short, generate=GENERATE)["itl"]
+    assert cp["steps"] == GENERATE and cp["replayed_steps"] == REPLAYED
+    assert cp["total_s"] == pytest.approx(m["itl_s"], rel=1e-12)
+    assert sum(cp["by_class_s"].values()) == pytest.approx(cp["total_s"], rel=1e-12)
+    assert critical_path(short)["itl"]["total_s"] == pytest.approx(metrics(short)["itl_s"], rel=1e-12)
