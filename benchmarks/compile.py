@@ -1,8 +1,11 @@
 """Whole default compile and replay, pass by pass: Llama-2-13B and Llama-2-70B (LoRA r=8 on Q,V).
 
-Runs the bundled ``default`` pipeline one pass at a time, then builds the
-program file and replays it as ``primal run`` does (hop validation, H100
-point and GPU baseline family included). For every stage it prints wall
+Runs the bundled ``default`` pipeline one pass at a time (codegen's own
+default: one decode step in the stream), then builds the program file and
+replays it as ``primal run`` does (hop validation, H100 point and GPU
+baseline family included). ``primal run`` itself compiles three decode
+steps for its 64-token generation (docs/executor.md, Steady-state decode),
+which adds two steps' replay to these figures. For every stage it prints wall
 seconds and the peak resident memory seen while the stage ran: this
 process's RSS, and the sum of its live child processes' RSS (the GA's
 worker pool), sampled every 20 ms from ``/proc`` (Linux; elsewhere only the
