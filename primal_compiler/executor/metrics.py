@@ -178,8 +178,8 @@ def phase_window(rp: Replay, phase: str, request: int = 0) -> tuple[np.ndarray, 
     raise ValueError(f"unknown phase {phase!r}")
 
 
-def _generation(rp: Replay, span: tuple, steps: int, generate: int | None, where: str) -> Steady:
-    return steady(rp.stream.records, rp.start, rp.finish, span[0]["decode"], steps, generate or steps, where)
+def _generation(rp: Replay, span: tuple, steps: int, generate: int | None, where: str, required: bool = True) -> Steady:
+    return steady(rp.stream.records, rp.start, rp.finish, span[0]["decode"], steps, generate or steps, where, required)
 
 
 def energy_metrics(rp: Replay, request: int = 0, generate: int | None = None) -> dict:
@@ -217,15 +217,17 @@ def _energy(rp: Replay, span: tuple, st: Steady) -> dict:
     }
 
 
-def metrics(rp: Replay, request: int = 0, generate: int | None = None, where: str = "program") -> dict:
+def metrics(rp: Replay, request: int = 0, generate: int | None = None, where: str = "program",
+            required: bool = True) -> dict:
     """Every metric of request ``request`` as one JSON-ready dict (seconds, joules, watts), over a generation of
     ``generate`` tokens per sequence (default: the replayed decode steps; more repeat the last replayed
-    step once it is periodic, :mod:`.steady`; InputError naming ``where`` if it is not)."""
+    step once it is periodic, :mod:`.steady`; InputError naming ``where`` if it is not, unless the generation
+    is a program's plan and not ``required``: the replayed steps alone, ``generation`` saying why)."""
     span = _span(rp, request)
     sec, batch, t0, pre_tok, dec_tok, first_token, end = span
     kv = rp.meta.get("kv", {})
     gaps, steps = step_gaps(rp, pre_tok, dec_tok)
-    st = _generation(rp, span, steps, generate, where)
+    st = _generation(rp, span, steps, generate, where, required)
     first_gaps = gaps[:: max(1, steps)]
     if st.repeated:  # every pass's gaps go on with one period per repeated step
         gaps = np.hstack([gaps.reshape(-1, steps), np.full((len(pre_tok), st.repeated), float(st.period_cycles))]).ravel()
@@ -238,7 +240,8 @@ def metrics(rp: Replay, request: int = 0, generate: int | None = None, where: st
     return {
         "request": request, "batch": batch, "context": int(kv.get("context", 0)), "decode_steps": st.generated,
         "generation": {"tokens": st.generated, "replayed_steps": st.replayed, "repeated_steps": st.repeated,
-                       "period_s": rp.seconds(st.period_cycles)},
+                       "period_s": rp.seconds(st.period_cycles), "planned": st.planned or st.generated,
+                       "unsettled": st.unsettled or None},
         "prompt_tokens": prompt_tokens(rp, sec["prefill"], batch),
         "ttft_s": rp.seconds(first_token - t0), "itl_s": rp.seconds(itl_cycles),
         "itl_p50_s": rp.seconds(float(np.percentile(gaps, 50))), "itl_p99_s": rp.seconds(float(np.percentile(gaps, 99))),

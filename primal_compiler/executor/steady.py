@@ -53,6 +53,8 @@ class Steady:
     generated: int
     period_cycles: int
     step_records: np.ndarray  # int64 records of the step a repeat costs: the last but one replayed
+    planned: int = 0  # the generation the program planned when it could not be covered (0: it was)
+    unsettled: str = ""  # why not: the last replayed step is not periodic
 
     @property
     def repeated(self) -> int:
@@ -81,11 +83,12 @@ def periodic(records: np.ndarray, start: np.ndarray, finish: np.ndarray, decode:
 
 
 def steady(records: np.ndarray, start: np.ndarray, finish: np.ndarray, decode: np.ndarray, steps: int,
-           generate: int, where: str) -> Steady:
+           generate: int, where: str, required: bool = True) -> Steady:
     """How ``generate`` tokens per sequence are covered by ``steps`` replayed decode steps.
 
     InputError naming ``where`` if ``generate`` is below ``steps``, or above it while the last replayed step is
-    not periodic (the reason and the remedy in the message).
+    not periodic (the reason and the remedy in the message); when the generation was only planned, not
+    ``required`` (a program's default), the latter covers the replayed steps alone and says why.
     """
     n = len(decode) // steps if steps else 0
     middle = decode[len(decode) - 2 * n : len(decode) - n] if steps >= 2 else decode[:0]
@@ -95,6 +98,8 @@ def steady(records: np.ndarray, start: np.ndarray, finish: np.ndarray, decode: n
         raise InputError(where, f"generates {generate} tokens but replays {steps} decode steps; a generation "
                                 "covers at least the replayed steps")
     period, why = periodic(records, start, finish, decode, steps)
+    if not period and not required:
+        return Steady(steps, steps, 0, middle, generate, why)
     if not period:
         raise InputError(where, f"cannot extend {steps} replayed decode steps to {generate} generated tokens: {why}; "
                                 f"replay more steps (primal run --replay-steps) or generate {steps}")

@@ -64,7 +64,8 @@ def replay_report(compiled: Compiled, validate: bool = True,
                   baselines: Selection = DEFAULT_BASELINES, control: str | None = None,
                   critical_path: bool = False, memory: str = "report", generate: int | None = None) -> dict:
     """Replay a program (under ``control``, default the target's) and collect its metrics over ``generate``
-    tokens per sequence (default: what its codegen plans, :func:`planned_generation`), hop validation,
+    tokens per sequence (default: what its codegen plans, :func:`planned_generation`, or the replayed steps
+    when the decode has not settled in them: ``metrics["generation"]`` says why), hop validation,
     the seed's H100 baseline and the GPU baseline family; with ``critical_path``, also
     ``metrics["critical_path"]``: where request 0's TTFT and ITL go (``executor.critical``). ``memory``
     ``"strict"``: an InputError naming the record, CT, PE and buffer of the first scratchpad overflow;
@@ -81,7 +82,7 @@ def replay_report(compiled: Compiled, validate: bool = True,
         from primal_compiler.executor.memory import check
 
         check(rp.memory, compiled.stream.records, where)
-    m = metrics(rp, generate=generate or planned_generation(meta), where=where)
+    m = metrics(rp, generate=generate or planned_generation(meta), where=where, required=generate is not None)
     report: dict[str, Any] = {"format": "primal-run", "package_version": __version__, "program": where,
                               "model": meta.get("model"), "target": compiled.target.name,
                               "pipeline": meta.get("pipeline"), "metrics": m}

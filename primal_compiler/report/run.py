@@ -98,6 +98,9 @@ def render_run(report: dict) -> str:
     g = m["generation"]
     repeats = (f" ({g['replayed_steps']} replayed, {g['repeated_steps']} repeating the periodic last one)"
                if g["repeated_steps"] else "")
+    if g["unsettled"]:
+        repeats = (f" of {g['planned']} planned: the decode has not settled in them ({g['unsettled']}), so the "
+                   f"figures cover these; replay more with --replay-steps")
     lines.append(f"decode: {m['decode_steps']} step(s){repeats}, {m['passes']} pass(es) per step ({m['control']} control); ITL per "
                  f"sequence p50 {human_time(m['itl_p50_s'])}, p99 {human_time(m['itl_p99_s'])}, first step "
                  f"{human_time(m['itl_first_step_s'])}; {human_time(m['decode_issue_s'])} on the busiest sequencer "

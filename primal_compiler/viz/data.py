@@ -120,7 +120,7 @@ def load(out, target_name: str | None = None) -> VizData:
     t = time.perf_counter()
     rp = replay(meta, arrays, stream, target, where)
     seconds["replay"] = time.perf_counter() - t
-    m = metrics(rp, generate=planned_generation(meta), where=where)  # the generation primal run reports
+    m = metrics(rp, generate=planned_generation(meta), where=where, required=False)  # what primal run reports
     records = read_records(out) if out.is_dir() else []
     return VizData(out if out.is_dir() else out.parent, where, meta, arrays, stream, target, rp, m,
                    h100_for(meta, m), records, seconds)

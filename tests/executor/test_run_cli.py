@@ -63,7 +63,7 @@ def test_run_generates_64_tokens_from_3_replayed_steps_and_a_program_keeps_that(
     assert main(["run", str(out_dir), "--json"]) == 0
     planned = json.loads(capsys.readouterr().out)["metrics"]
     assert planned["generation"] | {"period_s": 0} == {"tokens": 64, "replayed_steps": 3, "repeated_steps": 61,
-                                                       "period_s": 0}
+                                                       "period_s": 0, "planned": 64, "unsettled": None}
     assert planned["decode_steps"] == 64 and planned["generation"]["period_s"] > 0
     assert main(["run", str(out_dir), "--json", "--generate", "100"]) == 0
     longer = json.loads(capsys.readouterr().out)["metrics"]

@@ -10,6 +10,8 @@ also asserts that the full replays do vary, so that bound is exercised and not v
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -93,7 +95,8 @@ def test_a_generation_that_cannot_be_extended_is_refused(short):
 
 def test_without_a_longer_generation_nothing_repeats(short):
     m = metrics(short)
-    assert m["generation"] == {"tokens": REPLAYED, "replayed_steps": REPLAYED, "repeated_steps": 0, "period_s": 0.0}
+    assert m["generation"] == {"tokens": REPLAYED, "replayed_steps": REPLAYED, "repeated_steps": 0, "period_s": 0.0,
+                               "planned": REPLAYED, "unsettled": None}
     assert np.isclose(m["tokens_per_s"], metrics(short, generate=REPLAYED)["tokens_per_s"])
 
 
@@ -104,3 +107,14 @@ def test_the_critical_path_of_an_extended_generation_is_the_metrics_itl(short):
     assert cp["total_s"] == pytest.approx(m["itl_s"], rel=1e-12)
     assert sum(cp["by_class_s"].values()) == pytest.approx(cp["total_s"], rel=1e-12)
     assert critical_path(short)["itl"]["total_s"] == pytest.approx(metrics(short)["itl_s"], rel=1e-12)
+
+
+def test_a_planned_generation_that_has_not_settled_covers_the_replayed_steps_and_says_why(short):
+    late = short.finish.copy()
+    late[short.section("decode:0")[-1]] += 1
+    unsettled = replace(short, finish=late)
+    with pytest.raises(InputError, match="has not settled"):
+        metrics(unsettled, generate=GENERATE)  # asked for: refused
+    g = metrics(unsettled, generate=GENERATE, required=False)["generation"]  # only planned: the replayed steps
+    assert g["tokens"] == REPLAYED and g["repeated_steps"] == 0 and g["planned"] == GENERATE
+    assert "not step 2 shifted in time" in g["unsettled"]
