@@ -104,6 +104,9 @@ class Codegen(Pass):
         if self.generate and self.generate < self.steps:
             raise ValueError(f"generate {self.generate} is below steps {self.steps}: a generation covers at least "
                              "the decode steps in the stream")
+        if self.generate > self.steps < 2:
+            raise ValueError(f"generate {self.generate} needs at least 2 decode steps in the stream (steps "
+                             f"{self.steps}) to show the decode settled and repeat it (executor/steady.py)")
 
     def run(self, program: Program, target: PrimalTarget) -> Program:
         kv = program.need_kv()

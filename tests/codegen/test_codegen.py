@@ -132,6 +132,14 @@ def test_prompt_longer_than_the_cache_is_an_error(small_target):
         parse_pipeline("codegen{requests=a;b}")
 
 
+def test_a_generation_the_stream_cannot_cover_is_refused_before_compiling():
+    with pytest.raises(InputError, match="pass codegen: generate 2 is below steps 3"):
+        parse_pipeline("codegen{steps=3,generate=2}")
+    with pytest.raises(InputError, match="generate 5 needs at least 2 decode steps in the stream"):
+        parse_pipeline("codegen{generate=5}")
+    assert parse_pipeline("codegen{steps=2,generate=5}")[0].generate == 5
+
+
 @pytest.mark.parametrize("name,lora", [("tiny-mistral", "q,v:8"), ("gpt2", "qkv:4")])
 def test_other_architectures_emit_consistent_streams(name, lora, small_target, target):
     tgt = small_target if name.startswith("tiny") else target
