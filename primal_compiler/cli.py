@@ -21,6 +21,7 @@ from primal_compiler.errors import InputError, one_line
 from primal_compiler.outdir import check_destination
 from primal_compiler.signals import Terminated, handled, received
 
+
 def _target(name: str):
     from primal_compiler.target import load_primal_target
 

@@ -27,9 +27,10 @@ fixture family's extension with its full replay of 24 tokens (six append
 chunks): mean ITL, tokens/s and energy agree within 1%, and
 ``docs/executor.md`` gives the same comparison on Llama-2-13B. A generation
 whose last replayed steps are not periodic (the KV cache still growing, a
-batch pipeline not yet settled) is refused with the reason; replaying more
-steps (``primal run --replay-steps``) settles it, and replaying all of them
-is exact.
+batch pipeline not yet settled) is refused with the reason when it was asked
+for; a program's planned default covers the replayed steps alone and says
+why. Replaying more steps (``primal run --replay-steps``) settles it, and
+replaying all of them is exact.
 """
 
 from __future__ import annotations
