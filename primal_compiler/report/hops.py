@@ -9,6 +9,7 @@ import numpy as np
 
 from primal_compiler.errors import InputError
 
+from primal_compiler.mapping.coupled import coupled_bound
 from primal_compiler.mapping.exact import star_bound
 from primal_compiler.mapping.hops import template_hops
 from primal_compiler.mapping.layout import Layout
@@ -92,7 +93,8 @@ def _kv_legs(prog, target: PrimalTarget, context: int, mapped_max: int) -> dict:
 
 
 def template_gaps(layout: Layout) -> list[dict]:
-    """Per CT template: uses, tiles, placed byte-hops, the star lower bound and the gap.
+    """Per CT template: uses, tiles, placed byte-hops, the lower bound (star, coupled on matrix blocks:
+    ``mapping/coupled.py``) and the gap.
 
     ``gap`` is ``cost / bound - 1`` (0.1 = 10% above the bound): an upper limit on how far the
     placement is from the optimum, since no placement costs less than the bound. ``weighted_hops``
@@ -103,7 +105,7 @@ def template_gaps(layout: Layout) -> list[dict]:
     for k, tp in enumerate(layout.templates):
         inst = tp.instance
         cost = float(template_hops(tp) @ inst.weight)
-        bound = star_bound(inst).byte_hops
+        bound = coupled_bound(inst)
         total = float(inst.weight.sum())
         out.append({"template": k, "uses": int(uses[k]), "tiles": inst.num_tiles, "byte_hops": round(cost, 1),
                     "bound": round(bound, 1), "gap": round(cost / bound - 1, 4) if bound else 0.0,
@@ -125,7 +127,7 @@ def _bound_row(layout, seconds: float) -> dict:
     mx = 0
     for k, tp in enumerate(layout.templates):
         b = star_bound(tp.instance)
-        bh += uses[k] * b.byte_hops
+        bh += uses[k] * coupled_bound(tp.instance)
         hs += uses[k] * b.hops
         nbytes += uses[k] * tp.instance.weight.sum()
         flows += uses[k] * len(tp.instance.weight)

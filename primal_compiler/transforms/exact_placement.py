@@ -6,7 +6,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from primal_compiler.mapping.blocking import apply_placement
-from primal_compiler.mapping.exact import solve_exact, star_bound
+from primal_compiler.mapping.coupled import coupled_bound
+from primal_compiler.mapping.exact import solve_exact
 from primal_compiler.mapping.hops import layout_hops, template_hops
 from primal_compiler.mapping.instance import hub_slots
 from primal_compiler.ir.facts import Fact, facts
@@ -44,7 +45,7 @@ class ExactPlacement(Pass):
         for k, tp in enumerate(layout.templates):
             inst = tp.instance
             cost = float(template_hops(tp) @ inst.weight)
-            bound = star_bound(inst).byte_hops
+            bound = coupled_bound(inst)
             proven = False
             if inst.num_tiles <= self.max_tiles:
                 res = solve_exact(inst, self.deterministic_time)

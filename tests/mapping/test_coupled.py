@@ -1,0 +1,80 @@
+"""The coupled row/column bound (mapping/coupled.py) is a lower bound, and tighter than the star bound.
+
+Independent checks: CP-SAT's proven optimum of small matrices, and the exact cost (every hub at its best
+PE for the tiles' places) of random and structured placements. A bound above any of them is wrong.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from primal_compiler.mapping.coupled import coupled_bound
+from primal_compiler.mapping.exact import solve_exact, star_bound
+from primal_compiler.mapping.ga import GaConfig, run_ga
+from primal_compiler.mapping.instance import Instance
+
+
+def matrix(rows: int, cols: int, mesh: tuple[int, int], wa: float = 256.0, wb: float = 512.0,
+           then: int = 0) -> Instance:
+    """A rows x cols matrix of tiles: hub r broadcasts to tile row r, column c reduces to its own hub. With
+    ``then`` > 0 a second matrix (cols x ``then``) follows, whose row k is broadcast by the first's column
+    root k (a hub of both kinds, in two blocks)."""
+    flows = []  # (source, destination, weight) with hubs named ("a", k), ("b", k), ("c", k)
+    tile = 0
+    for first, (nr, nc, row_hub, col_hub) in enumerate([(rows, cols, "a", "b"), (cols, then, "b", "c")]):
+        for r in range(nr):
+            for c in range(nc):
+                flows += [((row_hub, r), tile, wa), (tile, (col_hub, c), wb)]
+                tile += 1
+    names = sorted({x for f in flows for x in f[:2] if isinstance(x, tuple)})
+    index = {h: tile + k for k, h in enumerate(names)}
+    src = np.array([index.get(f[0], f[0]) for f in flows], np.int32)
+    dst = np.array([index.get(f[1], f[1]) for f in flows], np.int32)
+    w = np.array([f[2] for f in flows], np.float64)
+    return Instance(mesh[0], mesh[1], tile, len(names), src, dst, w, np.zeros(len(w), np.int8))
+
+
+def exact_cost(inst: Instance, slot: np.ndarray) -> float:
+    """Byte-hops with the tiles at PEs ``slot`` and every hub at its best PE (hubs are independent here)."""
+    T, cols = inst.num_tiles, inst.cols
+    pe = np.arange(inst.rows * cols)
+    r, c = np.divmod(pe, cols)
+    total = 0.0
+    for h in range(T, T + inst.num_hubs):
+        sel = (inst.src == h) | (inst.dst == h)
+        leaf = np.where(inst.src[sel] == h, inst.dst[sel], inst.src[sel])
+        lr, lc = np.divmod(slot[leaf], cols)
+        d = np.abs(r[:, None] - lr[None, :]) + np.abs(c[:, None] - lc[None, :])
+        total += float((d @ inst.weight[sel]).min())
+    return total
+
+
+@pytest.mark.parametrize("shape, mesh", [((2, 3), (3, 3)), ((3, 3), (3, 3)), ((2, 4), (3, 3))])
+def test_the_bound_lies_below_cp_sat_optima(shape, mesh):
+    inst = matrix(*shape, mesh)
+    best = solve_exact(inst, max_deterministic_time=30.0)
+    assert best.optimal
+    assert star_bound(inst).byte_hops <= coupled_bound(inst) <= best.cost + 1e-6  # here no tighter: too few tiles
+
+
+@pytest.mark.parametrize("shape, mesh, then", [((8, 8), (8, 8), 0), ((6, 10), (8, 8), 0), ((10, 8), (12, 8), 2),
+                                                ((16, 16), (16, 16), 0)])
+def test_no_placement_costs_less_than_the_bound(shape, mesh, then):
+    inst = matrix(*shape, mesh, then=then)
+    bound = coupled_bound(inst)
+    assert bound > star_bound(inst).byte_hops
+    pes = mesh[0] * mesh[1]
+    layouts = [np.random.default_rng(k).permutation(pes)[: inst.num_tiles] for k in range(200)]
+    layouts.append(np.arange(inst.num_tiles))  # the matrices as they are written, row by row
+    ga = run_ga(inst, GaConfig())
+    layouts.append(ga.slots)  # a good placement, about 1.5x the bound here
+    costs = [exact_cost(inst, slot) for slot in layouts]
+    assert costs[-1] <= ga.cost + 1e-6 and min(costs) >= bound
+
+
+def test_without_matrix_blocks_it_is_the_star_bound():
+    inst = matrix(4, 4, (4, 4), wa=256.0)
+    uneven = Instance(inst.rows, inst.cols, inst.num_tiles, inst.num_hubs, inst.src, inst.dst,
+                      inst.weight * np.linspace(1, 2, len(inst.weight)), inst.flow_class)
+    assert coupled_bound(uneven) == star_bound(uneven).byte_hops  # one weight per family is what it takes
