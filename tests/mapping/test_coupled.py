@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from primal_compiler.mapping.coupled import coupled_bound
 from primal_compiler.mapping.exact import solve_exact, star_bound
@@ -78,3 +80,15 @@ def test_without_matrix_blocks_it_is_the_star_bound():
     uneven = Instance(inst.rows, inst.cols, inst.num_tiles, inst.num_hubs, inst.src, inst.dst,
                       inst.weight * np.linspace(1, 2, len(inst.weight)), inst.flow_class)
     assert coupled_bound(uneven) == star_bound(uneven).byte_hops  # one weight per family is what it takes
+
+
+@settings(max_examples=12, deadline=None, derandomize=True)
+@given(rows=st.integers(2, 12), cols=st.integers(2, 12), extra=st.integers(0, 8),
+       wa=st.sampled_from([64.0, 256.0, 512.0]), wb=st.sampled_from([64.0, 256.0, 1024.0]))
+def test_any_matrix_any_weights_no_good_placement_beats_the_bound(rows, cols, extra, wa, wb):
+    side = max(4, 2 * int(np.ceil(np.sqrt(rows * cols + extra) / 2)))  # even: the GA's slot groups tile it
+    inst = matrix(rows, cols, (side, side), wa, wb)
+    bound = coupled_bound(inst)
+    assert bound >= star_bound(inst).byte_hops
+    layouts = [np.arange(inst.num_tiles), run_ga(inst, GaConfig(generations=10)).slots]
+    assert min(exact_cost(inst, slot) for slot in layouts) >= bound
