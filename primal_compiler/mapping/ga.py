@@ -31,7 +31,7 @@ import numpy as np
 
 from primal_compiler.mapping.bands import UNUSED, build_bands
 from primal_compiler.mapping.curves import CURVES
-from primal_compiler.mapping.exact import star_bound
+from primal_compiler.mapping.coupled import coupled_bound
 from primal_compiler.mapping.instance import Instance, evaluate
 from primal_compiler.mapping.lap import lap_polish, lower_max_hops, swap_descent
 
@@ -50,7 +50,7 @@ class GaConfig:
     population: int = 32
     generations: int = 30
     time_limit_s: float = 0.0  # 0 = no wall-time budget
-    target_gap: float = 0.0  # stop once byte-hops <= (1 + target_gap) x star bound; 0 = never
+    target_gap: float = 0.0  # stop once byte-hops <= (1 + target_gap) x the lower bound; 0 = never
     group_size: int = 4
     cx_prob: float = 0.7
     mut_prob: float = 0.9
@@ -267,7 +267,7 @@ def run_ga(inst: Instance, cfg: GaConfig, executor: Executor | None = None, chun
     """Best placement found within the generation and wall-time budgets.
 
     With ``target_gap`` > 0 the generations stop as soon as the best individual's byte-hops are
-    within that fraction of the star lower bound (a proven gap, so the stop does not depend on
+    within that fraction of the lower bound (``coupled.coupled_bound``: a proven gap, so the stop does not depend on
     timing and the result stays a function of the inputs and seed); polishing runs either way.
     """
     dec = _Decoder(inst, cfg.group_size, cfg.pins, cfg.bands)
@@ -283,7 +283,7 @@ def run_ga(inst: Instance, cfg: GaConfig, executor: Executor | None = None, chun
     fit = np.stack(_evaluate(dec, np.array(pop), cfg.policy, executor, chunks), axis=1)
     log: list[dict] = []
     gen = 0
-    goal = (1 + cfg.target_gap) * star_bound(inst).byte_hops if cfg.target_gap > 0 else -1.0
+    goal = (1 + cfg.target_gap) * coupled_bound(inst) if cfg.target_gap > 0 else -1.0
     for gen in range(1, cfg.generations + 1):
         if (cfg.time_limit_s and time.perf_counter() - start > cfg.time_limit_s) or fit[:, 0].min() <= goal:
             gen -= 1

@@ -71,7 +71,8 @@ class GaPlacement(Pass):
     # longer searches are what time_limit_s is for. A GA of no generation is no search.
     generations: int = option(GaConfig.generations, 1, 10_000)
     time_limit_s: float = option(GaConfig.time_limit_s, 0.0, 86_400.0)  # budget per template, 0 = none; a day at most
-    # stop a template's generations once its byte-hops are within this fraction of the star bound; 0 = never
+    # stop a template's generations once its byte-hops are within this fraction of the lower bound
+    # (mapping/coupled.py); 0 = never
     # (10 = 11x the bound, far above any gap seen on Llama-2).
     target_gap: float = option(GaConfig.target_gap, 0.0, 10.0)
     group_size: int = option(GaConfig.group_size, choices=(1, 2, 4))
