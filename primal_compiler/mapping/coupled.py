@@ -82,7 +82,7 @@ def _g(dist: np.ndarray, n: int) -> float:
 
 def _star_sum(dist: np.ndarray, hub: np.ndarray) -> float:
     """Unit-weight star bound of the hubs whose leaves are tiles labelled ``hub`` (one entry per tile)."""
-    return sum(_g(dist, int(n)) for n in np.bincount(hub)[np.bincount(hub) > 0])
+    return sum(_g(dist, int(n)) for n in np.bincount(hub) if n)
 
 
 def _blocks(inst: Instance) -> tuple[list[tuple[np.ndarray, np.ndarray, float, float]], np.ndarray]:
