@@ -32,7 +32,6 @@ def run_functional(args) -> None:
         program, target, where = c.program(), c.target, c.where
     else:
         from primal_compiler.frontend import load_model
-
         from primal_compiler.target import load_primal_target
 
         target, where = load_primal_target(args.target or "primal-7nm"), args.model

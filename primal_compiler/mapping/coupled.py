@@ -41,7 +41,7 @@ from __future__ import annotations
 import numpy as np
 from ortools.linear_solver import pywraplp
 
-from primal_compiler.mapping.exact import star_bound
+from primal_compiler.mapping.exact import _sorted_distances, star_bound
 from primal_compiler.mapping.instance import Instance
 
 SLACK = 1e-9
@@ -71,9 +71,7 @@ def _flows_of(inst: Instance, hubs: np.ndarray) -> Instance:
 
 def _distances(rows: int, cols: int) -> np.ndarray:
     """Per PE, the cumulative sums of its sorted distances to all PEs: ``[p, n - 1]`` = the least hops to n PEs."""
-    r, c = np.divmod(np.arange(rows * cols), cols)
-    d = np.sort(np.abs(r[:, None] - r[None, :]) + np.abs(c[:, None] - c[None, :]), axis=1)
-    return np.cumsum(d, axis=1).astype(np.float64)
+    return np.cumsum(_sorted_distances(rows, cols), axis=1)
 
 
 def _g(dist: np.ndarray, n: int) -> float:
