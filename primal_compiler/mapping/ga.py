@@ -34,6 +34,7 @@ from primal_compiler.mapping.curves import CURVES
 from primal_compiler.mapping.coupled import coupled_bound
 from primal_compiler.mapping.instance import Instance, evaluate
 from primal_compiler.mapping.lap import lap_polish, lower_max_hops, swap_descent
+from primal_compiler.mapping.lns import lns_search
 
 
 LARGE_CT = 256  # above this many PEs an assignment costs ~0.2 s: only the final best is polished
@@ -59,6 +60,7 @@ class GaConfig:
     max_hop_slack: float = 0.02  # byte-hops given up, at most, to lower max hops
     polish_every: int = 10  # generations between memetic polishes of the elite (0 = never)
     polish_top: int = 4  # distinct best individuals polished at the end
+    lns_rounds: int = 0  # destroy-and-repair rounds over hub positions after the polish (mapping/lns.py)
     policy: str = "median"
     pins: tuple[tuple[int, int], ...] = ()  # (tile, slot)
     bands: tuple[int, ...] = ()  # column band of each tile (mapping.bands; 0 = free); () = no band constraint
@@ -74,6 +76,7 @@ class GaResult:
     max_hops: float
     log: list[dict] = field(default_factory=list)
     generations: int = 0
+    lns: dict = field(default_factory=dict)  # rounds, accepted, byte_hops_before when the LNS ran
 
 
 def slot_groups(rows: int, cols: int, g: int) -> np.ndarray:
@@ -269,6 +272,8 @@ def run_ga(inst: Instance, cfg: GaConfig, executor: Executor | None = None, chun
     With ``target_gap`` > 0 the generations stop as soon as the best individual's byte-hops are
     within that fraction of the lower bound (``coupled.coupled_bound``: a proven gap, so the stop does not depend on
     timing and the result stays a function of the inputs and seed); polishing runs either way.
+    Then ``lns_rounds`` rounds of :func:`~primal_compiler.mapping.lns.lns_search` (hub policy ``median``
+    only), which stop at the same gap and within ``time_limit_s`` of the start, then the max-hop trade.
     """
     dec = _Decoder(inst, cfg.group_size, cfg.pins, cfg.bands)
     Q = len(dec.groups)
@@ -301,8 +306,29 @@ def run_ga(inst: Instance, cfg: GaConfig, executor: Executor | None = None, chun
         sys.stderr.write("\n")
     pins = {int(t): int(s) for t, s in cfg.pins}
     slots = _polish_best(dec, pop, fit, cfg, pins)
-    cost, mx = evaluate(inst, slots[None, :], cfg.policy)
-    return GaResult(slots, float(cost[0]), float(mx[0]), log, gen)
+    lns: dict = {}
+    found = [slots]
+    if cfg.lns_rounds and cfg.policy == "median":
+        before = float(evaluate(inst, slots[None, :], cfg.policy)[0][0])
+        deadline = start + cfg.time_limit_s if cfg.time_limit_s else 0.0
+        searched, ran, accepted = lns_search(inst, slots, pins, cfg.lns_rounds, cfg.seed, dec.regions, deadline,
+                                             goal, _lns_progress(cfg) if cfg.progress else None)
+        if cfg.progress:
+            sys.stderr.write("\n")
+        found += [searched] if accepted else []
+        lns = {"rounds": ran, "accepted": accepted, "byte_hops_before": before}
+    # the max-hop trade of the LNS's placement may give back more than the search won: keep the better
+    traded = [lower_max_hops(inst, s, cfg.policy, pins, cfg.max_hop_slack, dec.regions) for s in found]
+    scores = [evaluate(inst, s[None, :], cfg.policy) for s in traded]
+    k = min(range(len(traded)), key=lambda i: (float(scores[i][0][0]), float(scores[i][1][0])))
+    return GaResult(traded[k], float(scores[k][0][0]), float(scores[k][1][0]), log, gen, lns)
+
+
+def _lns_progress(cfg: GaConfig):
+    def say(r: int, byte_hops: float) -> None:
+        sys.stderr.write(f"\r  lns {cfg.label} round {r}/{cfg.lns_rounds} best {byte_hops:.4g} byte-hops")
+        sys.stderr.flush()
+    return say
 
 
 def _polish_elite(dec: _Decoder, pop: list, fit: np.ndarray, cfg: GaConfig) -> None:
@@ -337,7 +363,7 @@ def _polish_best(dec: _Decoder, pop: list, fit: np.ndarray, cfg: GaConfig, pins:
             best, best_key = slots, (c[0], m[0])
         if len(seen) >= (cfg.polish_top if dec.inst.num_slots <= LARGE_CT else 1):
             break
-    return lower_max_hops(dec.inst, best, cfg.policy, pins, cfg.max_hop_slack, dec.regions)
+    return best
 
 
 def _generation(dec, pop, fit, cfg, executor, chunks, Q, rng):

@@ -18,10 +18,10 @@ from scipy.optimize import linear_sum_assignment
 
 from primal_compiler.mapping.instance import Instance, evaluate, hub_xy
 
-_FORBIDDEN = 1 << 40
+FORBIDDEN = 1 << 40
 
 
-def _tile_hub_weights(inst: Instance) -> tuple[np.ndarray, float]:
+def tile_hub_weights(inst: Instance) -> tuple[np.ndarray, float]:
     """(T, H) bytes between each tile and hub; tile-tile flows are not supported here."""
     T, H = inst.num_tiles, inst.num_hubs
     W = np.zeros((T, H))
@@ -38,20 +38,20 @@ Regions = tuple[np.ndarray, np.ndarray] | None
 
 def cost_matrix(inst: Instance, hx: np.ndarray, hy: np.ndarray, pins: dict[int, int], cap: int = 0,
                 regions: Regions = None) -> np.ndarray:
-    """(T, S) byte-hops of each tile on each PE with hubs fixed at (hx, hy); ``_FORBIDDEN`` where a pin, a
+    """(T, S) byte-hops of each tile on each PE with hubs fixed at (hx, hy); ``FORBIDDEN`` where a pin, a
     region or, with ``cap`` > 0, a tile-hub distance above ``cap`` rules the PE out."""
     S = inst.num_slots
-    W, _ = _tile_hub_weights(inst)
+    W, _ = tile_hub_weights(inst)
     px, py = np.arange(S) % inst.cols, np.arange(S) // inst.cols
     D = np.abs(hx[:, None] - px[None, :]) + np.abs(hy[:, None] - py[None, :])
     C = np.rint(W @ D).astype(np.int64)
     if cap > 0:
         far = ((W > 0).astype(np.float64) @ (D > cap).astype(np.float64)) > 0
-        C[far] = _FORBIDDEN
+        C[far] = FORBIDDEN
     if regions is not None:
-        C[regions[0][:, None] != regions[1][None, :]] = _FORBIDDEN
+        C[regions[0][:, None] != regions[1][None, :]] = FORBIDDEN
     for t, s in pins.items():
-        C[t] = _FORBIDDEN
+        C[t] = FORBIDDEN
         C[t, s] = 0
     return C
 
@@ -66,7 +66,7 @@ def assign(inst: Instance, hx: np.ndarray, hy: np.ndarray, pins: dict[int, int],
     if not np.array_equal(rows, np.arange(T)):
         raise RuntimeError("linear assignment failed")
     out = out.astype(np.int32)
-    if (cap > 0 or regions is not None) and C[np.arange(T), out].max(initial=0) >= _FORBIDDEN:
+    if (cap > 0 or regions is not None) and C[np.arange(T), out].max(initial=0) >= FORBIDDEN:
         return None
     return out
 

@@ -70,13 +70,17 @@ class GaPlacement(Pass):
     # 10^4 generations take ~4 h on Llama-2-13B's templates (1.5 s each on 2 cores), 40 s on tiny-llama;
     # longer searches are what time_limit_s is for. A GA of no generation is no search.
     generations: int = option(GaConfig.generations, 1, 10_000)
-    time_limit_s: float = option(GaConfig.time_limit_s, 0.0, 86_400.0)  # budget per template, 0 = none; a day at most
+    # budget per template (generations and LNS), 0 = none; a day at most
+    time_limit_s: float = option(GaConfig.time_limit_s, 0.0, 86_400.0)
     # stop a template's generations once its byte-hops are within this fraction of the lower bound
     # (mapping/coupled.py); 0 = never
     # (10 = 11x the bound, far above any gap seen on Llama-2).
     target_gap: float = option(GaConfig.target_gap, 0.0, 10.0)
     group_size: int = option(GaConfig.group_size, choices=(1, 2, 4))
     polish_rounds: int = option(GaConfig.polish_rounds, 0, 1000)  # assignment rounds per polish (~0.2 s on 32x32)
+    # destroy-and-repair rounds over hub positions after the polish (mapping/lns.py; ~0.1 s each on 32x32),
+    # 0 = none; 10^5 rounds take hours on Llama-2-13B's templates
+    lns_rounds: int = option(GaConfig.lns_rounds, 0, 100_000)
     max_hop_slack: float = option(GaConfig.max_hop_slack, 0.0, 1.0)  # byte-hops given up, at most, to lower max hops
     seed_curves: tuple[str, ...] = option(GaConfig.curves)  # curves whose placements seed the population
     executor: str = option("process", choices=EXECUTORS)
@@ -108,7 +112,7 @@ class GaPlacement(Pass):
             GaConfig(
                 seed=self.seed + k, population=self.population, generations=self.generations,
                 time_limit_s=self.time_limit_s, target_gap=self.target_gap, group_size=self.group_size,
-                polish_rounds=self.polish_rounds, max_hop_slack=self.max_hop_slack,
+                polish_rounds=self.polish_rounds, max_hop_slack=self.max_hop_slack, lns_rounds=self.lns_rounds,
                 pins=_template_pins(program, tp, self.pins), curves=self.seed_curves,
                 bands=_template_bands(program, tp) if "columns" in self.enforce else (),
                 progress=self.progress and sys.stderr.isatty() and executor is None,
@@ -132,7 +136,7 @@ class GaPlacement(Pass):
                 raise InputError(f"pass {self.name}", res)
             layout = layout.replace_template(k, slots=res.slots, hubs=hub_slots(inst, res.slots))
             logs[f"template{k}"] = {"generations": res.generations, "byte_hops": res.cost,
-                                    "max_hops": res.max_hops, "convergence": res.log}
+                                    "max_hops": res.max_hops, "convergence": res.log, **({"lns": res.lns} if res.lns else {})}
         tiles = apply_placement(program.need_tiles(), layout)
         return program.evolve(tiles=tiles, layout=layout, pending_details={"hops": layout_hops(layout), "ga": logs})
 

@@ -15,41 +15,7 @@ from primal_compiler.mapping.coupled import coupled_bound
 from primal_compiler.mapping.exact import solve_exact, star_bound
 from primal_compiler.mapping.ga import GaConfig, run_ga
 from primal_compiler.mapping.instance import Instance
-
-
-def matrix(rows: int, cols: int, mesh: tuple[int, int], wa: float = 256.0, wb: float = 512.0,
-           then: int = 0) -> Instance:
-    """A rows x cols matrix of tiles: hub r broadcasts to tile row r, column c reduces to its own hub. With
-    ``then`` > 0 a second matrix (cols x ``then``) follows, whose row k is broadcast by the first's column
-    root k (a hub of both kinds, in two blocks)."""
-    flows = []  # (source, destination, weight) with hubs named ("a", k), ("b", k), ("c", k)
-    tile = 0
-    for first, (nr, nc, row_hub, col_hub) in enumerate([(rows, cols, "a", "b"), (cols, then, "b", "c")]):
-        for r in range(nr):
-            for c in range(nc):
-                flows += [((row_hub, r), tile, wa), (tile, (col_hub, c), wb)]
-                tile += 1
-    names = sorted({x for f in flows for x in f[:2] if isinstance(x, tuple)})
-    index = {h: tile + k for k, h in enumerate(names)}
-    src = np.array([index.get(f[0], f[0]) for f in flows], np.int32)
-    dst = np.array([index.get(f[1], f[1]) for f in flows], np.int32)
-    w = np.array([f[2] for f in flows], np.float64)
-    return Instance(mesh[0], mesh[1], tile, len(names), src, dst, w, np.zeros(len(w), np.int8))
-
-
-def exact_cost(inst: Instance, slot: np.ndarray) -> float:
-    """Byte-hops with the tiles at PEs ``slot`` and every hub at its best PE (hubs are independent here)."""
-    T, cols = inst.num_tiles, inst.cols
-    pe = np.arange(inst.rows * cols)
-    r, c = np.divmod(pe, cols)
-    total = 0.0
-    for h in range(T, T + inst.num_hubs):
-        sel = (inst.src == h) | (inst.dst == h)
-        leaf = np.where(inst.src[sel] == h, inst.dst[sel], inst.src[sel])
-        lr, lc = np.divmod(slot[leaf], cols)
-        d = np.abs(r[:, None] - lr[None, :]) + np.abs(c[:, None] - lc[None, :])
-        total += float((d @ inst.weight[sel]).min())
-    return total
+from tests.mapping.instances import exact_cost, matrix
 
 
 @pytest.mark.parametrize("shape, mesh", [((2, 3), (3, 3)), ((3, 3), (3, 3)), ((2, 4), (3, 3))])

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from primal_compiler.mapping.lap import _FORBIDDEN, assign, cost_matrix
+from primal_compiler.mapping.lap import FORBIDDEN, assign, cost_matrix
 from tests.mapping.instances import ortools_optimum, random_instance
 
 
@@ -29,4 +29,4 @@ def test_a_cap_no_placement_meets_is_refused_and_regions_are_kept():
     out = assign(inst, hx, hy, {}, regions=regions)
     assert out is not None and (regions[1][out] == regions[0]).all()
     C = cost_matrix(inst, hx, hy, {}, regions=regions)
-    assert C[np.arange(30), out].max() < _FORBIDDEN and C[np.arange(30), out].sum() == ortools_optimum(C)
+    assert C[np.arange(30), out].max() < FORBIDDEN and C[np.arange(30), out].sum() == ortools_optimum(C)
