@@ -159,7 +159,7 @@ def test_one_set_of_defaults_and_curves_seeded_by_name(tiny_blocked, small_targe
     config = {f.name: f.default for f in fields(GaConfig)}
     config["seed_curves"] = config["curves"]
     search = ("seed", "population", "generations", "time_limit_s", "target_gap", "group_size", "polish_rounds",
-              "max_hop_slack", "seed_curves")  # pins and progress are spelled for their callers, not search settings
+              "max_hop_slack", "lns_rounds", "seed_curves")  # pins and progress are spelled for their callers, not search settings
     assert {f.name: f.default for f in fields(GaPlacement) if f.name in search} == {k: config[k] for k in search}
     pipeline = "ga-placement{generations=2,population=8,executor=serial}"
     before = PassManager(parse_pipeline(pipeline)).run(tiny_blocked, small_target).tiles.pe
