@@ -103,14 +103,15 @@ def _blocks(inst: Instance) -> tuple[list[tuple[np.ndarray, np.ndarray, float, f
     ok &= hub_ok[np.maximum(a, 0)] & hub_ok[np.maximum(b, 0)]
     tiles = np.flatnonzero(ok)
     label = _components(a[tiles], n + b[tiles], 2 * n)  # a hub's A role and B role are distinct nodes
-    blocks = []
+    blocks, hubs = [], []
     for lab in np.unique(label):
         t = tiles[label == lab]
         if np.ptp(wa[t]) or np.ptp(wb[t]):
-            return [], np.zeros(0, np.int64)  # the linear program takes one weight per family: stars only
+            continue  # the linear program takes one weight per family: this block's hubs keep their stars
         blocks.append((np.unique(a[t], return_inverse=True)[1], np.unique(b[t], return_inverse=True)[1],
                        float(wa[t[0]]), float(wb[t[0]])))
-    return blocks, np.unique(np.concatenate([a[tiles], b[tiles]]))
+        hubs.append(np.concatenate([a[t], b[t]]))
+    return blocks, np.unique(np.concatenate(hubs)) if hubs else np.zeros(0, np.int64)
 
 
 def _components(a: np.ndarray, b: np.ndarray, n: int) -> np.ndarray:

@@ -58,3 +58,31 @@ def test_any_matrix_any_weights_no_good_placement_beats_the_bound(rows, cols, ex
     assert bound >= star_bound(inst).byte_hops
     layouts = [np.arange(inst.num_tiles), run_ga(inst, GaConfig(generations=10)).slots]
     assert min(exact_cost(inst, slot) for slot in layouts) >= bound
+
+
+def _side_by_side(first: Instance, second: Instance, mesh: tuple[int, int]) -> Instance:
+    """The two instances' tiles, hubs and flows in one CT, renumbered (tiles first, then hubs)."""
+    T1, T2 = first.num_tiles, second.num_tiles
+
+    def renumber(e: np.ndarray, tiles_before: int, hubs_before: int, T: int) -> np.ndarray:
+        return np.where(e < T, e + tiles_before, e - T + T1 + T2 + hubs_before).astype(np.int32)
+
+    src = np.concatenate([renumber(first.src, 0, 0, T1), renumber(second.src, T1, first.num_hubs, T2)])
+    dst = np.concatenate([renumber(first.dst, 0, 0, T1), renumber(second.dst, T1, first.num_hubs, T2)])
+    return Instance(mesh[0], mesh[1], T1 + T2, first.num_hubs + second.num_hubs, src, dst,
+                    np.concatenate([first.weight, second.weight]), np.zeros(len(src), np.int8))
+
+
+def test_a_block_of_mixed_weights_keeps_its_stars_and_the_others_still_couple():
+    plain = matrix(10, 10, (12, 12))
+    mixed = matrix(4, 4, (12, 12))
+    mixed = Instance(12, 12, mixed.num_tiles, mixed.num_hubs, mixed.src, mixed.dst,
+                     mixed.weight * np.linspace(1, 2, len(mixed.weight)), mixed.flow_class)
+    both = _side_by_side(plain, mixed, (12, 12))
+    gain = coupled_bound(plain) - star_bound(plain).byte_hops
+    assert gain > 0
+    # the plain block's gain survives beside the mixed one (the same mesh: the same stars and LP)
+    assert coupled_bound(both) == pytest.approx(star_bound(both).byte_hops + gain, rel=1e-6)
+    layouts = [np.random.default_rng(k).permutation(144)[: both.num_tiles] for k in range(50)]
+    layouts.append(run_ga(both, GaConfig(generations=5)).slots)
+    assert min(exact_cost(both, slot) for slot in layouts) >= coupled_bound(both)
