@@ -5,14 +5,16 @@ default: one decode step in the stream), then builds the program file and
 replays it as ``primal run`` does (hop validation, H100 point and GPU
 baseline family included). ``primal run`` itself compiles three decode
 steps for its 64-token generation (docs/executor.md, Steady-state decode),
-which adds two steps' replay to these figures. For every stage it prints wall
+which adds two steps' replay to these figures; ``--primal-run`` measures that
+instead (the pipeline with ``primal run``'s workload: codegen{steps=3,generate=64},
+the steady-state extension in the replay). For every stage it prints wall
 seconds and the peak resident memory seen while the stage ran: this
 process's RSS, and the sum of its live child processes' RSS (the GA's
 worker pool), sampled every 20 ms from ``/proc`` (Linux; elsewhere only the
 final ``ru_maxrss`` is printed), and the CPU seconds of the process and its
 reaped workers, which depend less on what else the machine runs. Goals (issue 17): 13B compile + replay at
 most 30 s and 4 GiB on 2 cores, 70B at most 60 s and 8 GiB.
-Run: python benchmarks/compile.py [model ...]
+Run: python benchmarks/compile.py [--primal-run] [model ...]
 """
 
 from __future__ import annotations
@@ -28,7 +30,8 @@ from primal_compiler.compiled import Compiled
 from primal_compiler.report.collect import replay_report
 from primal_compiler.frontend import load_model
 from primal_compiler.ir.program import Program
-from primal_compiler.passmgr import PassManager, resolve_pipeline
+from primal_compiler.passmgr import PassManager
+from primal_compiler.pipeline import Pipeline, Workload
 from primal_compiler.target import load_target
 
 PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
@@ -92,8 +95,13 @@ def _line(name: str, seconds: float, cpu: float, peak: tuple[int, int]) -> str:
             f"workers {kids / 2**30:5.2f} GiB")
 
 
-def main(models: list[str]) -> None:
+def main(models: list[str], primal_run: bool) -> None:
+    from primal_compiler.transforms.codegen import DEFAULT_GENERATE, DEFAULT_REPLAYED
+
     target = load_target("primal-7nm")
+    pipeline = Pipeline.parse("default")
+    if primal_run:
+        pipeline = pipeline.for_workload(Workload(steps=DEFAULT_REPLAYED, generate=DEFAULT_GENERATE))
     sampler = Sampler()
     try:
         for name in models:
@@ -101,7 +109,7 @@ def main(models: list[str]) -> None:
             start, cpu0 = time.perf_counter(), _cpu()
             program = Program(model=load_model(name, "q,v:8"))
             lines = [_line("load", time.perf_counter() - start, _cpu() - cpu0, sampler.reset())]
-            for p in resolve_pipeline("default"):
+            for p in pipeline.passes:
                 t0, c0 = time.perf_counter(), _cpu()
                 program = PassManager((p,)).run(program, target)
                 lines.append(_line(p.name, time.perf_counter() - t0, _cpu() - c0, sampler.reset()))
@@ -114,7 +122,7 @@ def main(models: list[str]) -> None:
             lines.append(_line("replay", time.perf_counter() - t0, _cpu() - c0, sampler.reset()))
             total = time.perf_counter() - start
             peak_kib = max(resource.getrusage(w).ru_maxrss for w in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN))
-            print(f"{name}: compile {compile_s:.1f} s + replay {total - compile_s:.1f} s = {total:.1f} s "
+            print(f"{name}{' (primal run)' if primal_run else ''}: compile {compile_s:.1f} s + replay {total - compile_s:.1f} s = {total:.1f} s "
                   f"({_cpu() - cpu0:.1f} CPU s), "
                   f"ru_maxrss (largest of process, children) {peak_kib / 2**20:.2f} GiB, {os.cpu_count()} CPUs, "
                   f"load {os.getloadavg()[0]:.2f}")
@@ -124,4 +132,5 @@ def main(models: list[str]) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:] or ["llama2-13b", "llama2-70b"])
+    run_mode = "--primal-run" in sys.argv[1:]
+    main([a for a in sys.argv[1:] if a != "--primal-run"] or ["llama2-13b", "llama2-70b"], run_mode)

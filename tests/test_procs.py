@@ -197,3 +197,19 @@ def test_a_signal_during_ga_placement_ends_it_at_once_without_orphans(tmp_path, 
         assert not wait_gone(proc.pid, timeout=3.0)
     finally:
         cleanup(proc)
+
+
+def _blas_threads(_: int) -> int:
+    from threadpoolctl import threadpool_info
+
+    return max((pool["num_threads"] for pool in threadpool_info() if pool["user_api"] == "blas"), default=1)
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_workers_blas_shares_the_cores_instead_of_oversubscribing_them(workers):
+    import numpy  # noqa: F401  (loads the BLAS whose pool is limited)
+
+    cores = os.cpu_count() or 1
+    with WorkerPool(workers) as pool:
+        seen = set(pool.map(_blas_threads, range(4)))
+    assert seen == {max(1, cores // workers)}
