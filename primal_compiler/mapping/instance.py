@@ -38,6 +38,7 @@ class Instance:
     row_ties: tuple[tuple[int, int], ...] = ()  # hub pairs (0..H-1) that must sit in one mesh row
     hub_plan: list = field(default_factory=list, init=False, repr=False, compare=False)  # derived: _hub_plan
     tie_plan: tuple = field(default=(), init=False, repr=False, compare=False)  # derived: _tie_plan
+    relay_plan: list = field(default_factory=list, init=False, repr=False, compare=False)  # derived: _relay_plan
 
     def __post_init__(self) -> None:
         if self.num_tiles > self.rows * self.cols:
@@ -50,6 +51,7 @@ class Instance:
             raise ValueError("row tie of a hub out of range")
         object.__setattr__(self, "hub_plan", _hub_plan(self))
         object.__setattr__(self, "tie_plan", _tie_plan(self))
+        object.__setattr__(self, "relay_plan", _relay_plan(self))
 
     @property
     def num_slots(self) -> int:
@@ -144,32 +146,45 @@ def hub_xy(inst: Instance, tx: np.ndarray, ty: np.ndarray, policy: str = "median
         return hx, hy
     if policy != "median":
         raise ValueError(f"unknown hub policy {policy!r}; choose from {HUB_POLICIES}")
-    placed = np.zeros(inst.num_hubs, dtype=bool)
     for ids, nb, wt in inst.hub_plan:
         hx[:, ids] = _weighted_median(tx[:, nb], wt)
         hy[:, ids] = _weighted_median(ty[:, nb], wt)
-        placed[ids] = True
     if inst.tie_plan:
         tied, comp, nb, wt = inst.tie_plan
         hy[:, tied] = _weighted_median(ty[:, nb], wt)[:, comp]
-    if not placed.all():
-        _place_hub_only_hubs(inst, hx, hy, placed)
+    for ids, nb, wt in inst.relay_plan:
+        hx[:, ids] = _weighted_median(hx[:, nb], wt)
+        hy[:, ids] = _weighted_median(hy[:, nb], wt)
     return hx, hy
 
 
-def _place_hub_only_hubs(inst: Instance, hx: np.ndarray, hy: np.ndarray, placed: np.ndarray) -> None:
-    """Hubs that only talk to hubs go to the weighted median of their placed neighbours."""
-    T = inst.num_tiles
-    for h in np.flatnonzero(~placed):
-        m1 = inst.src == T + h
-        m2 = inst.dst == T + h
-        nbrs = np.concatenate([inst.dst[m1], inst.src[m2]]) - T
-        w = np.concatenate([inst.weight[m1], inst.weight[m2]])
-        ok = (nbrs >= 0) & placed[np.clip(nbrs, 0, None)]
+def _relay_plan(inst: Instance) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """Hubs that exchange data with hubs only (relays) go, in index order, to the weighted median of their
+    neighbours placed before them: hubs with tile flows and relays of lower index (a relay with none stays at
+    PE 0). Levels of relays whose neighbours are all placed by earlier levels, as padded (ids, neighbour hubs,
+    weights); a padded entry repeats a real neighbour with weight 0, which changes no median."""
+    T, H = inst.num_tiles, inst.num_hubs
+    hub_side, _, _ = _hub_tile_flows(inst)
+    relay = np.ones(H, dtype=bool)
+    relay[hub_side] = False
+    src, dst = inst.src.astype(np.int64) - T, inst.dst.astype(np.int64) - T
+    depth = np.full(H, -1)
+    rows: list[tuple[int, np.ndarray, np.ndarray]] = []
+    for h in np.flatnonzero(relay):
+        nbrs = np.concatenate([dst[src == h], src[dst == h]])
+        w = np.concatenate([inst.weight[src == h], inst.weight[dst == h]])
+        ok = (nbrs >= 0) & ~relay[np.maximum(nbrs, 0)] | (nbrs < h) & (nbrs >= 0) & relay[np.maximum(nbrs, 0)]
         if ok.any():
-            hx[:, h] = _weighted_median(hx[:, nbrs[ok]][:, None, :], w[ok][None, :])[:, 0]
-            hy[:, h] = _weighted_median(hy[:, nbrs[ok]][:, None, :], w[ok][None, :])[:, 0]
-        placed[h] = True
+            depth[h] = 1 + max((int(depth[n]) for n in nbrs[ok] if relay[n]), default=-1)
+            rows.append((int(h), nbrs[ok], w[ok]))
+    plan = []
+    for level in sorted({int(depth[h]) for h, _, _ in rows}):
+        mine = [r for r in rows if depth[r[0]] == level]
+        D = max(len(r[1]) for r in mine)
+        nb = np.array([np.pad(r[1], (0, D - len(r[1])), mode="edge") for r in mine], dtype=np.int64)
+        wt = np.array([np.pad(r[2], (0, D - len(r[2]))) for r in mine])
+        plan.append((np.array([r[0] for r in mine], dtype=np.int64), nb, wt))
+    return plan
 
 
 def endpoint_xy(inst: Instance, slots: np.ndarray, policy: str = "median") -> tuple[np.ndarray, np.ndarray]:

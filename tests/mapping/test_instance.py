@@ -34,3 +34,46 @@ def test_ties_that_cannot_hold_are_refused(ties, message):
     src, dst = (SRC, DST) if "range" in message else (SRC[:1], DST[:1])
     with pytest.raises(ValueError, match=message):
         Instance(4, 4, 3, 2, src, dst, W[: len(src)], np.zeros(len(src), np.int8), row_ties=ties)
+
+
+def _relays_one_by_one(inst: Instance, hx: np.ndarray, hy: np.ndarray) -> None:
+    """The rule for hubs without tile flows, hub by hub in index order: each goes to the lower weighted
+    median of its neighbours placed so far (every hub with tile flows, every relay before it)."""
+    T = inst.num_tiles
+    placed = np.zeros(inst.num_hubs, dtype=bool)
+    placed[np.concatenate([inst.src[inst.src >= T][inst.dst[inst.src >= T] < T],
+                           inst.dst[inst.dst >= T][inst.src[inst.dst >= T] < T]]) - T] = True
+    for h in np.flatnonzero(~placed):
+        out, into = inst.src == T + h, inst.dst == T + h
+        nbrs = np.concatenate([inst.dst[out], inst.src[into]]) - T
+        w = np.concatenate([inst.weight[out], inst.weight[into]])
+        ok = (nbrs >= 0) & placed[np.maximum(nbrs, 0)]
+        for col in (hx, hy):
+            if ok.any():
+                for p in range(len(col)):
+                    order = np.argsort(col[p, nbrs[ok]], kind="stable")
+                    v, cw = col[p, nbrs[ok]][order], np.cumsum(w[ok][order])
+                    col[p, h] = v[np.argmax(2 * cw >= cw[-1])]
+        placed[h] = True
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_relay_hubs_follow_the_one_by_one_rule(seed):
+    rng = np.random.default_rng(seed)
+    T, H = 12, 10
+    src, dst = [], []
+    for t in range(T):  # hubs 0-4 talk to tiles
+        src.append(T + int(rng.integers(0, 5))), dst.append(t)
+    for _ in range(14):  # hubs 5-9 talk only to hubs: to earlier and later relays, to themselves
+        a, b = int(rng.integers(5, 10)), int(rng.integers(0, 10))
+        src.append(T + a), dst.append(T + b)
+    inst = Instance(5, 5, T, H, np.array(src, np.int32), np.array(dst, np.int32),
+                    rng.integers(1, 9, len(src)).astype(float), np.zeros(len(src), np.int8))
+    slots = np.stack([rng.permutation(25)[:T] for _ in range(6)])
+    hx, hy = hub_xy(inst, slots % 5, slots // 5)
+    ref_x, ref_y = hub_xy(inst, slots % 5, slots // 5)
+    relays = np.setdiff1d(np.arange(H), np.arange(5))
+    ref_x[:, relays] = 0
+    ref_y[:, relays] = 0
+    _relays_one_by_one(inst, ref_x, ref_y)
+    assert np.array_equal(hx, ref_x) and np.array_equal(hy, ref_y)
