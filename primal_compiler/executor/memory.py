@@ -210,7 +210,11 @@ def _events(pe, begin, end, size) -> tuple[np.ndarray, np.ndarray, np.ndarray, n
     delta = np.concatenate([size, -size])
     who = np.concatenate([np.arange(m), np.arange(m)])
     p = np.concatenate([pe, pe])
-    order = np.lexsort((delta, t, p))
+    span = int(t.max(initial=0)) + 1
+    if m and int(t.min()) >= 0 and int(p.max()) < np.iinfo(np.int64).max // span:  # (PE, cycle) in one key
+        order = np.lexsort((delta, p * span + t))
+    else:
+        order = np.lexsort((delta, t, p))
     return p[order], t[order], delta[order], who[order]
 
 
