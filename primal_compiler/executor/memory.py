@@ -35,6 +35,9 @@ from primal_compiler.isa.opcodes import CONTROLLER, BufKind, Opcode, ReduceOp, b
 if TYPE_CHECKING:
     from primal_compiler.isa.stream import Stream
 
+PHASES = ("prefill", "decode")
+"""The stream phases whose peak occupancy a replay reports on its own."""
+
 STORAGE_BITS = {
     BufKind.HIDDEN: "activation_bits", BufKind.IN: "activation_bits", BufKind.LORA_R: "activation_bits",
     BufKind.QVEC: "activation_bits", BufKind.PROXY: "activation_bits",
@@ -162,8 +165,8 @@ def occupancy(stream: Stream, f: Footprints, start: np.ndarray, finish: np.ndarr
     peak, when, over = _sweep(events, kv_bytes, num, capacity)
     phases = {}
     phase = _phase_of(stream, first[sel])[events[3]]
-    for name in ("prefill", "decode"):
-        mine = phase == name
+    for code, name in enumerate(PHASES):
+        mine = phase == code
         p, _, _ = _sweep(tuple(column[mine] for column in events), kv_bytes, num, capacity)
         phases[name] = int(p.max()) if len(p) else 0
     overflow = None if over is None else (int(sel[over[0]]), over[1])
@@ -190,12 +193,13 @@ def _kv_bytes(meta: dict, arrays: dict, pes: int, num: int) -> np.ndarray:
 
 
 def _phase_of(stream: Stream, rec: np.ndarray) -> np.ndarray:
-    """The section kind (``prefill``, ``decode``, ``adapter``; "" outside every section) of records ``rec``."""
+    """The index in :data:`PHASES` of the section kind of records ``rec`` (-1: another kind, or no section)."""
     secs = sorted(stream.sections, key=lambda s: s.start)
     if not secs:
-        return np.full(len(rec), "")
+        return np.full(len(rec), -1, dtype=np.int8)
     starts, stops = np.array([s.start for s in secs]), np.array([s.stop for s in secs])
-    kinds = np.array([s.name.split(":")[0] for s in secs] + [""])
+    kinds = np.array([PHASES.index(k) if k in PHASES else -1 for k in (s.name.split(":")[0] for s in secs)] + [-1],
+                     dtype=np.int8)
     i = np.searchsorted(starts, rec, side="right") - 1
     inside = (i >= 0) & (rec < stops[np.maximum(i, 0)])
     return kinds[np.where(inside, i, -1)]
