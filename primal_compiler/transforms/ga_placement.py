@@ -79,7 +79,7 @@ class GaPlacement(Pass):
     group_size: int = option(GaConfig.group_size, choices=(1, 2, 4))
     polish_rounds: int = option(GaConfig.polish_rounds, 0, 1000)  # assignment rounds per polish (~0.2 s on 32x32)
     # destroy-and-repair rounds over hub positions after the polish (mapping/lns.py; 0.01-0.07 s a round
-    # per 32x32 template), 0 = none; 10^5 rounds take about an hour on Llama-2-13B's templates
+    # per 32x32 template), 0 = none; 10^5 rounds take about two hours on Llama-2-13B's templates
     lns_rounds: int = option(GaConfig.lns_rounds, 0, 100_000)
     max_hop_slack: float = option(GaConfig.max_hop_slack, 0.0, 1.0)  # byte-hops given up, at most, to lower max hops
     seed_curves: tuple[str, ...] = option(GaConfig.curves)  # curves whose placements seed the population
