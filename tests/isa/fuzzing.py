@@ -17,6 +17,8 @@ Used by tests/isa/test_loader_fuzz.py (short budget) and benchmarks/fuzz.py.
 
 from __future__ import annotations
 
+import math
+
 import hashlib
 import json
 import struct
@@ -126,8 +128,9 @@ def _near(draw, value: object) -> object:
         return draw(st.sampled_from([value - 1, value + 1, value * 2, -value, value // 2, 0]))
     if type(value) is int:
         return draw(st.sampled_from([float(value), str(value), bool(value % 2), None, [value], *EDGES]))
-    if isinstance(value, float):
-        return draw(st.sampled_from([int(value), -value, 0.0, float("nan"), float("inf"), 1e308, str(value)]))
+    if isinstance(value, float):  # an earlier edit may have left inf or nan, which have no int
+        whole = int(value) if math.isfinite(value) else 0
+        return draw(st.sampled_from([whole, -value, 0.0, float("nan"), float("inf"), 1e308, str(value)]))
     if isinstance(value, str):
         return draw(st.sampled_from(STRINGS))
     return draw(st.sampled_from([None, {}, [], 0, "", draw(JSON)]))
