@@ -17,10 +17,9 @@ Used by tests/isa/test_loader_fuzz.py (short budget) and benchmarks/fuzz.py.
 
 from __future__ import annotations
 
-import math
-
 import hashlib
 import json
+import math
 import struct
 import tempfile
 from functools import lru_cache
