@@ -21,7 +21,8 @@ It returns a :class:`WorkerPool`, a ``ProcessPoolExecutor`` whose workers
   are set, and no worker ever prints a traceback for either.
 - **share the cores, not oversubscribe them**: each worker's native thread
   pools (OpenBLAS behind numpy's matrix products, OpenMP) are limited to the
-  CPU count divided by the workers (threadpoolctl), at least one. Unlimited,
+  CPUs the process may use divided by the workers (threadpoolctl), at least
+  one, and never raised (a user's ``OPENBLAS_NUM_THREADS=1`` stays). Unlimited,
   every worker's BLAS starts a thread per core: on 2 cores the GA's two
   workers ran four BLAS threads, and ``ga-placement`` on Llama-2-13B took
   6.2 s and 12.2 CPU s instead of 3.8 s and 7.6 CPU s, with the same
@@ -51,7 +52,7 @@ from concurrent.futures import ProcessPoolExecutor
 from contextlib import contextmanager
 from multiprocessing.context import BaseContext
 
-from threadpoolctl import threadpool_limits
+from threadpoolctl import threadpool_info, threadpool_limits
 
 #: Seconds between a worker's checks that its parent is alive.
 WATCH_S = 0.5
@@ -68,7 +69,8 @@ class WorkerPool(ProcessPoolExecutor):
     def __init__(self, max_workers: int | None = None, *, mp_context: BaseContext | None = None) -> None:
         ctx = mp_context or multiprocessing.get_context()
         direct = ctx.get_start_method() != "forkserver"  # forkserver: the workers' parent is the fork server
-        threads = max(1, (os.cpu_count() or 1) // (max_workers or os.cpu_count() or 1))
+        cores = _cores()
+        threads = max(1, cores // (max_workers or cores))
         super().__init__(max_workers=max_workers, mp_context=ctx, initializer=_init_worker,
                          initargs=(os.getpid(), direct, threads))
 
@@ -114,10 +116,33 @@ def _signals_blocked() -> Iterator[None]:
         signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
 
+def _cores() -> int:
+    """The CPUs this process may run on (its affinity where the platform says, else the CPU count)."""
+    if hasattr(os, "sched_getaffinity"):
+        return max(1, len(os.sched_getaffinity(0)))
+    return os.cpu_count() or 1
+
+
+def _limit_threads(threads: int) -> None:
+    """Native thread pools (BLAS, OpenMP) at most ``threads`` threads each, never more than they have.
+
+    Libraries loaded later (a spawned worker imports numpy when its first task does) start within the
+    share through the environment variables they read, unless the user set those; numpy's BLAS is loaded
+    here so the limit reaches it under every start method.
+    """
+    for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ.setdefault(var, str(threads))
+    import numpy  # noqa: F401  (loads the BLAS the limit applies to)
+
+    over = {pool["prefix"]: threads for pool in threadpool_info() if pool["num_threads"] > threads}
+    if over:
+        threadpool_limits(limits=over)
+
+
 def _init_worker(parent_pid: int, direct: bool, threads: int) -> None:
     """Worker initializer: ignore SIGINT, default SIGTERM, die with ``parent_pid`` (``direct``: our parent);
     native thread pools (BLAS, OpenMP) use at most ``threads`` threads."""
-    threadpool_limits(limits=threads)
+    _limit_threads(threads)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     if hasattr(signal, "pthread_sigmask"):  # a pending SIGINT is now discarded, a pending SIGTERM ends us

@@ -199,17 +199,41 @@ def test_a_signal_during_ga_placement_ends_it_at_once_without_orphans(tmp_path, 
         cleanup(proc)
 
 
-def _blas_threads(_: int) -> int:
-    from threadpoolctl import threadpool_info
 
-    return max((pool["num_threads"] for pool in threadpool_info() if pool["user_api"] == "blas"), default=1)
+BLAS = textwrap.dedent("""
+    import multiprocessing, sys
+    from primal_compiler import procs
 
 
-@pytest.mark.parametrize("workers", [1, 2])
-def test_workers_blas_shares_the_cores_instead_of_oversubscribing_them(workers):
-    import numpy  # noqa: F401  (loads the BLAS whose pool is limited)
+    def blas_threads(_):
+        import numpy  # noqa: F401  (a task's work loads numpy's BLAS, if nothing did before)
+        from threadpoolctl import threadpool_info
+        return max((p["num_threads"] for p in threadpool_info() if p["user_api"] == "blas"), default=1)
 
-    cores = os.cpu_count() or 1
-    with WorkerPool(workers) as pool:
-        seen = set(pool.map(_blas_threads, range(4)))
-    assert seen == {max(1, cores // workers)}
+
+    if __name__ == "__main__":
+        method, workers, preload = sys.argv[1], int(sys.argv[2]), sys.argv[3] == "numpy"
+        if preload:  # the parent's BLAS is loaded before the workers start (forked workers inherit it)
+            import numpy  # noqa: F401
+        with procs.WorkerPool(workers, mp_context=multiprocessing.get_context(method)) as pool:
+            print(sorted(set(pool.map(blas_threads, range(2 * workers)))))
+""")
+
+
+def _workers_blas_threads(tmp_path: Path, method: str, workers: int, preload: str, **env: str) -> list[int]:
+    script = tmp_path / "blas.py"
+    script.write_text(BLAS)
+    out = subprocess.run([sys.executable, str(script), method, str(workers), preload], capture_output=True, text=True,
+                         env={**os.environ, **env}, cwd=Path(__file__).resolve().parents[1], timeout=120)
+    assert out.returncode == 0, out.stderr
+    return eval(out.stdout)  # a printed list of ints
+
+
+@pytest.mark.parametrize("method, preload", [("fork", "numpy"), ("fork", "-"), ("spawn", "-")])
+def test_workers_blas_shares_the_cores_under_every_start_method(tmp_path, method, preload):
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    assert _workers_blas_threads(tmp_path, method, cores, preload) == [1]  # one worker per core: one thread each
+
+
+def test_a_users_lower_blas_setting_is_kept(tmp_path):
+    assert _workers_blas_threads(tmp_path, "fork", 1, "numpy", OPENBLAS_NUM_THREADS="1") == [1]
