@@ -84,9 +84,11 @@ def _star_sum(dist: np.ndarray, hub: np.ndarray) -> float:
 
 
 def _blocks(inst: Instance) -> tuple[list[tuple[np.ndarray, np.ndarray, float, float]], np.ndarray]:
-    """(every block as (A hub of each tile, B hub of each tile, wa, wb), hubs renumbered from 0 per block; the
-    hubs of all blocks). A hub may be a B hub of one block and an A hub of another (a reduction root that
-    broadcasts on); each of its flows is in exactly one block."""
+    """(every coupled block as (A hub of each tile, B hub of each tile, wa, wb), hubs renumbered from 0 per
+    block; the hubs of those blocks). A hub may be a B hub of one block and an A hub of another (a reduction
+    root that broadcasts on); each of its flows is in exactly one block. The linear program takes one weight
+    per family, so a block of mixed weights is not coupled, and neither is any block linked to it through
+    shared hubs: those hubs keep their whole stars, which cover their flows in every block."""
     T = inst.num_tiles
     src, dst, w = inst.src.astype(np.int64), inst.dst.astype(np.int64), inst.weight
     n = T + inst.num_hubs
@@ -103,11 +105,12 @@ def _blocks(inst: Instance) -> tuple[list[tuple[np.ndarray, np.ndarray, float, f
     ok &= hub_ok[np.maximum(a, 0)] & hub_ok[np.maximum(b, 0)]
     tiles = np.flatnonzero(ok)
     label = _components(a[tiles], n + b[tiles], 2 * n)  # a hub's A role and B role are distinct nodes
+    linked = _components(a[tiles], b[tiles], n)  # blocks joined by a hub that serves in both
+    mixed = [lab for lab in np.unique(label) if np.ptp(wa[tiles[label == lab]]) or np.ptp(wb[tiles[label == lab]])]
+    skipped = np.isin(linked, linked[np.isin(label, mixed)])
     blocks, hubs = [], []
-    for lab in np.unique(label):
+    for lab in np.unique(label[~skipped]):
         t = tiles[label == lab]
-        if np.ptp(wa[t]) or np.ptp(wb[t]):
-            continue  # the linear program takes one weight per family: this block's hubs keep their stars
         blocks.append((np.unique(a[t], return_inverse=True)[1], np.unique(b[t], return_inverse=True)[1],
                        float(wa[t[0]]), float(wb[t[0]])))
         hubs.append(np.concatenate([a[t], b[t]]))
