@@ -215,8 +215,8 @@ def _events(pe, begin, end, size) -> tuple[np.ndarray, np.ndarray, np.ndarray, n
     who = np.concatenate([np.arange(m), np.arange(m)])
     p = np.concatenate([pe, pe])
     span = int(t.max(initial=0)) + 1
-    if m and int(t.min()) >= 0 and int(p.max()) < np.iinfo(np.int64).max // span:  # (PE, cycle) in one key
-        order = np.lexsort((delta, p * span + t))
+    if m and min(int(t.min()), int(p.min())) >= 0 and int(p.max()) < np.iinfo(np.int64).max // span:
+        order = np.lexsort((delta, p.astype(np.int64) * span + t.astype(np.int64)))  # (PE, cycle) in one key
     else:
         order = np.lexsort((delta, t, p))
     return p[order], t[order], delta[order], who[order]

@@ -317,11 +317,12 @@ def run_ga(inst: Instance, cfg: GaConfig, executor: Executor | None = None, chun
             sys.stderr.write("\n")
         found += [searched] if accepted else []
         lns = {"rounds": ran, "accepted": accepted, "byte_hops_before": before}
-    # the max-hop trade of the LNS's placement may give back more than the search won: keep the better
+    # the max-hop trade of the LNS's placement may give back more than the search won: the searched
+    # placement is kept only when, traded, it has fewer byte-hops and no more max hops
     traded = [lower_max_hops(inst, s, cfg.policy, pins, cfg.max_hop_slack, dec.regions) for s in found]
-    scores = [evaluate(inst, s[None, :], cfg.policy) for s in traded]
-    k = min(range(len(traded)), key=lambda i: (float(scores[i][0][0]), float(scores[i][1][0])))
-    return GaResult(traded[k], float(scores[k][0][0]), float(scores[k][1][0]), log, gen, lns)
+    scores = [tuple(float(v[0]) for v in evaluate(inst, s[None, :], cfg.policy)) for s in traded]
+    k = 1 if len(traded) > 1 and scores[1][0] < scores[0][0] and scores[1][1] <= scores[0][1] else 0
+    return GaResult(traded[k], scores[k][0], scores[k][1], log, gen, lns)
 
 
 def _lns_progress(cfg: GaConfig):

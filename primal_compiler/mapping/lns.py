@@ -58,6 +58,8 @@ def lns_search(inst: Instance, slots: np.ndarray, pins: dict[int, int], rounds: 
     movable = np.ones(inst.num_tiles, dtype=bool)
     movable[list(pins)] = False
     touches = (W > 0) & movable[:, None]
+    if not touches.any():  # every hub's tiles are pinned: no round can move anything
+        return slots, 0, 0
     cost, mx = evaluate(inst, slots[None, :])
     best, accepted, ran = (float(cost[0]), float(mx[0])), 0, 0
     cap = best[1]
