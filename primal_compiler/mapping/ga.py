@@ -24,6 +24,7 @@ from __future__ import annotations
 import random
 import sys
 import time
+from collections.abc import Callable
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
 
@@ -76,7 +77,7 @@ class GaResult:
     max_hops: float
     log: list[dict] = field(default_factory=list)
     generations: int = 0
-    lns: dict = field(default_factory=dict)  # rounds, accepted, byte_hops_before when the LNS ran
+    lns: dict = field(default_factory=dict)  # rounds, accepted, byte_hops_before, kept when the LNS ran
 
 
 def slot_groups(rows: int, cols: int, g: int) -> np.ndarray:
@@ -322,10 +323,12 @@ def run_ga(inst: Instance, cfg: GaConfig, executor: Executor | None = None, chun
     traded = [lower_max_hops(inst, s, cfg.policy, pins, cfg.max_hop_slack, dec.regions) for s in found]
     scores = [tuple(float(v[0]) for v in evaluate(inst, s[None, :], cfg.policy)) for s in traded]
     k = 1 if len(traded) > 1 and scores[1][0] < scores[0][0] and scores[1][1] <= scores[0][1] else 0
+    if lns:
+        lns["kept"] = k == 1
     return GaResult(traded[k], scores[k][0], scores[k][1], log, gen, lns)
 
 
-def _lns_progress(cfg: GaConfig):
+def _lns_progress(cfg: GaConfig) -> Callable[[int, float], None]:
     def say(r: int, byte_hops: float) -> None:
         sys.stderr.write(f"\r  lns {cfg.label} round {r}/{cfg.lns_rounds} best {byte_hops:.4g} byte-hops")
         sys.stderr.flush()

@@ -80,7 +80,7 @@ def test_the_pass_runs_it_and_records_it(tiny_blocked, small_target):
     details = lns.records[-1].details["ga"]
     for k, (a, b) in enumerate(zip(plain.layout.templates, lns.layout.templates)):
         log = details[f"template{k}"]["lns"]
-        assert log["rounds"] == 12 and 0 <= log["accepted"] <= 12
+        assert log["rounds"] == 12 and 0 <= log["accepted"] <= 12 and isinstance(log["kept"], bool)
         polished = float(template_hops(a) @ a.instance.weight)  # the same polish, then the max-hop trade
         assert polished / (1 + GaConfig.max_hop_slack) - 1e-6 <= log["byte_hops_before"]
         after = float(template_hops(b) @ b.instance.weight)
@@ -95,7 +95,7 @@ def test_a_search_whose_max_hop_trade_costs_more_is_not_kept():
     config = GaConfig(generations=3, population=8, seed=2, max_hop_slack=0.05)
     plain = run_ga(inst, config)
     searched = run_ga(inst, replace(config, lns_rounds=30))
-    assert searched.lns["accepted"] > 0
+    assert searched.lns["accepted"] > 0 and searched.lns["kept"] is False
     assert searched.cost <= plain.cost and searched.max_hops <= plain.max_hops
 
 
