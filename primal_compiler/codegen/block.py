@@ -74,8 +74,14 @@ class Block:
         self.add_groups(other.sizes(), other.members()[0], other.members()[1])
 
     def records(self) -> np.ndarray:
+        """A new array of every record so far, in order."""
         self._flush()
-        return np.concatenate(self._parts) if self._parts else empty(0)
+        out = empty(sum(len(p) for p in self._parts))  # filled part by part: one record dtype, no promotion
+        at = 0
+        for part in self._parts:
+            out[at : at + len(part)] = part
+            at += len(part)
+        return out
 
     def sizes(self) -> np.ndarray:
         return np.concatenate(self.group_sizes) if self.group_sizes else np.zeros(0, np.int64)
