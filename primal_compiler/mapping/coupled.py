@@ -5,10 +5,11 @@ diamond around it at once. In a weight matrix every tile is a leaf of two
 hubs: the broadcast hub ``a`` of its block row (family A) and the reduction
 root ``b`` of its output column (family B), and rows and columns cannot both
 be compact. This bound says by how much, for every **block**: a connected set
-of tiles each with exactly one A flow (hub to tile, weight ``wa``, the same for
-the block) and one B flow (tile to hub, weight ``wb``) and no other flow,
-whose hubs have no other tile flows (a hub may broadcast in one block and be
-a reduction root in another).
+of tiles, each joined to the block by its heaviest flow from a hub (its A
+flow, weight ``wa``, the same for the block) and its heaviest flow to a hub
+(its B flow, weight ``wb``); a hub may broadcast in one block and be a
+reduction root in another. A tile's other flows (a LoRA adapter's, a second
+flow to its root) are not in the block.
 
 Let ``X`` and ``Y`` be the block's A and B hop sums (each hub at its best PE)
 and ``g(n)`` the least sum of distances from one PE to ``n`` distinct PEs.
@@ -30,9 +31,10 @@ equally. So the block costs at least the least ``wa X + wb Y`` over ``X``,
 ``Y``, ``M``, ``M' >= 0`` under these inequalities, a linear program of four
 variables (GLOP). With rows compact, ``M`` is large and the columns pay;
 with rows spread, ``X`` pays. Every inequality holds for any placement and
-either hub policy, and each flow is in one block, so the sum over blocks plus
-the star bound of every star of another hub is a lower bound (taken when it
-is above the star bound). ``tests/mapping/test_coupled.py`` checks it against
+either hub policy, and each flow is in at most one block, so the sum over
+blocks plus the star bound of every hub in no block is a lower bound (taken
+when it is above the star bound): a block hub's flows outside its blocks
+are left out, which only lowers the sum. ``tests/mapping/test_coupled.py`` checks it against
 CP-SAT optima and random placements.
 """
 
@@ -86,24 +88,17 @@ def _star_sum(dist: np.ndarray, hub: np.ndarray) -> float:
 def _blocks(inst: Instance) -> tuple[list[tuple[np.ndarray, np.ndarray, float, float]], np.ndarray]:
     """(every coupled block as (A hub of each tile, B hub of each tile, wa, wb), hubs renumbered from 0 per
     block; the hubs of those blocks). A hub may be a B hub of one block and an A hub of another (a reduction
-    root that broadcasts on); each of its flows is in exactly one block. The linear program takes one weight
+    root that broadcasts on); each of its flows is in at most one block. The linear program takes one weight
     per family, so a block of mixed weights is not coupled, and neither is any block linked to it through
     shared hubs: those hubs keep their whole stars, which cover their flows in every block."""
     T = inst.num_tiles
     src, dst, w = inst.src.astype(np.int64), inst.dst.astype(np.int64), inst.weight
     n = T + inst.num_hubs
-    tiles_touched = np.bincount(np.concatenate([src[src < T], dst[dst < T]]), minlength=T)
     into = (src >= T) & (dst < T)
     out = (src < T) & (dst >= T)
-    a, b = np.full(T, -1), np.full(T, -1)
-    wa, wb = np.zeros(T), np.zeros(T)
-    a[dst[into]], wa[dst[into]] = src[into], w[into]
-    b[src[out]], wb[src[out]] = dst[out], w[out]
-    ok = (tiles_touched == 2) & (a >= 0) & (b >= 0) & (a != b)
-    hub_flows = np.bincount(np.concatenate([src[into], dst[out]]), minlength=n)
-    hub_ok = np.bincount(np.concatenate([a[ok], b[ok]]), minlength=n) == hub_flows
-    ok &= hub_ok[np.maximum(a, 0)] & hub_ok[np.maximum(b, 0)]
-    tiles = np.flatnonzero(ok)
+    a, wa = _heaviest(dst[into], src[into], w[into], T)
+    b, wb = _heaviest(src[out], dst[out], w[out], T)
+    tiles = np.flatnonzero((a >= 0) & (b >= 0) & (a != b))
     label = _components(a[tiles], n + b[tiles], 2 * n)  # a hub's A role and B role are distinct nodes
     linked = _components(a[tiles], b[tiles], n)  # blocks joined by a hub that serves in both
     mixed = [lab for lab in np.unique(label) if np.ptp(wa[tiles[label == lab]]) or np.ptp(wb[tiles[label == lab]])]
@@ -115,6 +110,17 @@ def _blocks(inst: Instance) -> tuple[list[tuple[np.ndarray, np.ndarray, float, f
                        float(wa[t[0]]), float(wb[t[0]])))
         hubs.append(np.concatenate([a[t], b[t]]))
     return blocks, np.unique(np.concatenate(hubs)) if hubs else np.zeros(0, np.int64)
+
+
+def _heaviest(tile: np.ndarray, hub: np.ndarray, weight: np.ndarray, T: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per tile, the hub of its heaviest flow among ``(tile, hub, weight)`` (ties: the lower hub) and that
+    flow's weight; -1 and 0 for a tile with none."""
+    order = np.lexsort((hub, -weight, tile))
+    tile, hub, weight = tile[order], hub[order], weight[order]
+    first = np.flatnonzero(np.concatenate([[True], tile[1:] != tile[:-1]])) if len(tile) else np.zeros(0, np.int64)
+    h, wt = np.full(T, -1), np.zeros(T)
+    h[tile[first]], wt[tile[first]] = hub[first], weight[first]
+    return h, wt
 
 
 def _components(a: np.ndarray, b: np.ndarray, n: int) -> np.ndarray:

@@ -90,3 +90,23 @@ def test_a_block_of_mixed_weights_keeps_its_stars_and_the_others_still_couple(th
     assert coupled_bound(both) == pytest.approx(star_bound(both).byte_hops + gain, rel=1e-6)
     layouts = [np.arange(both.num_tiles), run_ga(both, GaConfig(generations=5)).slots]
     assert min(exact_cost(both, slot) for slot in layouts) >= coupled_bound(both)
+
+
+def test_tiles_with_extra_flows_still_couple_and_stay_below_every_placement():
+    """Row 0 of an 8x8 matrix as a LoRA-adapted row: each of its tiles also takes 8 B from an adapter hub and
+    sends a second 512 B flow to its column root. The block is each tile's heaviest flow in and out; the
+    extras are left out of the coupling (the adapter hub keeps its star), so the bound still rises above
+    the star bound and stays below the exact cost of any placement."""
+    plain = matrix(8, 8, (8, 8))
+    T, adapter = plain.num_tiles, plain.num_tiles + plain.num_hubs
+    row0 = np.arange(8)
+    root = plain.dst[(plain.src < T) & np.isin(plain.src, row0)]  # each row-0 tile's column root, in tile order
+    src = np.concatenate([plain.src, np.full(8, adapter), row0]).astype(np.int32)
+    dst = np.concatenate([plain.dst, row0, root]).astype(np.int32)
+    w = np.concatenate([plain.weight, np.full(8, 8.0), np.full(8, 512.0)])
+    inst = Instance(8, 8, T, plain.num_hubs + 1, src, dst, w, np.zeros(len(w), np.int8))
+    bound = coupled_bound(inst)
+    assert bound > star_bound(inst).byte_hops
+    layouts = [np.random.default_rng(k).permutation(64)[:T] for k in range(100)]
+    layouts += [np.arange(T), run_ga(inst, GaConfig()).slots]
+    assert min(exact_cost(inst, slot) for slot in layouts) >= bound
