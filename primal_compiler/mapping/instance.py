@@ -187,6 +187,12 @@ def _relay_plan(inst: Instance) -> list[tuple[np.ndarray, np.ndarray, np.ndarray
     return plan
 
 
+def placed_hub_xy(inst: Instance, slots: np.ndarray, policy: str = "median") -> tuple[np.ndarray, np.ndarray]:
+    """Hub coordinates (H,) for one placement ``slots`` (T,), as new arrays."""
+    hx, hy = hub_xy(inst, (slots % inst.cols)[None, :], (slots // inst.cols)[None, :], policy)
+    return hx[0], hy[0]
+
+
 def endpoint_xy(inst: Instance, slots: np.ndarray, policy: str = "median") -> tuple[np.ndarray, np.ndarray]:
     """Coordinates (P, T+H) of every endpoint for placements ``slots`` (P, T)."""
     slots = np.atleast_2d(slots)

@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 from scipy.optimize import linear_sum_assignment
 
-from primal_compiler.mapping.instance import Instance, evaluate, hub_xy
+from primal_compiler.mapping.instance import Instance, evaluate, placed_hub_xy
 
 FORBIDDEN = 1 << 40
 
@@ -79,9 +79,7 @@ def lap_polish(inst: Instance, slots: np.ndarray, policy: str, pins: dict[int, i
     cost, mx = evaluate(inst, slots[None, :], policy)
     best = (float(cost[0]), float(mx[0]))
     for _ in range(rounds):
-        tx, ty = (slots % inst.cols)[None, :], (slots // inst.cols)[None, :]
-        hx, hy = hub_xy(inst, tx, ty, policy)
-        cand = assign(inst, hx[0], hy[0], pins, regions=regions)
+        cand = assign(inst, *placed_hub_xy(inst, slots, policy), pins, regions=regions)
         if cand is None:  # uncapped, the current placement is an assignment that keeps the regions
             raise RuntimeError("the uncapped assignment found no placement")
         c, m = evaluate(inst, cand[None, :], policy)
@@ -103,12 +101,11 @@ def lower_max_hops(inst: Instance, slots: np.ndarray, policy: str, pins: dict[in
         return slots
     cost, mx = evaluate(inst, slots[None, :], policy)
     limit, best_max = float(cost[0]) * (1 + slack), int(mx[0])
-    tx, ty = (slots % inst.cols)[None, :], (slots // inst.cols)[None, :]
-    hx, hy = hub_xy(inst, tx, ty, policy)
+    hx, hy = placed_hub_xy(inst, slots, policy)
     lo, hi = 1, best_max - 1
     while lo <= hi:
         cap = (lo + hi) // 2
-        cand = assign(inst, hx[0], hy[0], pins, cap=cap, regions=regions)
+        cand = assign(inst, hx, hy, pins, cap=cap, regions=regions)
         ok = False
         if cand is not None:
             c, m = evaluate(inst, cand[None, :], policy)

@@ -31,7 +31,7 @@ from collections.abc import Callable
 import numpy as np
 from scipy.optimize import linear_sum_assignment
 
-from primal_compiler.mapping.instance import Instance, evaluate, hub_xy
+from primal_compiler.mapping.instance import Instance, evaluate, placed_hub_xy
 from primal_compiler.mapping.lap import FORBIDDEN, Regions, tile_hub_weights
 
 KICK_FRACTION = 0.15
@@ -68,7 +68,7 @@ def lns_search(inst: Instance, slots: np.ndarray, pins: dict[int, int], rounds: 
             ran -= 1
             break
         kicked = rng.random(inst.num_hubs) < KICK_FRACTION
-        hx, hy = _hubs(inst, slots)
+        hx, hy = placed_hub_xy(inst, slots)
         shift = rng.integers(-KICK_STEP, KICK_STEP + 1, size=(2, int(kicked.sum())))
         hx[kicked] = np.clip(hx[kicked] + shift[0], 0, inst.cols - 1)
         hy[kicked] = np.clip(hy[kicked] + shift[1], 0, inst.rows - 1)
@@ -81,11 +81,6 @@ def lns_search(inst: Instance, slots: np.ndarray, pins: dict[int, int], rounds: 
         if progress is not None:
             progress(ran, best[0])
     return slots, ran, accepted
-
-
-def _hubs(inst: Instance, slots: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    hx, hy = hub_xy(inst, (slots % inst.cols)[None, :], (slots // inst.cols)[None, :])
-    return hx[0].copy(), hy[0].copy()
 
 
 def _repair(inst: Instance, W: np.ndarray, slots: np.ndarray, tiles: np.ndarray, hx: np.ndarray,
@@ -107,5 +102,5 @@ def _repair(inst: Instance, W: np.ndarray, slots: np.ndarray, tiles: np.ndarray,
         if kept is not None and (float(c[0]), float(m[0])) >= kept:
             break
         out, kept = cand, (float(c[0]), float(m[0]))
-        hx, hy = _hubs(inst, out)
+        hx, hy = placed_hub_xy(inst, out)
     return out
