@@ -68,11 +68,13 @@ def read_bytes(path: str | os.PathLike, limit_bytes: int, what: str = "file") ->
     p = regular_file(path, limit_bytes, what)
     try:
         with open(p, "rb") as f:
-            data = f.read(limit_bytes + 1)
+            size = os.fstat(f.fileno()).st_size
+            # One byte past the size the file has now, not past the limit: read(n) reserves n bytes first.
+            data = f.read(min(size, limit_bytes) + 1)
     except OSError as exc:
         raise InputError(str(path), f"cannot read: {exc.strerror or exc}") from None
-    if len(data) > limit_bytes:  # grew while we read it
-        raise InputError(str(path), f"is over {limit_bytes:,} bytes; {_a(what)} may be at most that")
+    if len(data) > size:
+        raise InputError(str(path), f"grew while it was read; {_a(what)} must not change while primal reads it")
     return data
 
 
