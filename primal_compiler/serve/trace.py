@@ -34,11 +34,14 @@ from pathlib import Path
 
 import numpy as np
 
-from primal_compiler.errors import InputError
+from primal_compiler.errors import InputError, one_line
+from primal_compiler.inputs import read_text
 
 FIELDS = ("arrival_s", "adapter", "prompt_tokens", "generate_tokens")
 OPTIONAL = ("conversation",)
 MAX_REQUESTS = 10_000_000
+#: A trace file's largest size: MAX_REQUESTS lines of 256 bytes, far above a request's 80-byte JSON line.
+TRACE_LIMIT_BYTES = MAX_REQUESTS * 256
 MAX_TURNS_DRAWN = 50_000_000  # poisson_trace holds about 100 bytes a drawn turn: at most about 5 GB
 
 
@@ -71,12 +74,7 @@ def load_trace(path: str | Path, adapters: tuple[str, ...], context: int) -> Tra
     where = str(path)
     if path.suffix not in (".jsonl", ".csv"):
         raise InputError(where, "a trace is a .jsonl or a .csv file")
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise InputError(where, "no such trace file") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(where, f"cannot read the trace ({type(exc).__name__})") from None
+    text = read_text(path, TRACE_LIMIT_BYTES, "trace file")  # a FIFO or a device is refused, never opened
     rows = _jsonl(text, where) if path.suffix == ".jsonl" else _csv(text, where)
     if not rows:
         raise InputError(where, "holds no request")
@@ -136,6 +134,10 @@ def _jsonl(text: str, where: str) -> list[tuple[int, dict]]:
             row = json.loads(line)
         except json.JSONDecodeError as exc:
             raise InputError(f"{where}:{n}", f"not a JSON object ({exc.msg})") from None
+        except RecursionError:
+            raise InputError(f"{where}:{n}", "not a request: arrays or objects nested too deeply") from None
+        except ValueError as exc:  # an integer of more digits than Python converts
+            raise InputError(f"{where}:{n}", f"not a request: {one_line(exc, 120)}") from None
         if not isinstance(row, dict):
             raise InputError(f"{where}:{n}", "not a JSON object")
         out.append((n, row))
@@ -165,8 +167,8 @@ def _number(value, at: str, name: str) -> float:
         raise InputError(at, f"{name} must be a number, got {value!r}")
     try:
         return float(value)
-    except (TypeError, ValueError):
-        raise InputError(at, f"{name} must be a number, got {value!r}") from None
+    except (TypeError, ValueError, OverflowError):  # OverflowError: an integer past the largest float
+        raise InputError(at, f"{name} must be a number, got {str(value)[:40]!r}") from None
 
 
 def _count(value, at: str, name: str) -> int:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 
@@ -136,3 +138,27 @@ def test_the_generator_clips_turns_to_what_can_fit():
     assert per.max() <= 32 and len(t) == 2000 and (t.history + t.prompt + t.generate <= 64).all()
     with pytest.raises(InputError, match=r"draw [\d,]+ turns, more than 50,000,000"):
         poisson_trace(10_000_000, 1.0, ("A",), 1.0, (1, 1), (1, 1), seed=0, turns=(20, 32), context=64)
+
+
+@pytest.mark.parametrize("line, problem", [
+    ("[" * 100_000 + "]" * 100_000, "nested too deeply"),
+    ("[" * 100_000, "nested too deeply"),
+    ('{"arrival_s": 0, "adapter": "a", "prompt_tokens": ' + "9" * 5000 + ', "generate_tokens": 2}', "digits"),
+    ('{"arrival_s": 1' + "0" * 400 + ', "adapter": "a", "prompt_tokens": 2, "generate_tokens": 2}',
+     "arrival_s must be a number"),
+])
+def test_an_absurd_json_line_is_one_input_error(tmp_path, line, problem):
+    """Issue 47: deep nesting was a RecursionError, a 5000-digit integer a ValueError, a 400-digit one an
+    OverflowError; each is bad input naming the file and line."""
+    path = tmp_path / "t.jsonl"
+    path.write_text(line + "\n")
+    with pytest.raises(InputError, match=problem) as err:
+        load_trace(path, ("a",), 2048)
+    assert str(err.value).startswith(f"{path}:1: ")
+
+
+def test_a_fifo_trace_is_refused_without_opening_it(tmp_path):
+    path = tmp_path / "t.jsonl"
+    os.mkfifo(path)
+    with pytest.raises(InputError, match="is a FIFO, not a regular trace file"):
+        load_trace(path, ("a",), 2048)
