@@ -83,6 +83,8 @@ def connect(scheduler: str | None, scheduler_file: str | None, timeout_s: float 
         raise InputError(opt, "needs Dask distributed: pip install 'primal-compiler[dask]'") from None
     if scheduler_file and not os.path.isfile(scheduler_file):
         raise InputError(opt, f"{scheduler_file}: file not found")
+    if scheduler:
+        _reachable(scheduler, timeout_s)
     try:
         if scheduler:
             client = Client(scheduler, timeout=f"{timeout_s}s", set_as_default=False)
@@ -98,3 +100,21 @@ def connect(scheduler: str | None, scheduler_file: str | None, timeout_s: float 
             client.close()
             raise InputError(opt, f"the Dask scheduler {value} has no workers ({exc})") from None
     return client
+
+
+def _reachable(scheduler: str, timeout_s: float) -> None:
+    """Open and close a TCP connection to ``scheduler``'s host and port (all of Dask's transports but ucx run
+    over TCP), so an address nothing listens on is one line, not a half-built ``Client`` whose clean-up
+    times out with a traceback."""
+    import socket
+    from urllib.parse import urlsplit
+
+    scheme, sep, rest = scheduler.partition("://")
+    if sep and scheme == "ucx":
+        return
+    parts = urlsplit(f"//{rest if sep else scheduler}")
+    try:
+        socket.create_connection((parts.hostname, parts.port), timeout=max(timeout_s, 0.1)).close()
+    except OSError as exc:
+        raise InputError("--scheduler", f"cannot reach the Dask scheduler {scheduler}: "
+                                        f"{exc.strerror or type(exc).__name__}") from None
