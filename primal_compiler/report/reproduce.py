@@ -82,9 +82,26 @@ class Runner:
                                             f"{self.digital.system.base_weight_array!r}, not 'sram-dcim')")
         self.model = load_model(study.model, study.lora)
         head = [p for p in resolve_pipeline(study.pipeline) if p.provides <= PLACEMENT]
+        cut = next((i + 1 for i, p in enumerate(head) if Fact.BLOCKED in p.provides), 0)
+        blocked = PassManager(tuple(head[:cut])).run(Program(model=self.model), self.target)
+        self._check_kv(blocked)
         self.say(f"placing {study.model} with {print_pipeline(tuple(head))}")
-        self.placed = PassManager(tuple(head)).run(Program(model=self.model), self.target)
+        self.placed = PassManager(tuple(head[cut:])).run(blocked, self.target)
         self.kept: dict[str, tuple[dict, dict, Stream, Replay, dict]] = {}  # name -> program, light replay, metrics
+
+    def _check_kv(self, blocked: Program) -> None:
+        """Refuse, before the placement search and any replay, a context whose KV space does not hold the
+        study's sequences (the layers' CTs are known once the tiles are blocked)."""
+        for flag, context, batch in (("--context", self.study.context, 1),
+                                     ("--batch8-context", self.study.batch8_context, 8)):
+            ring = parse_pipeline(_kv(context, batch))[0]
+            try:
+                fits = ring.sequences(blocked, self.target)  # type: ignore[attr-defined]
+            except InputError as exc:
+                raise InputError(flag, exc.problem) from None
+            if fits < batch:
+                raise InputError(flag, f"{batch} sequences of {context} tokens do not fit {self.study.model}'s KV "
+                                       f"space on {self.target.name}: {fits} do")
 
     def run(self, tail: str, placed: Program | None = None, name: str = "", target: PrimalTarget | None = None) -> dict:
         """Metrics (plus the H100 baseline under ``h100`` and the GPU family under ``baselines``) of ``tail``
