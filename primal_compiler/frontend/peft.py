@@ -85,7 +85,7 @@ def load_peft_adapter(path: str | Path, *, shapes_only: bool = False) -> ModelWe
             raise InputError(where, f"adapter targets an embedding ({key}); only layer projections can have LoRA")
         m = _LORA_KEY.match(key)
         if m is None:
-            continue  # lora_B.bias, DoRA magnitudes, modules_to_save copies: not LoRA factors
+            raise InputError(where, f"{key} is not a LoRA factor")  # refused by _safetensors already
         module = m["module"]
         leaf = module.rsplit(".", 1)[-1]
         lm = _LAYER_PATH.search(module)
@@ -282,6 +282,7 @@ def _adapter_config(path: Path) -> dict[str, Any]:
     rslora = raw.get("use_rslora", False)
     if not isinstance(rslora, bool):
         raise InputError(where, f"use_rslora must be true or false, got {rslora!r}")
+    _check_semantics(where, raw)
     return {
         "r": r,
         "lora_alpha": float(alpha),  # a positive finite number: checked above
@@ -291,6 +292,37 @@ def _adapter_config(path: Path) -> dict[str, Any]:
         "alpha_pattern": {key: float(value) for key, value in alpha_pattern.items()},
         "use_rslora": rslora,
     }
+
+
+#: ``adapter_config.json`` fields that change what the adapter computes beyond ``h += scale * x @ A @ B`` on a
+#: projection, with the value that leaves it plain LoRA, and what they add (PEFT's ``LoraConfig``). An adapter
+#: setting one otherwise is refused naming the field, never replayed as plain LoRA.
+NOT_PLAIN: dict[str, tuple[Any, str]] = {
+    "use_dora": (False, "weight-decomposed LoRA (DoRA) rescales each output column by a learned magnitude"),
+    "lora_bias": (False, "lora_B carries a bias vector"),
+    "bias": ("none", "the adapter trains and stores the base layers' biases"),
+    "modules_to_save": (None, "the adapter stores whole replacement modules"),
+    "layer_replication": (None, "the adapter duplicates base layers"),
+    "trainable_token_indices": (None, "the adapter retrains rows of the embedding"),
+    "target_parameters": (None, "LoRA on raw parameters (such as expert weights), not on projections"),
+    "use_qalora": (False, "QA-LoRA pools the adapter's input by quantization group"),
+}
+
+
+def _check_semantics(where: str, raw: dict[str, Any]) -> None:
+    """Refuse a config whose adapter is more than plain LoRA factors (:data:`NOT_PLAIN`).
+
+    ``fan_in_fan_out`` is read, not refused: it only tells PEFT to transpose ``B @ A`` when merging it into
+    a weight stored ``in x out`` (GPT-2's Conv1D); the factors are stored ``r x in`` and ``out x r`` either way
+    and PEFT's unmerged forward, ``lora_B(lora_A(x)) * scaling``, does not read it.
+    """
+    for field, (plain, meaning) in NOT_PLAIN.items():
+        value = raw.get(field, plain)
+        if value != plain and value not in ([], {}, False, None):
+            raise InputError(where, f"{field} is {json.dumps(value)[:60]}: {meaning}, which this compiler does not "
+                                    f"model; only plain LoRA adapters are read ({field}: {json.dumps(plain)})")
+    if not isinstance(raw.get("fan_in_fan_out", False), bool):
+        raise InputError(where, f"fan_in_fan_out must be true or false, got {raw['fan_in_fan_out']!r}")
 
 
 def _check_rank(where: str, what: str, value: Any) -> None:
@@ -327,18 +359,24 @@ def _safetensors(path: Path, shapes_only: bool = False) -> dict[str, np.ndarray]
     except ImportError:  # pragma: no cover - a declared dependency
         raise InputError(str(path), "reading adapters needs the safetensors package") from None
     regular_file(path, ADAPTER_LIMIT_BYTES, "adapter weights file")
-    out = {}
+    out, foreign = {}, []
     try:
         with safe_open(str(path), framework="np") as fh:
             for key in fh.keys():
-                if ".lora_" in key and shapes_only:
+                if not _LORA_KEY.match(key) and ".lora_embedding_" not in key:
+                    foreign.append(key)
+                elif shapes_only:
                     out[key] = _shape_view(path, key, fh.get_slice(key))
-                elif ".lora_" in key:
+                else:
                     out[key] = np.asarray(fh.get_tensor(key)).astype(np.float32)
     except Exception as exc:  # noqa: BLE001 - SafetensorError, TypeError for unknown dtypes, OSError
 
         detail = f"{type(exc).__name__}: {one_line(exc, 200)}"
         raise InputError(str(path), f"not a readable safetensors file ({detail})") from None
+    if foreign:
+        raise InputError(str(path), f"holds {foreign[0][:120]}, which is not a LoRA factor (*.lora_A.weight, "
+                                    "*.lora_B.weight): a DoRA magnitude, a LoRA bias or a saved module changes what "
+                                    "the adapter computes, and only plain LoRA adapters are read")
     for key, value in out.items():
         if not shapes_only and not np.isfinite(value).all():
             raise InputError(str(path), f"{key} holds NaN or infinite values")
