@@ -8,7 +8,13 @@ Guarantees (``docs/outputs.md``):
   else, and always ``.``, ``..``, ``/``, the home directory and any ancestor of
   the current directory, is refused with an :class:`InputError` naming the path;
   nothing is deleted.
-- A destination file is created fresh, or replaced only with ``force``.
+- A destination file is created fresh, or, only with ``force``, replaces a regular file.
+- Never replaced, ``force`` or not: anything that is neither a regular file nor a
+  directory (a device, a FIFO, a socket), a symbolic link (to anything), and the
+  verb's inputs: a path that is one of them (the same file under another name
+  included), holds one, or (for a file) lies inside an input directory.
+- The destination is checked again just before the swap, so one that became
+  any of these while the verb worked is still refused.
 - Content goes to a temporary sibling ``.NAME.primal-tmp.PID.HEX`` first. An
   existing directory is swapped with it in one ``renameat2(RENAME_EXCHANGE)``
   where the kernel has it (otherwise renamed aside, then in), so some complete
@@ -29,12 +35,13 @@ import os
 import re
 import secrets
 import shutil
+import stat
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import BinaryIO
 
-from primal_compiler.errors import InputError
+from primal_compiler.errors import InputError, one_line
 
 #: The file that marks a directory as written by this tool; JSON ``{"tool", "verb", "entries"}``.
 MARKER = ".primal-output"
@@ -49,9 +56,17 @@ def _fail(path: Path | str, exc: OSError, doing: str = "cannot write") -> InputE
     return InputError(str(path), f"{doing}: {reason}")
 
 
+def _real(path: Path) -> Path:
+    """``path`` with every symbolic link resolved; a loop among the links of its parents is an InputError."""
+    try:
+        return path.resolve()
+    except (RuntimeError, OSError) as exc:  # Python 3.11 raises RuntimeError on a loop, 3.13 OSError
+        raise InputError(str(path), f"cannot resolve its symbolic links ({one_line(exc, 120)})") from None
+
+
 def _protected(dest: Path) -> str | None:
     """Why ``dest`` may never be replaced, or None."""
-    real = dest.resolve()
+    real = _real(dest)
     cwd = Path.cwd().resolve()
     if real == Path(real.anchor):
         return "is the root directory"
@@ -148,6 +163,54 @@ def _check_parent(dest: Path, need_bytes: int) -> None:
         raise InputError(str(dest), f"needs about {need_bytes:,} bytes but {up} has {free:,} free")
 
 
+def _special(path: Path) -> str | None:
+    """What ``path`` is if it exists and is neither a regular file nor a directory (``lstat``: links not followed)."""
+    try:
+        mode = path.lstat().st_mode
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise _fail(path, exc, "cannot inspect") from None
+    for test, kind in ((stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+                       (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return kind
+    return None
+
+
+def _same(a: Path, b: Path) -> bool:
+    """Whether two existing paths are one file (a hard link, a bind mount); False if either is missing."""
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False
+
+
+def _check_inputs(path: Path, where: str, directory: bool, inputs: Sequence[str | os.PathLike]) -> None:
+    """Refuse ``path`` if it is, holds or (a file) lies inside one of the verb's ``inputs``."""
+    real = _real(path)
+    for given in inputs:
+        read = _real(Path(given))
+        if real == read or real in read.parents or _same(path, read):
+            raise InputError(where, f"is or holds this command's input {given}; write the output elsewhere")
+        if not directory and read in real.parents and read.is_dir():
+            raise InputError(where, f"lies inside this command's input {given}; write the output elsewhere")
+
+
+def existing(*given: str | os.PathLike | None) -> tuple[str, ...]:
+    """Those ``given`` argument values that name an existing path: the files a verb reads (a model, a target
+    or pipeline TOML, a trace, an adapter directory), which its outputs may not replace. A built-in name
+    (``tiny-llama``, ``primal-7nm``) names no path and is left out."""
+    out = []
+    for value in given:
+        try:
+            if value is not None and str(value) and os.path.lexists(value):
+                out.append(str(value))
+        except (OSError, ValueError):  # a name too long, a NUL byte: not a file anyone can have
+            continue
+    return tuple(out)
+
+
 def check_destination(dest: str | os.PathLike, force: bool, directory: bool, need_bytes: int = 0,
                       inputs: Sequence[str | os.PathLike] = ()) -> Path:
     """``dest`` as a Path if an output may be written there; ``InputError`` naming it (and why) if not.
@@ -160,16 +223,15 @@ def check_destination(dest: str | os.PathLike, force: bool, directory: bool, nee
     path = Path(dest)
     if path.name in ("", ".", ".."):
         raise InputError(str(dest), "names a directory that is never replaced; name a new one")
+    if path.is_symlink():
+        raise InputError(str(dest), "is a symbolic link; it is never replaced, name a new path")
     why = _protected(path)
     if why:
         raise InputError(str(dest), f"{why}; it is never replaced, name a new directory")
-    if path.is_symlink():
-        raise InputError(str(dest), "is a symbolic link; name the directory itself")
-    real = path.resolve()
-    for given in inputs:
-        read = Path(given).resolve()
-        if real == read or real in read.parents:
-            raise InputError(str(dest), f"holds this command's input {given}; write the output elsewhere")
+    kind = _special(path)
+    if kind:
+        raise InputError(str(dest), f"is {kind}, not a regular file or directory; it is never replaced")
+    _check_inputs(path, str(dest), directory, inputs)
     _check_parent(path, need_bytes)
     try:
         _sweep_stale(path)
@@ -271,6 +333,7 @@ def output_file(dest: str | os.PathLike, force: bool = False, need_bytes: int = 
     try:
         with os.fdopen(fd, "wb") as f:
             yield f
+        check_destination(path, force, directory=False, inputs=inputs)  # it may have changed while we worked
         os.replace(tmp, path)
     except OSError as exc:
         tmp.unlink(missing_ok=True)

@@ -7,13 +7,13 @@ from pathlib import Path
 
 from primal_compiler.argtypes import token_ids
 from primal_compiler.errors import InputError
-from primal_compiler.outdir import check_destination, output_file
+from primal_compiler.outdir import check_destination, existing, output_file
 
 
-def _save_logits(path: str, logits, force: bool) -> None:
+def _save_logits(path: str, logits, force: bool, inputs: tuple[str, ...]) -> None:
     import numpy as np
 
-    with output_file(path, force) as f:
+    with output_file(path, force, inputs=inputs) as f:
         np.save(f, logits)
 
 
@@ -25,8 +25,9 @@ def run_functional(args) -> None:
     if not args.weights or args.prompt is None:
         raise InputError("--functional", "needs --weights MODEL.onnx and --prompt TOKEN,IDS")
     prompt = token_ids(args.prompt)
+    inputs = existing(args.model, args.weights, args.target, args.pipeline, *(args.adapter or ()))
     if args.save_logits:
-        check_destination(args.save_logits, args.force, directory=False, inputs=(args.model, args.weights))
+        check_destination(args.save_logits, args.force, directory=False, inputs=inputs)
     if collect.is_program(args.model):
         c = collect.load_compiled(Path(args.model), args.target)
         program, target, where = c.program(), c.target, c.where
@@ -41,7 +42,7 @@ def run_functional(args) -> None:
     result = replay_functional(program, target, args.weights, args.adapter, prompt=prompt, generate=args.generate or 1,
                                precision=args.precision, where=where, temperature_c=args.temperature_c)
     if args.save_logits:
-        _save_logits(args.save_logits, result.logits, args.force)
+        _save_logits(args.save_logits, result.logits, args.force, inputs)
     if args.json:
         print(json.dumps(result.summary(), indent=2, sort_keys=True))
     else:

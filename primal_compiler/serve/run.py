@@ -50,7 +50,7 @@ def place(model_name: str, lora: str | None, target: PrimalTarget, pipeline: str
 
 def serve_placed(trace: Trace, placed: Program, target: PrimalTarget, context: int, policy: Policy,
                  say: Say = lambda line: None, per_request: bool = True, perfetto: str | None = None,
-                 force: bool = False, sources: tuple[str, ...] = ()) -> dict:
+                 force: bool = False, sources: tuple[str, ...] = (), inputs: tuple[str, ...] = ()) -> dict:
     """The serve report of ``trace`` on a placed program under ``policy`` (``sources``: per adapter, its PEFT
     directory or ""); with ``perfetto``, its timeline written there too (:mod:`.perfetto`; replaced only with
     ``force``)."""
@@ -60,7 +60,7 @@ def serve_placed(trace: Trace, placed: Program, target: PrimalTarget, context: i
         from primal_compiler.outdir import output_file
         from primal_compiler.serve.perfetto import trace_json
 
-        with output_file(perfetto, force) as f:
+        with output_file(perfetto, force, inputs=inputs) as f:
             f.write(trace_json(trace, run).encode("utf-8"))
     return serve_report(trace, policy, run, placed.model.name, target.name, context, per_request)
 
@@ -70,14 +70,15 @@ def serve(model_name: str, lora: str | None, given: tuple[str, ...], trace_path:
           perfetto: str | None = None, force: bool = False) -> dict:
     """``primal serve``: load the trace and check the timeline's destination (before any compile), place, replay
     the shapes it needs and simulate it."""
-    from primal_compiler.outdir import check_destination
+    from primal_compiler.outdir import check_destination, existing
     from primal_compiler.target import load_primal_target
 
     names, sources = adapters(given)
     trace = load_trace(trace_path, names, context)
+    inputs = existing(model_name, trace_path, target_name, pipeline, *given)
     if perfetto is not None:
-        check_destination(perfetto, force, directory=False, inputs=(trace_path,))
+        check_destination(perfetto, force, directory=False, inputs=inputs)
     target = load_primal_target(target_name)
     placed = place(model_name, lora, target, pipeline, context, policy.max_batch, say,
                    tuple(s for s in sources if s))
-    return serve_placed(trace, placed, target, context, policy, say, per_request, perfetto, force, sources)
+    return serve_placed(trace, placed, target, context, policy, say, per_request, perfetto, force, sources, inputs)

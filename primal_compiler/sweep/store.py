@@ -88,6 +88,8 @@ class ResultStore:
         self._types = dict(FIXED_TYPES) | dict(types or {})
         where = str(self.root)
         try:
+            if self.root.is_symlink():
+                raise InputError(where, "is a symbolic link; it is never written through, name the directory itself")
             if self.root.exists() and not self.root.is_dir():
                 raise InputError(where, "exists and is not a results directory")
             path = self.root / MANIFEST
