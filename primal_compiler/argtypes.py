@@ -47,6 +47,41 @@ def float_arg(lo: float, hi: float) -> Callable[[str], float]:
     return parse
 
 
+#: The transports a Dask scheduler address may name (``distributed.comm``); no scheme means tcp.
+SCHEDULER_SCHEMES = ("tcp", "tls", "ws", "wss", "ucx")
+
+
+def scheduler_arg(text: str) -> str:
+    """A Dask scheduler address ``[SCHEME://]HOST:PORT`` (port 1..65535), checked before anything connects."""
+    from urllib.parse import urlsplit
+
+    scheme, sep, rest = text.partition("://")
+    if not sep:
+        scheme, rest = "tcp", text
+    try:
+        parts = urlsplit(f"//{rest}")
+        port = parts.port
+    except ValueError:
+        port = None
+    if scheme not in SCHEDULER_SCHEMES or not parts.hostname or port is None or port == 0 or parts.path:
+        raise argparse.ArgumentTypeError(f"expected a Dask scheduler address SCHEME://HOST:PORT (scheme one of "
+                                         f"{', '.join(SCHEDULER_SCHEMES)}), got {_shown(text)}")
+    return text
+
+
+def unused(flag: str, needs: str) -> InputError:
+    """The error for ``flag`` given where it changes nothing because ``needs`` (what gives it meaning) is not:
+    an option a verb would silently ignore is refused before any work."""
+    return InputError(flag, f"has no effect without {needs}; give {needs} or leave {flag} out")
+
+
+def path_arg(text: str) -> str:
+    """A file or directory argument: anything but empty (``Path("")`` would silently mean ``.``)."""
+    if not text:
+        raise argparse.ArgumentTypeError("empty path")
+    return text
+
+
 def pipeline_arg(text: str) -> str:
     """A ``-p`` pipeline: anything but blank (an empty pipeline compiles nothing); resolved later."""
     if not text.strip():

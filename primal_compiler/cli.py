@@ -18,7 +18,7 @@ import traceback
 from pathlib import Path
 
 from primal_compiler.errors import InputError, one_line
-from primal_compiler.outdir import check_destination
+from primal_compiler.outdir import check_destination, existing
 from primal_compiler.signals import Terminated, handled, received
 
 
@@ -49,7 +49,7 @@ def cmd_compile(args) -> None:
     from primal_compiler.report.inspect import inspect_model, render_inspect
     from primal_compiler.report.hops import render_hops
 
-    inputs = _model_inputs(args.model) + _adapter_inputs(args.adapter)
+    inputs = _inputs(args)
     check_destination(args.output, args.force, directory=True, inputs=inputs)
     model = load_model(args.model, args.lora, args.adapter)
     target = _target(args.target)
@@ -77,14 +77,27 @@ def _generation(generate: int | None, replayed: int | None) -> dict[str, int]:
     return {"steps": min(generate, replayed or DEFAULT_REPLAYED), "generate": generate}
 
 
-def _model_inputs(model: str) -> tuple[str, ...]:
-    """The files a model argument names (an ONNX file is read; a built-in name is not a path)."""
-    return (model,) if model and Path(model).exists() else ()
+def _inputs(args) -> tuple[str, ...]:
+    """What a compiling verb reads (an ONNX model, adapter directories, target and pipeline files), which its
+    outputs may not replace; built-in names are not paths."""
+    return existing(args.model, args.target, args.pipeline, *(args.adapter or ()))
 
 
-def _adapter_inputs(adapters: list[str] | None) -> tuple[str, ...]:
-    """The adapter directories ``--adapter`` names, which an output may not replace."""
-    return tuple(adapters or ())
+#: ``primal run``'s options that only the cost replay uses, and those only ``--functional`` uses (flag, dest).
+COST_ONLY = (("-o", "output"), ("--batch", "batch"), ("--no-validate", "no_validate"), ("--control", "control"),
+             ("--memory", "memory"), ("--critical-path", "critical_path"), ("--replay-steps", "replay_steps"),
+             ("--baseline-gpu", "baseline_gpu"), ("--baselines", "baselines"))
+FUNCTIONAL_ONLY = (("--weights", "weights"), ("--prompt", "prompt"), ("--precision", "precision"),
+                   ("--temperature-c", "temperature_c"), ("--save-logits", "save_logits"))
+
+
+def _check_replay_options(args) -> None:
+    """Refuse, before any work, an option set away from its default that the chosen replay would ignore."""
+    wrong, other = (COST_ONLY, "the cost replay") if args.functional else (FUNCTIONAL_ONLY, "--functional")
+    ignored = [flag for flag, dest in wrong if getattr(args, dest) != args.defaults[dest]]
+    if ignored:
+        mode = "--functional" if args.functional else "the cost replay"
+        raise InputError(ignored[0], f"applies to {other} only; {mode} would ignore it")
 
 
 def cmd_run(args) -> None:
@@ -95,13 +108,15 @@ def cmd_run(args) -> None:
 
     from primal_compiler.baselines.family import selection
 
+    _check_replay_options(args)
     if args.functional:
         from primal_compiler.functional.command import run_functional
 
         run_functional(args)
         return
     chosen = selection(args.baseline_gpu, args.baselines)  # checked before any compile or replay
-    if collect.is_program(args.model):
+    compiling = not collect.is_program(args.model)
+    if not compiling:
         if args.lora or args.adapter or args.pipeline or args.output is not None:
             raise InputError(args.model, "--lora, --adapter, -p and -o apply when compiling a model (--adapter also "
                                          "with --functional); this is a compiled program")
@@ -120,9 +135,8 @@ def cmd_run(args) -> None:
                                     f"recompile with `primal run MODEL --generate {args.generate}`")
     else:
         from primal_compiler.frontend import load_model
-        from primal_compiler.isa.container import PROGRAM_FILE, load_program
 
-        inputs = _model_inputs(args.model) + _adapter_inputs(args.adapter)
+        inputs = _inputs(args)
         if args.output is not None:
             check_destination(args.output, args.force, directory=True, inputs=inputs)
         model = load_model(args.model, args.lora, args.adapter)
@@ -134,21 +148,22 @@ def cmd_run(args) -> None:
         passes = ", ".join(f"{r.name} {r.seconds:.1f} s" for r in program.records)
         print(f"compiled {model.name}: {api.pipeline_text(program)} ({passes})", file=sys.stderr)
         c = compiled.Compiled.of(program, target, args.model)
-        if args.output is not None:
-            compiled.write_compiled(program, target, Path(args.output), args.force, inputs)
-            where = str(Path(args.output) / PROGRAM_FILE)
-            c = compiled.Compiled(*load_program(where, target), target, where)
-            print(f"wrote {args.output}/ (program.primal, placement, summary.json, records.json)", file=sys.stderr)
     report = collect.replay_report(c, validate=not args.no_validate,
                                baselines=chosen, control=args.control, critical_path=args.critical_path,
                                memory=args.memory, generate=args.generate)
+    if compiling and args.output is not None:  # written once the replay succeeded
+        compiled.write_compiled(program, target, Path(args.output), args.force, inputs)
+        print(f"wrote {args.output}/ (program.primal, placement, summary.json, records.json)", file=sys.stderr)
     print(json.dumps(report, indent=2, sort_keys=True) if args.json else render_run(report))
 
 
 def cmd_reproduce(args) -> None:
+    from primal_compiler.argtypes import unused
     from primal_compiler.baselines.family import selection
     from primal_compiler.report.reproduce import Study, render_reproduce, reproduce
 
+    if args.solve_budget_s != args.defaults["solve_budget_s"] and not args.solve:
+        raise unused("--solve-budget-s", "--solve")
     study = Study(model=args.model, lora=args.lora, target=args.target, digital=args.digital,
                   pipeline=args.pipeline, context=args.context,
                   batch8_context=args.batch8_context, baselines=selection(args.baseline_gpu, args.baselines))
@@ -188,14 +203,28 @@ def cmd_targets(args) -> None:
         raise SystemExit(2)
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse as every verb uses it: flags only by their whole names (``--forc`` is an error, not ``--force``)
+    and a refused argument as one :class:`InputError` line (``primal: run: argument --batch: ...``, exit 2)
+    instead of the usage block."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        kwargs["allow_abbrev"] = False
+        super().__init__(*args, **kwargs)
+
+    def error(self, message: str):  # type: ignore[override]
+        verb = self.prog.partition(" ")[2] or "command line"
+        raise InputError(verb, f"{message} ({self.prog} --help lists the options)")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    from primal_compiler.argtypes import float_arg, int_arg, layout_rules_arg, option_arg, pipeline_arg
+    from primal_compiler.argtypes import float_arg, int_arg, layout_rules_arg, option_arg, path_arg, pipeline_arg
     from primal_compiler.transforms.codegen import DEFAULT_GENERATE, DEFAULT_REPLAYED, MAX_GENERATE
     from primal_compiler.baselines.command import add_family_args
 
-    p = argparse.ArgumentParser(prog="primal", description="PRIMAL mapping compiler and cost simulator")
+    p = Parser(prog="primal", description="PRIMAL mapping compiler and cost simulator")
     p.add_argument("--debug", action="store_true", help="print the traceback of an internal error")
-    sub = p.add_subparsers(dest="command", required=True)
+    sub = p.add_subparsers(dest="command", required=True, parser_class=Parser)
 
     def model_args(sp):
         sp.add_argument("model", help="built-in name (llama2-13b, ...) or an .onnx file")
@@ -222,7 +251,8 @@ def build_parser() -> argparse.ArgumentParser:
     sp.set_defaults(func=cmd_compile)
 
     sp = sub.add_parser("run", help="replay a compiled program (or compile a model and replay it) and print its costs")
-    sp.add_argument("model", help="a compile output directory or program.primal, or a model to compile first")
+    sp.add_argument("model", type=path_arg,
+                    help="a compile output directory or program.primal, or a model to compile first")
     sp.add_argument("--lora", default=None, help="adapters when compiling a model, e.g. q,v:8")
     sp.add_argument("--adapter", action="append", default=None,
                     help=adapter_help + "; --functional reads its weights" + many)
@@ -259,7 +289,7 @@ def build_parser() -> argparse.ArgumentParser:
                     "hardware precision adds the ADC offset drift (default: none, the calibration temperature)")
     fn.add_argument("--save-logits", default=None, help="write the logits of every step to this .npy file")
     add_family_args(sp)
-    sp.set_defaults(func=cmd_run)
+    sp.set_defaults(func=cmd_run, defaults={dest: sp.get_default(dest) for _, dest in COST_ONLY + FUNCTIONAL_ONLY})
 
     sp = sub.add_parser("reproduce", help="the seed's result table: ours (replayed), the seed's, the ratio")
     sp.add_argument("--model", default="llama2-13b")
@@ -277,7 +307,7 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--solve-budget-s", type=float_arg(1.0, 86_400.0), default=1800.0,
                     help="wall-time budget of --solve in seconds (default 1800)")
     add_family_args(sp)
-    sp.set_defaults(func=cmd_reproduce)
+    sp.set_defaults(func=cmd_reproduce, defaults={"solve_budget_s": sp.get_default("solve_budget_s")})
 
     from primal_compiler.baselines.command import add_parser as add_baseline
     from primal_compiler.isa.command import add_parsers as add_isa
@@ -352,8 +382,27 @@ def _run(argv: list[str] | None) -> int:
     return 0
 
 
+def _reopen_closed_streams() -> None:
+    """A standard stream closed before we started (``primal passes >&-``) becomes ``/dev/null``: it reads as
+    empty and discards what is written. Python leaves such a stream ``None`` (an error line printed to a
+    ``None`` stderr lands on stdout), and the free descriptor would be the next file opened, an output file
+    included, where a native library's writes to fd 1 or 2 would then land."""
+    for fd, name, flags, mode in ((0, "stdin", os.O_RDONLY, "r"), (1, "stdout", os.O_WRONLY, "w"),
+                                  (2, "stderr", os.O_WRONLY, "w")):
+        try:
+            os.fstat(fd)
+        except OSError:
+            null = os.open(os.devnull, flags)
+            if null != fd:
+                os.dup2(null, fd)
+                os.close(null)
+            setattr(sys, name, open(fd, mode, encoding="utf-8", closefd=False))
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Run one command; the exit code is 0, 2 (bad input), 70 (internal error), 130/143 (SIGINT/SIGTERM)."""
+    """Run one command; the exit code is 0, 2 (bad input), 70 (internal error), 130/143 (SIGINT/SIGTERM),
+    141 (stdout's reader went away)."""
+    _reopen_closed_streams()
     with handled():
         return _run(argv)
 

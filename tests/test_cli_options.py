@@ -1,8 +1,8 @@
 """Every bad option value ends in exit code 2 and one error line, with no traceback and before any work.
 
-Two ways to end: an ``InputError`` (``primal: WHERE: PROBLEM``, exactly one line) or an argparse
-type check of the flag (argparse's usage, then one ``primal VERB: error: argument FLAG: ...``
-line). Each case is one a new user hit (issue 21), run in-process through ``cli.main``.
+Two ways to end, each exactly one line: an ``InputError`` (``primal: WHERE: PROBLEM``) or an argparse
+type check of the flag (``primal: VERB: argument FLAG: ...``, no usage block: issue 47). Each case is
+one a new user hit (issue 21), run in-process through ``cli.main``.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ def _files(tmp_path):
     (tmp_path / "wide.toml").write_text(SEVEN.replace("mesh_cols = 32", "mesh_cols = 100000"), encoding="utf-8")
     (tmp_path / "many.toml").write_text(SEVEN.replace("num_cts = 0", "num_cts = 40000"), encoding="utf-8")
     (tmp_path / "huge.toml").write_text(SEVEN.replace("num_cts = 0", "num_cts = 10000000000"), encoding="utf-8")
+    (tmp_path / "spec.toml").write_text('[sweep]\nmodel = "tiny-llama"\npipeline = "fast"\n[axes]\nbatch = [1]\n')
 
 
 def _exit(argv) -> int:
@@ -55,6 +56,22 @@ INPUT_ERRORS = [
     (["run", "tiny-llama", "-p", "fast", "--target", "{tmp}/many.toml"], "exceeds the package limit"),
     (["inspect", "tiny-llama", "--target", "{tmp}/huge.toml"], "system.num_cts: must be <= 65534"),
     (["compile", "tiny-llama", "-p", " , ", "-o", "{tmp}/out"], "pipeline: empty pass name"),
+    # issue 47: sizes, combinations and addresses refused before any work
+    (["reproduce", "--batch8-context", "131072"], "--batch8-context: context 131072 x batch 1 needs"),
+    (["reproduce", "--batch8-context", "512"], "--batch8-context: 8 sequences of 512 tokens do not fit"),
+    (["reproduce", "--solve-budget-s", "5"], "--solve-budget-s: has no effect without --solve"),
+    (["run", "tiny-llama", "--functional", "--weights", "m.onnx", "--prompt", "1", "-o", "{tmp}/out"],
+     "-o: applies to the cost replay only; --functional would ignore it"),
+    (["run", "tiny-llama", "-p", "fast", "--save-logits", "{tmp}/l.npy"],
+     "--save-logits: applies to --functional only; the cost replay would ignore it"),
+    (["disasm", "{tmp}", "--force"], "--force: has no effect without -o FILE"),
+    (["trace", "-o", "{tmp}/t.jsonl", "--adapters", "a", "--requests", "2", "--rate", "1", "--think", "5"],
+     "--think: has no effect without --turns above 1:1"),
+    (["baseline", "tiny-llama", "--gpu", "h100", "--precision", "fp16", "--batch", "1", "--prompt", "8",
+      "--generate", "8", "--lora-mode", "merged"], "--lora-mode: has no effect without --lora"),
+    (["sweep", "{tmp}/spec.toml", "-o", "{tmp}/out", "--x", "itl_s"], "--x: has no effect without --plot"),
+    (["sweep", "{tmp}/spec.toml", "-o", "{tmp}/out", "--scheduler", "tcp://127.0.0.1:1"],
+     "--scheduler: cannot reach the Dask scheduler tcp://127.0.0.1:1"),
 ]
 
 FLAG_ERRORS = [
@@ -72,6 +89,12 @@ FLAG_ERRORS = [
     (["reproduce", "--context", "0"], "argument --context: must be >= 1 and <= 131072, got '0'"),
     (["reproduce", "--batch8-context", "-5"], "argument --batch8-context: must be >= 1"),
     (["viz", "{tmp}/out", "--max-events", "0"], "argument --max-events: must be >= 1 and <= 2000000"),
+    (["sweep", "{tmp}/spec.toml", "-o", "{tmp}/out", "--scheduler", "notaurl"],
+     "argument --scheduler: expected a Dask scheduler address"),
+    (["run", ""], "argument model: empty path"),
+    (["disasm", ""], "argument program: empty path"),
+    (["viz", ""], "argument out: empty path"),
+    (["thermal", ""], "argument out: empty path"),
 ]
 
 
@@ -88,8 +111,15 @@ def test_bad_values_are_one_input_error_line(tmp_path, capsys, argv, message):
 
 @pytest.mark.parametrize("argv, message", FLAG_ERRORS, ids=[" ".join(a)[:60] for a, _ in FLAG_ERRORS])
 def test_bad_flags_are_refused_by_argparse(tmp_path, capsys, argv, message):
+    _files(tmp_path)
     assert _exit([a.replace("{tmp}", str(tmp_path)) for a in argv]) == 2
     err = capsys.readouterr().err
-    last = err.rstrip("\n").splitlines()[-1]
-    assert last.startswith(f"primal {argv[0]}: error: ") and message in last, err
-    assert err.startswith("usage: ") and "Traceback" not in err
+    assert err.startswith(f"primal: {argv[0]}: ") and err.count("\n") == 1 and message in err, err
+    assert "Traceback" not in err
+
+
+def test_a_flag_is_taken_only_by_its_whole_name(tmp_path, capsys):
+    """``--forc`` is not ``--force``: an abbreviation argparse would accept could replace a file by accident."""
+    assert _exit(["disasm", str(tmp_path / "nothing"), "--forc"]) == 2
+    assert capsys.readouterr().err == ("primal: command line: unrecognized arguments: --forc "
+                                       "(primal --help lists the options)\n")

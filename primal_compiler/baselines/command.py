@@ -23,6 +23,7 @@ GPUS = ("a100", "h100", "h200")
 
 def baseline(args) -> dict:
     """The JSON report of one configuration (``format`` = ``primal-baseline``)."""
+    from primal_compiler.argtypes import unused
     from primal_compiler.baselines.engine import serve
     from primal_compiler.baselines.profile import load_engine
     from primal_compiler.frontend import load_model
@@ -30,6 +31,8 @@ def baseline(args) -> dict:
 
     if args.gpu not in GPUS:
         raise InputError("--gpu", f"unknown GPU {args.gpu!r}; known: {', '.join(GPUS)}")
+    if args.lora is None and args.lora_mode != "unmerged":
+        raise unused("--lora-mode", "--lora")
     engine = load_engine(args.engine)
     model = load_model(args.model, args.lora)
     s = serve(model, load_gpu_target(args.gpu, "--gpu"), engine, precision=args.precision, kv_bits=args.kv_bits,

@@ -9,9 +9,16 @@ import sys
 from primal_compiler.errors import InputError
 from primal_compiler.serve.costs import SEED_ZERO_FRACTION, Policy
 
+#: ``primal trace --think``'s default: mean seconds between a conversation's turns.
+THINK_S = 30.0
+
 
 def cmd_serve(args) -> None:
+    from primal_compiler.argtypes import unused
     from primal_compiler.serve.report import render_serve
+
+    if args.force and args.perfetto is None:
+        raise unused("--force", "--perfetto FILE")
 
     policy = Policy(prefetch=not args.no_prefetch, sparse=not args.no_sparse, max_batch=args.max_batch,
                     zero_fraction=args.zero_fraction, context_save=not args.no_context_save)
@@ -35,23 +42,28 @@ def _range(text: str) -> tuple[int, int]:
 
 
 def cmd_trace(args) -> None:
-    from primal_compiler.outdir import output_file
+    from primal_compiler.argtypes import unused
+    from primal_compiler.outdir import check_destination, existing, output_file
     from primal_compiler.serve.run import adapters
     from primal_compiler.serve.trace import poisson_trace, trace_jsonl
 
     if not args.output.endswith(".jsonl"):
         raise InputError(args.output, "a generated trace is written as .jsonl")
+    if args.turns == (1, 1) and args.think != THINK_S:
+        raise unused("--think", "--turns above 1:1")
+    inputs = existing(*args.adapters)
+    check_destination(args.output, args.force, directory=False, inputs=inputs)
     names, _ = adapters(tuple(args.adapters))  # as serve names them: a directory by its last path component
     trace = poisson_trace(args.requests, args.rate, names, args.zipf, args.prompt, args.generate, args.seed,
                           args.turns, args.think, args.context)
-    with output_file(args.output, args.force) as f:
+    with output_file(args.output, args.force, inputs=inputs) as f:
         f.write(trace_jsonl(trace).encode("utf-8"))
     print(f"wrote {args.output} ({len(trace):,} requests over {trace.arrival_s[-1]:.4g} s)")
 
 
 def add_parsers(sub) -> None:
     """Register ``serve`` and ``trace`` on an argparse subparsers object."""
-    from primal_compiler.argtypes import float_arg, int_arg, option_arg, pipeline_arg
+    from primal_compiler.argtypes import float_arg, int_arg, option_arg, path_arg, pipeline_arg
 
     sp = sub.add_parser("serve", help="replay a request trace over several adapters: per-request TTFT and ITL, "
                                       "throughput, tokens/J, adapter switches (docs/serving.md)")
@@ -62,7 +74,7 @@ def add_parsers(sub) -> None:
     sp.add_argument("--adapters", nargs="+", required=True,
                     help="the adapters: names, or PEFT adapter directories (named by their last path component); "
                          "the trace refers to these names")
-    sp.add_argument("--trace", required=True, help="requests: a .jsonl or .csv file (docs/serving.md)")
+    sp.add_argument("--trace", type=path_arg, required=True, help="requests: a .jsonl or .csv file (docs/serving.md)")
     sp.add_argument("--target", default="primal-7nm", help="bundled target name or a .toml path")
     sp.add_argument("-p", "--pipeline", type=pipeline_arg, default="default",
                     help="pipeline whose placement passes place the model (default: default)")
@@ -97,8 +109,8 @@ def add_parsers(sub) -> None:
     sp.add_argument("--turns", type=_range, default=(1, 1),
                     help="turns per conversation LOW:HIGH, uniform (default 1:1: every request on its own); "
                          "conversations start at RATE over the mean turn count")
-    sp.add_argument("--think", type=float_arg(0.0, 1e9), default=30.0,
-                    help="mean seconds between a conversation's turns, exponential (default 30)")
+    sp.add_argument("--think", type=float_arg(0.0, 1e9), default=THINK_S,
+                    help=f"mean seconds between a conversation's turns, exponential (default {THINK_S:g})")
     sp.add_argument("--context", type=option_arg("kv-ring", "context"), default=2048,
                     help="a conversation ends before the turn that would take it past this many tokens (2048)")
     sp.add_argument("--seed", type=int_arg(0, 2**32 - 1), default=0)

@@ -19,18 +19,21 @@ import argparse
 from primal_compiler.errors import InputError
 from primal_compiler.sweep.load import MAX_POINTS
 
+#: The Pareto plot's default axes (``--x``, ``--y``).
+X_DEFAULT, Y_DEFAULT = "tokens_per_s", "tokens_per_j"
+
 
 def add_parser(sub) -> argparse.ArgumentParser:
     """Register ``sweep`` on an argparse subparsers object."""
-    from primal_compiler.argtypes import float_arg, int_arg
+    from primal_compiler.argtypes import float_arg, int_arg, path_arg, scheduler_arg
 
     sp = sub.add_parser("sweep", help="compile and replay every point of a design-space sweep into Parquet",
                         description="Run a sweep spec (docs/sweep.md) on a local process pool or a Dask cluster; "
                                     "rows are appended to RESULTS as points finish and a rerun resumes.")
-    sp.add_argument("spec", help="sweep spec (.toml): [sweep] defaults, [axes] or [[grid]] tables")
+    sp.add_argument("spec", type=path_arg, help="sweep spec (.toml): [sweep] defaults, [axes] or [[grid]] tables")
     sp.add_argument("-o", "--output", required=True, help="results directory (a Parquet dataset)")
     where = sp.add_mutually_exclusive_group()
-    where.add_argument("--scheduler", default=None, help="run on a Dask cluster: tcp://HOST:PORT")
+    where.add_argument("--scheduler", type=scheduler_arg, default=None, help="run on a Dask cluster: tcp://HOST:PORT")
     where.add_argument("--scheduler-file", default=None, help="run on the Dask cluster of this scheduler file")
     sp.add_argument("--connect-timeout", type=float_arg(0.0, 3600.0), default=10.0, metavar="S",
                     help="seconds to wait for the Dask scheduler (default 10)")
@@ -39,8 +42,8 @@ def add_parser(sub) -> argparse.ArgumentParser:
     sp.add_argument("--flush-every", type=float_arg(0.0, 3600.0), default=1.0, metavar="S",
                     help="write finished rows at least every S seconds (default 1; 0 = as each point finishes)")
     sp.add_argument("--plot", action="store_true", help="draw RESULTS/pareto.png and RESULTS/sensitivity.png")
-    sp.add_argument("--x", default="tokens_per_s", help="Pareto x metric, METRIC[:max|:min] (default tokens_per_s)")
-    sp.add_argument("--y", default="tokens_per_j", help="Pareto y metric, METRIC[:max|:min] (default tokens_per_j)")
+    sp.add_argument("--x", default=X_DEFAULT, help=f"Pareto x metric, METRIC[:max|:min] (default {X_DEFAULT})")
+    sp.add_argument("--y", default=Y_DEFAULT, help=f"Pareto y metric, METRIC[:max|:min] (default {Y_DEFAULT})")
     sp.add_argument("--no-progress", action="store_true", help="no progress bar")
     sp.add_argument("--max-points", type=int_arg(1, 10**12), default=MAX_POINTS, metavar="N",
                     help=f"refuse a spec of more than N points (default {MAX_POINTS:,})")
@@ -49,12 +52,16 @@ def add_parser(sub) -> argparse.ArgumentParser:
 
 
 def cmd_sweep(args) -> None:
+    from primal_compiler.argtypes import unused
     from primal_compiler.sweep.backends import open_backend
     from primal_compiler.sweep.metrics import check_metric, columns
     from primal_compiler.sweep.plot import direction
     from primal_compiler.sweep.runner import run_sweep
     from primal_compiler.sweep.load import load_spec
 
+    for flag, value, default in (("--x", args.x, X_DEFAULT), ("--y", args.y, Y_DEFAULT)):
+        if value != default and not args.plot:
+            raise unused(flag, "--plot")
     spec = load_spec(args.spec, max_points=args.max_points)
     if args.plot:
         kept = columns(spec.metrics)

@@ -36,11 +36,11 @@ def cmd_thermal(args) -> None:
 
 def add_parser(sub) -> None:
     """Register ``thermal`` on an argparse subparsers object."""
-    from primal_compiler.argtypes import float_arg
+    from primal_compiler.argtypes import float_arg, path_arg
 
     sp = sub.add_parser("thermal", help="every CT's die temperature and ADC offset under a replayed phase's "
                                         "power, sustained (a compact RC model of the package)")
-    sp.add_argument("out", help="compile output directory or program.primal")
+    sp.add_argument("out", type=path_arg, help="compile output directory or program.primal")
     sp.add_argument("--target", default=None, help="target name (default: the one recorded in the program)")
     sp.add_argument("--phase", choices=PHASES, default="decode",
                     help="whose power heats the package: the decode window (default) or the prefill")

@@ -80,14 +80,14 @@ def cmd_viz(args) -> None:
 
 def add_parser(sub) -> None:
     """Register ``viz`` on an argparse subparsers object."""
-    from primal_compiler.argtypes import int_arg
+    from primal_compiler.argtypes import int_arg, path_arg
 
     sp = sub.add_parser("viz", help="placement maps, traffic heat-maps, hop histograms, power timelines, "
                                     "a Perfetto trace and an HTML report of a compiled program")
-    sp.add_argument("out", help="compile output directory (holding program.primal and records.json)")
+    sp.add_argument("out", type=path_arg, help="compile output directory (holding program.primal and records.json)")
     sp.add_argument("-o", "--output", default=None, help="directory to write (default OUT/viz)")
     sp.add_argument("--force", action="store_true", help="replace DIR if it is an earlier primal viz output")
-    sp.add_argument("--compare", default=None, metavar="OTHER_OUT",
+    sp.add_argument("--compare", type=path_arg, default=None, metavar="OTHER_OUT",
                     help="a second compile output drawn beside OUT in the hop histogram")
     sp.add_argument("--format", choices=FORMATS, default="png", help="picture format (default png)")
     sp.add_argument("--target", default=None, help="target name (default: the one recorded in the program)")
