@@ -14,8 +14,11 @@ UTF-8 JSON of at most 64 MiB and the weights at most
 integer, ``lora_alpha`` and every ``alpha_pattern`` value a positive finite
 number, ``use_rslora`` a boolean, pattern keys module names (PEFT allows
 regular expressions there; they are refused rather than run, since a
-user's pattern could take exponential time); every LoRA tensor finite (a NaN
-or an infinity is refused naming the tensor).
+user's pattern could take exponential time), and nothing but plain LoRA
+(:mod:`~primal_compiler.frontend.peft_config`, which reads the config); every
+LoRA tensor finite (a NaN or an infinity is refused naming the tensor), and no
+tensor but LoRA factors (a DoRA magnitude, a LoRA bias or a saved module is
+refused naming it).
 
 :func:`read_adapter` is what ``--adapter`` compiles with: the LoRA spec per
 role from the config (``target_modules``, ``r``, ``lora_alpha``, and
@@ -26,7 +29,6 @@ tensor data is read); :func:`attach_adapter` puts it on the model.
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from dataclasses import dataclass
@@ -38,8 +40,9 @@ import numpy as np
 from primal_compiler.errors import InputError, one_line
 from primal_compiler.frontend.lora_spec import (ALIASES, LAYER_ROLES, MAX_ALPHA, MAX_RANK, attach_lora, lora_of,
                                                 lora_text, set_lora)
+from primal_compiler.frontend.peft_config import read_config
 from primal_compiler.frontend.weights import ModelWeights, ProjectionWeights, check_lora
-from primal_compiler.inputs import TEXT_LIMIT_BYTES, read_text, regular_file
+from primal_compiler.inputs import regular_file
 from primal_compiler.ir.model import LoRA, Model, Role
 
 ADAPTER_CONFIG = "adapter_config.json"
@@ -50,7 +53,6 @@ ADAPTER_LIMIT_BYTES = 64 << 30
 # base_model.model.model.layers.3.self_attn.q_proj.lora_A.weight (optionally lora_A.<adapter>.weight)
 _LORA_KEY = re.compile(r"^(?P<module>.+)\.lora_(?P<part>[AB])(?:\.(?P<adapter>[^.]+))?\.weight$")
 _LAYER_PATH = re.compile(r"(?:^|\.)(?:layers|h|blocks|layer)\.(?P<index>[0-9]{1,6})\.(?P<path>.+)$")
-_MODULE_NAME = re.compile(r"\^?[A-Za-z0-9_.]+")
 _DTYPES: dict[str, Any] = {"F64": np.float64, "F32": np.float32, "F16": np.float16, "BF16": "bfloat16"}  # bfloat16: ml_dtypes
 
 
@@ -75,7 +77,7 @@ def load_peft_adapter(path: str | Path, *, shapes_only: bool = False) -> ModelWe
         hint = " (only the pickled adapter_model.bin is there; re-save with safe_serialization=True)" if (
             directory / "adapter_model.bin").exists() else ""
         raise InputError(str(weights_path), f"missing: a PEFT adapter directory needs {ADAPTER_WEIGHTS}{hint}")
-    config = _adapter_config(config_path)
+    config = read_config(config_path)
     tensors = _safetensors(weights_path, shapes_only)
     where = str(weights_path)
 
@@ -154,7 +156,7 @@ def read_adapter(path: str | Path, model: Model) -> Adapter:
     """
     config_path = Path(path) / ADAPTER_CONFIG
     shapes = load_peft_adapter(path, shapes_only=True)  # checks the directory, its config and the headers
-    config = _adapter_config(config_path)
+    config = read_config(config_path)
     where = str(config_path)
     present = {lin.role for layer in model.layers for lin in layer.linears}
     names = _target_modules(where, config["target_modules"], present)
@@ -247,92 +249,6 @@ def _present(path: Path) -> bool:
         return path.exists() or path.is_symlink()
     except (OSError, ValueError) as exc:  # a name too long, a NUL byte
         raise InputError(str(path), f"cannot read: {getattr(exc, 'strerror', None) or exc}") from None
-
-
-def _adapter_config(path: Path) -> dict[str, Any]:
-    where = str(path)
-    text = read_text(path, TEXT_LIMIT_BYTES, "adapter config")
-    try:
-        raw = json.loads(text)
-    except (ValueError, RecursionError) as exc:  # JSONDecodeError, an integer of over 4300 digits, deep nesting
-
-        raise InputError(where, f"not readable JSON ({type(exc).__name__}: {one_line(exc, 200)})") from None
-    if not isinstance(raw, dict):
-        raise InputError(where, "not a JSON object")
-    kind = raw.get("peft_type", "LORA")
-    if str(kind).upper() != "LORA":
-        raise InputError(where, f"peft_type is {kind}, not LORA")
-    if "r" not in raw:
-        raise InputError(where, "has no r (the LoRA rank)")
-    r = raw["r"]
-    alpha = raw["lora_alpha"] if "lora_alpha" in raw else r
-    _check_rank(where, "r", r)
-    _check_alpha(where, "lora_alpha", alpha)
-    rank_pattern = raw.get("rank_pattern") or {}
-    alpha_pattern = raw.get("alpha_pattern") or {}
-    if not isinstance(rank_pattern, dict) or not isinstance(alpha_pattern, dict):
-        raise InputError(where, "rank_pattern and alpha_pattern must be JSON objects")
-    for name, patterns, check in (("rank_pattern", rank_pattern, _check_rank),
-                                  ("alpha_pattern", alpha_pattern, _check_alpha)):
-        for key, value in patterns.items():
-            if not _MODULE_NAME.fullmatch(key):
-                raise InputError(where, f"{name} key {key!r} is not a module name (regular expressions are "
-                                        "not supported)")
-            check(where, f"{name}[{key!r}]", value)
-    rslora = raw.get("use_rslora", False)
-    if not isinstance(rslora, bool):
-        raise InputError(where, f"use_rslora must be true or false, got {rslora!r}")
-    _check_semantics(where, raw)
-    return {
-        "r": r,
-        "lora_alpha": float(alpha),  # a positive finite number: checked above
-        "target_modules": raw.get("target_modules"),
-        "rank_pattern": rank_pattern,
-        "rank_default": not rank_pattern,  # every module has rank r unless a pattern overrides it
-        "alpha_pattern": {key: float(value) for key, value in alpha_pattern.items()},
-        "use_rslora": rslora,
-    }
-
-
-#: ``adapter_config.json`` fields that change what the adapter computes beyond ``h += scale * x @ A @ B`` on a
-#: projection, with the value that leaves it plain LoRA, and what they add (PEFT's ``LoraConfig``). An adapter
-#: setting one otherwise is refused naming the field, never replayed as plain LoRA.
-NOT_PLAIN: dict[str, tuple[Any, str]] = {
-    "use_dora": (False, "weight-decomposed LoRA (DoRA) rescales each output column by a learned magnitude"),
-    "lora_bias": (False, "lora_B carries a bias vector"),
-    "bias": ("none", "the adapter trains and stores the base layers' biases"),
-    "modules_to_save": (None, "the adapter stores whole replacement modules"),
-    "layer_replication": (None, "the adapter duplicates base layers"),
-    "trainable_token_indices": (None, "the adapter retrains rows of the embedding"),
-    "target_parameters": (None, "LoRA on raw parameters (such as expert weights), not on projections"),
-    "use_qalora": (False, "QA-LoRA pools the adapter's input by quantization group"),
-}
-
-
-def _check_semantics(where: str, raw: dict[str, Any]) -> None:
-    """Refuse a config whose adapter is more than plain LoRA factors (:data:`NOT_PLAIN`).
-
-    ``fan_in_fan_out`` is read, not refused: it only tells PEFT to transpose ``B @ A`` when merging it into
-    a weight stored ``in x out`` (GPT-2's Conv1D); the factors are stored ``r x in`` and ``out x r`` either way
-    and PEFT's unmerged forward, ``lora_B(lora_A(x)) * scaling``, does not read it.
-    """
-    for field, (plain, meaning) in NOT_PLAIN.items():
-        value = raw.get(field, plain)
-        if value != plain and value not in ([], {}, False, None):
-            raise InputError(where, f"{field} is {json.dumps(value)[:60]}: {meaning}, which this compiler does not "
-                                    f"model; only plain LoRA adapters are read ({field}: {json.dumps(plain)})")
-    if not isinstance(raw.get("fan_in_fan_out", False), bool):
-        raise InputError(where, f"fan_in_fan_out must be true or false, got {raw['fan_in_fan_out']!r}")
-
-
-def _check_rank(where: str, what: str, value: Any) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise InputError(where, f"{what} must be a positive integer, got {value!r}")
-
-
-def _check_alpha(where: str, what: str, value: Any) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
-        raise InputError(where, f"{what} must be a positive finite number, got {value!r}")
 
 
 def _pattern(patterns: dict[str, float], module: str, default: float) -> float:

@@ -1,6 +1,6 @@
 """An adapter is plain LoRA or it is refused: the ``adapter_config.json`` fields and tensors that make an adapter
 compute more than ``h += scale * x @ A @ B`` (DoRA, LoRA biases, saved modules, ...) are refused naming the
-field or tensor (``peft.NOT_PLAIN``); ``fan_in_fan_out``, which changes only how PEFT merges, is read, and the
+field or tensor (``peft_config.NOT_PLAIN``); ``fan_in_fan_out``, which changes only how PEFT merges, is read, and the
 replay with it equals onnxruntime on the weights PEFT's merge gives (``W + transpose(B @ A) * scaling`` on
 GPT-2's Conv1D weights, stored ``in x out``).
 """
@@ -16,7 +16,7 @@ from safetensors.numpy import load_file, save_file
 
 from primal_compiler.cli import main
 from primal_compiler.frontend import load_model
-from primal_compiler.frontend.peft import NOT_PLAIN
+from primal_compiler.frontend.peft_config import NOT_PLAIN
 from primal_compiler.ir.model import Role
 from tests.frontend.test_weights import write_adapter
 

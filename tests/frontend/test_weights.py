@@ -291,4 +291,6 @@ def test_peft_key_errors(tmp_path, tiny):
     save_file(tensors, str(d / "adapter_model.safetensors"))
     assert "has no lora_B" in _err(d).problem
     save_file({"base_model.model.lm_head.weight": np.ones((2, 2), np.float32)}, str(d / "adapter_model.safetensors"))
+    assert "holds base_model.model.lm_head.weight, which is not a LoRA factor" in _err(d).problem  # a saved module
+    save_file({}, str(d / "adapter_model.safetensors"))
     assert "no LoRA weights" in _err(d).problem
