@@ -20,6 +20,7 @@ from pathlib import Path
 from primal_compiler.errors import InputError, one_line
 from primal_compiler.outdir import check_destination, existing
 from primal_compiler.signals import Terminated, handled, received
+from primal_compiler.terminal import Parser, reopen_closed_streams
 
 
 def _target(name: str):
@@ -203,20 +204,6 @@ def cmd_targets(args) -> None:
         raise SystemExit(2)
 
 
-class Parser(argparse.ArgumentParser):
-    """argparse as every verb uses it: flags only by their whole names (``--forc`` is an error, not ``--force``)
-    and a refused argument as one :class:`InputError` line (``primal: run: argument --batch: ...``, exit 2)
-    instead of the usage block."""
-
-    def __init__(self, *args, **kwargs) -> None:
-        kwargs["allow_abbrev"] = False
-        super().__init__(*args, **kwargs)
-
-    def error(self, message: str):  # type: ignore[override]
-        verb = self.prog.partition(" ")[2] or "command line"
-        raise InputError(verb, f"{message} ({self.prog} --help lists the options)")
-
-
 def build_parser() -> argparse.ArgumentParser:
     from primal_compiler.argtypes import float_arg, int_arg, layout_rules_arg, option_arg, path_arg, pipeline_arg
     from primal_compiler.transforms.codegen import DEFAULT_GENERATE, DEFAULT_REPLAYED, MAX_GENERATE
@@ -372,6 +359,9 @@ def _run(argv: list[str] | None) -> int:
             interrupted = received() == signal.SIGINT
             print("primal: interrupted" if interrupted else "primal: terminated", file=sys.stderr)
             return 130 if interrupted else 143
+        if isinstance(exc, OSError) and exc.filename is not None:  # the system refused a path the user named
+            print(f"primal: {one_line(str(exc.filename), 300)}: {exc.strerror or type(exc).__name__}", file=sys.stderr)
+            return 2
         debug = bool(getattr(args, "debug", False))
         if debug:
             traceback.print_exc()
@@ -382,27 +372,10 @@ def _run(argv: list[str] | None) -> int:
     return 0
 
 
-def _reopen_closed_streams() -> None:
-    """A standard stream closed before we started (``primal passes >&-``) becomes ``/dev/null``: it reads as
-    empty and discards what is written. Python leaves such a stream ``None`` (an error line printed to a
-    ``None`` stderr lands on stdout), and the free descriptor would be the next file opened, an output file
-    included, where a native library's writes to fd 1 or 2 would then land."""
-    for fd, name, flags, mode in ((0, "stdin", os.O_RDONLY, "r"), (1, "stdout", os.O_WRONLY, "w"),
-                                  (2, "stderr", os.O_WRONLY, "w")):
-        try:
-            os.fstat(fd)
-        except OSError:
-            null = os.open(os.devnull, flags)
-            if null != fd:
-                os.dup2(null, fd)
-                os.close(null)
-            setattr(sys, name, open(fd, mode, encoding="utf-8", closefd=False))
-
-
 def main(argv: list[str] | None = None) -> int:
     """Run one command; the exit code is 0, 2 (bad input), 70 (internal error), 130/143 (SIGINT/SIGTERM),
     141 (stdout's reader went away)."""
-    _reopen_closed_streams()
+    reopen_closed_streams()
     with handled():
         return _run(argv)
 

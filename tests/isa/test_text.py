@@ -217,8 +217,8 @@ def test_cli_failures_exit_2_and_write_nothing(tmp_path, capsys):
     assert err == f"primal: {tmp_path / 'bad.s'}: line 6: unknown opcode 'BCST'\n"
     save_program(tmp_path / "p.primal", *small_program())
     before = (tmp_path / "p.primal").read_bytes()
-    assert main(["asm", str(tmp_path / "bad.s"), "-o", str(tmp_path / "p.primal")]) == 2
-    assert (tmp_path / "p.primal").read_bytes() == before  # the old program is kept
+    assert main(["asm", str(tmp_path / "bad.s"), "-o", str(tmp_path / "p.primal"), "--force"]) == 2
+    assert (tmp_path / "p.primal").read_bytes() == before  # the old program is kept, even with --force
     (tmp_path / "p.primal").write_bytes(before[:-1] + bytes([before[-1] ^ 1]))
     assert main(["disasm", str(tmp_path / "p.primal"), "-o", str(tmp_path / "p.txt")]) == 2
     assert main(["disasm", str(tmp_path / "missing")]) == 2
