@@ -82,34 +82,13 @@ def test_fan_in_fan_out_replays_as_peft_merges_it_into_gpt2_conv1d(tmp_path):
     ``W + transpose(B @ A) * scaling``, which in the IR's layout (``a`` = A.T, ``b`` = B.T) is ``W + a @ b * s``.
     The replay with the unmerged adapter must equal onnxruntime on a copy of the file with that merge."""
     pytest.importorskip("onnxruntime")
-    import onnx
-    from onnx import numpy_helper
+    from tests.frontend.merged import replay_and_merged
 
-    from primal_compiler.frontend.onnx_import import recognise_onnx
-    from primal_compiler.functional import compile_for_replay, replay_functional
-    from primal_compiler.report.check import ort_greedy
-    from primal_compiler.target import load_primal_target
-
-    base = load_model(str(GPT2))
-    factors = write_adapter(tmp_path / "ad", base, roles=(Role.FC1,), rank=4, alpha=8.0,
+    factors = write_adapter(tmp_path / "ad", load_model(str(GPT2)), roles=(Role.FC1,), rank=4, alpha=8.0,
                             names={Role.FC1: "mlp.c_fc"}, prefix="base_model.model.transformer.h",
                             config={"fan_in_fan_out": True})
-    merged = onnx.load(GPT2)
-    inits = {t.name: t for t in merged.graph.initializer}
-    found = recognise_onnx(GPT2)
-    for (layer, role), (a, b) in factors.items():
-        name = found.projections[(layer, role)].weight
-        w = numpy_helper.to_array(inits[name])
-        delta = (b.T @ a.T).T * 2.0  # transpose(B @ A) * (alpha / r), PEFT's Conv1D merge
-        inits[name].CopyFrom(numpy_helper.from_array((w + delta).astype(np.float32), name))
-    onnx.save(merged, tmp_path / "merged.onnx")
-    target = load_primal_target("primal-7nm")
-    model = load_model(str(GPT2), adapter=str(tmp_path / "ad"))
-    program = compile_for_replay(model, target, 4, 3, "fast")
-    got = replay_functional(program, target, str(GPT2), str(tmp_path / "ad"), prompt=[1, 2, 3, 4], generate=3)
-    want = ort_greedy(tmp_path / "merged.onnx", [1, 2, 3, 4], 3)
-    assert np.abs(got.logits - want).max() / np.abs(want).max() < 1e-5
-    plain = ort_greedy(GPT2, [1, 2, 3, 4], 3)
+    assert json.loads((tmp_path / "ad" / "adapter_config.json").read_text())["fan_in_fan_out"] is True
+    # PEFT's Conv1D merge: W (in x out) + transpose(B @ A) * (alpha / r), B @ A being (a @ b).T
+    got, want, plain = replay_and_merged(GPT2, tmp_path / "ad", factors, lambda a, b: (b.T @ a.T).T * 2.0, tmp_path)
+    assert np.abs(got - want).max() / np.abs(want).max() < 1e-5
     assert np.abs(plain - want).max() / np.abs(want).max() > 1e-3  # the adapter changes the logits
-    config = json.loads((tmp_path / "ad" / "adapter_config.json").read_text())
-    assert config["fan_in_fan_out"] is True

@@ -109,35 +109,16 @@ def test_an_adapter_on_a_per_head_qkv_computes_as_the_merged_weights(tmp_path):
     """LoRA on GPT-NeoX's query_key_value: B's columns follow the file's head-by-head order, as W's do. The
     replay with the unmerged adapter must equal onnxruntime on a copy of the file with W + scale * A @ B."""
     pytest.importorskip("onnxruntime")
-    import onnx
-    from onnx import numpy_helper
-
-    from primal_compiler.frontend import load_model
-    from primal_compiler.frontend.onnx_import import recognise_onnx
-    from primal_compiler.functional import compile_for_replay, replay_functional
-    from primal_compiler.report.check import ort_greedy
-    from primal_compiler.target import load_primal_target
+    from tests.frontend.merged import replay_and_merged
     from tests.frontend.test_weights import write_adapter
 
     path = FAMILIES / "gpt_neox.onnx"
-    base = load_onnx(path)
-    factors = write_adapter(tmp_path / "adapter", base, roles=(Role.QKV,), rank=4, alpha=8.0,
+    factors = write_adapter(tmp_path / "adapter", load_onnx(path), roles=(Role.QKV,), rank=4, alpha=8.0,
                             names={Role.QKV: "attention.query_key_value"}, prefix="base_model.model.gpt_neox.layers")
-    merged = onnx.load(path)
-    inits = {t.name: t for t in merged.graph.initializer}
-    for (layer, _), (a, b) in factors.items():
-        name = recognise_onnx(path).projections[(layer, Role.QKV)].weight
-        w = numpy_helper.to_array(inits[name])  # in x out: MatMul's right operand, columns as the file runs them
-        inits[name].CopyFrom(numpy_helper.from_array((w + 2.0 * a @ b).astype(np.float32), name))
-    onnx.save(merged, tmp_path / "merged.onnx")
-    target = load_primal_target("primal-7nm")
-    model = load_model(str(path), adapter=str(tmp_path / "adapter"))
-    program = compile_for_replay(model, target, 4, 3, "fast")
-    got = replay_functional(program, target, str(path), str(tmp_path / "adapter"), prompt=[1, 2, 3, 4], generate=3)
-    want = ort_greedy(tmp_path / "merged.onnx", [1, 2, 3, 4], 3)
+    # W is MatMul's right operand (in x out), its columns as the file runs them
+    got, want, plain = replay_and_merged(path, tmp_path / "adapter", factors, lambda a, b: 2.0 * a @ b, tmp_path)
     scale = np.abs(want).max()
-    assert np.abs(got.logits - want).max() / scale < 1e-5
-    plain = ort_greedy(path, [1, 2, 3, 4], 3)
+    assert np.abs(got - want).max() / scale < 1e-5
     assert np.abs(plain - want).max() / scale > 1e-3  # the adapter moves the logits
 
 
