@@ -94,10 +94,10 @@ FUNCTIONAL_ONLY = (("--weights", "weights"), ("--prompt", "prompt"), ("--precisi
 
 def _check_replay_options(args) -> None:
     """Refuse, before any work, an option set away from its default that the chosen replay would ignore."""
-    wrong, other = (COST_ONLY, "the cost replay") if args.functional else (FUNCTIONAL_ONLY, "--functional")
+    wrong, other, mode = ((COST_ONLY, "the cost replay", "--functional") if args.functional
+                          else (FUNCTIONAL_ONLY, "--functional", "the cost replay"))
     ignored = [flag for flag, dest in wrong if getattr(args, dest) != args.defaults[dest]]
     if ignored:
-        mode = "--functional" if args.functional else "the cost replay"
         raise InputError(ignored[0], f"applies to {other} only; {mode} would ignore it")
 
 

@@ -201,14 +201,7 @@ def existing(*given: str | os.PathLike | None) -> tuple[str, ...]:
     """Those ``given`` argument values that name an existing path: the files a verb reads (a model, a target
     or pipeline TOML, a trace, an adapter directory), which its outputs may not replace. A built-in name
     (``tiny-llama``, ``primal-7nm``) names no path and is left out."""
-    out = []
-    for value in given:
-        try:
-            if value is not None and str(value) and os.path.lexists(value):
-                out.append(str(value))
-        except (OSError, ValueError):  # a name too long, a NUL byte: not a file anyone can have
-            continue
-    return tuple(out)
+    return tuple(str(v) for v in given if v is not None and str(v) and os.path.lexists(v))  # lexists: never raises
 
 
 def check_destination(dest: str | os.PathLike, force: bool, directory: bool, need_bytes: int = 0,
