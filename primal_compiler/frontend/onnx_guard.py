@@ -25,6 +25,8 @@ outside the projections (and their LoRA scale), each node must:
   inside a verified activation or the attention (masks), or to the token
   embedding as a static export's folded positions (:func:`folded_positions`:
   one row per position; any other constant there is refused).
+
+A mixture of experts is refused as one before any pattern is sought (:func:`refuse_experts`).
 """
 
 from __future__ import annotations
@@ -50,6 +52,21 @@ NORM_ONLY = frozenset({"LayerNormalization", "SimplifiedLayerNormalization", "RM
                        "SkipLayerNormalization", "SkipSimplifiedLayerNormalization", "ReduceMean"})
 #: Ops allowed only inside an MLP activation.
 ACTIVATION_ONLY = frozenset({"Tanh", "Erf", "Sigmoid", "Relu", "Gelu", "FastGelu", "BiasGelu"})
+
+
+#: Ops that route tokens to experts: TopK over a router's scores (every torch.onnx export of Mixtral, Qwen-MoE,
+#: OLMoE, DeepSeek-MoE) and onnxruntime's fused mixture-of-experts contrib ops.
+EXPERT_OPS = frozenset({"TopK", "MoE", "QMoE", "SparseMoE"})
+
+
+def refuse_experts(g: GraphIndex) -> None:
+    """A mixture of experts is refused as one, naming the routing node, before any pattern is sought (its
+    expert MLPs would otherwise be refused as whatever pattern they first fail)."""
+    for i, node in enumerate(g.nodes):
+        if node.op_type in EXPERT_OPS:
+            label = f"node {node.name or '#' + str(i)} ({node.op_type})"
+            raise PatternError(f"a mixture of experts: {label} routes each token to its top experts; "
+                               "mixture-of-experts models are not supported yet")
 
 
 def folded_positions(g: GraphIndex, x: str, hidden: int):

@@ -70,7 +70,7 @@ from primal_compiler.errors import InputError, one_line
 from primal_compiler.frontend.onnx_check import read_onnx
 from primal_compiler.frontend.onnx_decoder import Decoder, Layer, g_name
 from primal_compiler.frontend.onnx_graph import GraphIndex, PatternError, Weight, attr
-from primal_compiler.frontend.onnx_guard import check_accounted, embed_scale, folded_positions
+from primal_compiler.frontend.onnx_guard import check_accounted, embed_scale, folded_positions, refuse_experts
 from primal_compiler.frontend.onnx_mlp import assign_mlp
 from primal_compiler.frontend.onnx_alibi import alibi_slopes
 from primal_compiler.frontend.onnx_params import (
@@ -137,6 +137,7 @@ def _recognise(model: onnx.ModelProto, path: Path) -> Recognised:
 
         model = onnx.inliner.inline_local_functions(model)
     g = GraphIndex(model, path.parent, dequantize_graph(model))
+    refuse_experts(g)
     projections = pair_lora(g, find_weight_matmuls(g))
     if not projections:
         raise PatternError("no decoder layers found (no MatMul/Gemm with a weight initializer)")
