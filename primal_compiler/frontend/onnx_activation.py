@@ -17,7 +17,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from primal_compiler.frontend.onnx_graph import TRANSPARENT, GraphIndex, PatternError, attr
+from primal_compiler.frontend.onnx_graph import HALF_EPS, TRANSPARENT, GraphIndex, PatternError, attr
 from primal_compiler.frontend.onnx_project import depends_on
 from primal_compiler.ir.model import Activation
 
@@ -52,6 +52,7 @@ def verify_activation(g: GraphIndex, barriers: frozenset[int], start: str, end: 
     whose output is the operand it brings to the first node that also takes another (the up projection's).
     """
     values: dict[str, np.ndarray] = {start: PROBE}
+    tolerance = [TOLERANCE]  # plus the rounding of each half-precision constant read (fp16 2^-11, bf16 2^-8)
     region, _ = g.forward([start], barriers)
     used: set[int] = set()
     out = None
@@ -60,7 +61,7 @@ def verify_activation(g: GraphIndex, barriers: frozenset[int], start: str, end: 
         label = f"node {node.name or '#' + str(i)} ({node.op_type})"
         if not any(x in values for x in node.input):
             continue
-        given = [values[x] if x in values else _scalar(g, x) for x in node.input]
+        given = [values[x] if x in values else _scalar(g, x, tolerance) for x in node.input]
         if any(a is None for a in given[: 2 if node.op_type in _BINARY else 1]):
             if end is None:  # the gate meets the up projection here
                 out = next(values[x] for x in node.input if x in values)
@@ -89,7 +90,7 @@ def verify_activation(g: GraphIndex, barriers: frozenset[int], start: str, end: 
     want = REFERENCE[kind](PROBE)
     with np.errstate(all="ignore"):
         err = np.abs(out - want) / (1.0 + np.abs(want))
-    if not err.max() <= TOLERANCE:
+    if not err.max() <= sum(tolerance):
         worst = int(np.nanargmax(np.where(np.isnan(err), np.inf, err)))
         first = g.nodes[min(used)] if used else None
         name = f" at node {first.name or min(used)} ({first.op_type})" if first is not None else ""
@@ -98,8 +99,10 @@ def verify_activation(g: GraphIndex, barriers: frozenset[int], start: str, end: 
     return used
 
 
-def _scalar(g: GraphIndex, name: str) -> np.ndarray | None:
+def _scalar(g: GraphIndex, name: str, tolerance: list[float]) -> np.ndarray | None:
     value = g.const(name, limit=1) if name else None
+    if value is not None and value.dtype.name in HALF_EPS:
+        tolerance.append(HALF_EPS[value.dtype.name] / 2)  # rounded to nearest: half an epsilon at most
     return None if value is None else np.full((), value.reshape(-1)[0], np.float64)
 
 

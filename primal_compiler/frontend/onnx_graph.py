@@ -38,6 +38,9 @@ if TYPE_CHECKING:
 
 # Ops that pass a value through unchanged in the sense that matters here
 # (same data, maybe another layout or dtype).
+#: The rounding (machine epsilon) of the half-precision types an export may store its constants in: a constant
+#: compared with the value it stands for may be off by this much, relatively.
+HALF_EPS = {"float16": 2.0**-10, "bfloat16": 2.0**-7}
 TRANSPARENT = frozenset({"Identity", "Cast", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Dropout", "CastLike"})
 # Ops whose outputs carry shapes, not data: walks never cross them.
 SHAPE_OPS = frozenset({"Shape", "Size"})

@@ -36,7 +36,7 @@ import math
 import numpy as np
 
 from primal_compiler.frontend.onnx_activation import activation_start, verify_activation
-from primal_compiler.frontend.onnx_graph import TRANSPARENT, GraphIndex, PatternError, attr
+from primal_compiler.frontend.onnx_graph import HALF_EPS, TRANSPARENT, GraphIndex, PatternError, attr
 from primal_compiler.frontend.onnx_params import feeds_root
 
 #: Ops a recognised pattern may contain on the hidden-state path (besides the projections).
@@ -123,6 +123,7 @@ def check_accounted(dec, layers: list, lm_head, norm_regions: list[set[int]], no
         score_side[n] = g.backward([softmax.input[0]], dec.barriers)[0] if softmax.op_type == "Softmax" else set()
     verified = set().union(*(_activation(dec, n, layer) for n, layer in enumerate(layers)))
     product: dict[int, float | None] = {n: 1.0 for n in range(len(layers))}  # None: the runtime's default
+    slack = dict.fromkeys(product, 1e-5)  # relative: float32's digits, plus each half-precision factor's rounding
     hidden = lm_head.in_features
     folded = set()
     for c in sorted({c for e in embed_nodes for t in g.nodes[e].output for c in g.consumers.get(t, ())} - embed_nodes):
@@ -156,7 +157,7 @@ def check_accounted(dec, layers: list, lm_head, norm_regions: list[set[int]], no
             place = "after the LM head" if i in after else None
             if i not in verified:
                 _constant_multiplier(g, node, i, label, norm_params if i in in_norm else None, attn_of, score_side,
-                                     product, place)
+                                     product, place, slack)
     for n, layer in enumerate(layers):
         softmax = g.nodes[layer.core.anchor]
         want = 1 / math.sqrt(layer.head_dim)
@@ -164,17 +165,18 @@ def check_accounted(dec, layers: list, lm_head, norm_regions: list[set[int]], no
             scale = attr(softmax, "scale")
             product[n] = want if scale is None else float(scale)
         got = product[n]
-        if got is not None and not math.isclose(got, want, rel_tol=1e-5):
+        if got is not None and not math.isclose(got, want, rel_tol=slack[n]):
             raise PatternError(f"unsupported attention scale in layer {n} at node {softmax.name or layer.core.anchor}"
                                f": scores are scaled by {got:.6g}, not 1/sqrt(head_dim) = {want:.6g}")
 
 
-def _constant_multiplier(g, node, i, label, norm_params, attn_of, score_side, product, where) -> None:
+def _constant_multiplier(g, node, i, label, norm_params, attn_of, score_side, product, where, slack) -> None:
     consts = [(k, g.const(x, limit=1 << 16)) for k, x in enumerate(node.input)]
     consts = [(k, v) for k, v in consts if v is not None]
     if not consts or len(consts) == len(node.input):
         return
     k, value = consts[0]
+    rounding = HALF_EPS.get(value.dtype.name, 0.0)  # a half-precision factor is off by up to its rounding
     value = value.astype(np.float64).reshape(-1)
     if value.size and (value == 1.0).all():
         return
@@ -189,6 +191,7 @@ def _constant_multiplier(g, node, i, label, norm_params, attn_of, score_side, pr
             return  # rotate_half
         if product[n] is not None:
             product[n] *= value[0] if node.op_type == "Mul" else 1.0 / value[0]
+            slack[n] += rounding
         return
     where = where or (f"in the attention of layer {n}" if n is not None else "on the residual stream or the MLP")
     raise PatternError(f"unsupported constant multiplier {_show(value)} at {label} {where}")

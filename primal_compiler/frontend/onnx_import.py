@@ -78,7 +78,7 @@ from primal_compiler.frontend.onnx_params import (
 )
 from primal_compiler.frontend.onnx_project import Projection, find_weight_matmuls, pair_lora
 from primal_compiler.frontend.onnx_quant import dequantize_graph, weight_formats
-from primal_compiler.frontend.onnx_rotary import table_gather
+from primal_compiler.frontend.onnx_rotary import rotated_layers, table_gather
 from primal_compiler.ir.model import (
     SIZE_LIMITS, Attention, DecoderLayer, Linear, LoRA, Model, NormKind, Positional, Role,
 )
@@ -203,7 +203,8 @@ def _recognise(model: onnx.ModelProto, path: Path) -> Recognised:
     norm_params = {x for r in norms.values() for x in (r.weight, r.bias) if x is not None}
     embed_nodes = {embed[0]} | ({scale_node} if scale_node is not None else set())
     check_accounted(dec, layers, lm_head, norm_regions, norm_params, embed_nodes)
-    ir_layers = tuple(_to_ir(i, layer) for i, layer in enumerate(layers))
+    turned = rotated_layers(g, dec, layers) if positional == Positional.ROPE else [True] * len(layers)
+    ir_layers = tuple(_to_ir(i, layer, rope) for (i, layer), rope in zip(enumerate(layers), turned))
     tied = tied_head(g, emb_table, lm_head.weight)
     try:
         ir = Model(
@@ -360,7 +361,7 @@ def _source(model: onnx.ModelProto) -> str:
     return f"onnx:{producer}" if producer else "onnx"
 
 
-def _to_ir(index: int, layer: Layer) -> DecoderLayer:
+def _to_ir(index: int, layer: Layer, rope: bool = True) -> DecoderLayer:
     mlp_out, norm, activation = layer.recognised()
     projs = sorted((*layer.attn, layer.o, *layer.mlp_in, mlp_out), key=lambda p: _ROLE_ORDER.index(p.given_role()))
     linears = tuple(
@@ -375,4 +376,4 @@ def _to_ir(index: int, layer: Layer) -> DecoderLayer:
     )
     attention = Attention(layer.num_heads, layer.num_kv_heads, layer.head_dim)
     return DecoderLayer(index, attention, linears, norm, activation, num_norms=layer.num_norms,
-                        parallel=layer.parallel)
+                        parallel=layer.parallel, rope=rope)

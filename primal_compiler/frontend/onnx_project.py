@@ -114,9 +114,7 @@ def pair_lora(g: GraphIndex, raw: list[Projection]) -> list[Projection]:
         a = by_node.get(g.producer.get(src, -1))
         if a is None or a.out_features != b.in_features:
             continue
-        rank = a.out_features
-        if rank >= min(a.in_features, b.out_features):
-            continue
+        rank = a.out_features  # any rank: PEFT allows one at or above min(in, out), and it computes the same
         scale, add = _scaled_add(g, g.nodes[b.node].output[0])
         if add is None:
             continue
@@ -126,7 +124,8 @@ def pair_lora(g: GraphIndex, raw: list[Projection]) -> list[Projection]:
             base = _follow_to_base(g, other, by_node, (a.node, b.node))
             if base is not None:
                 break
-        if base is None or (base.in_features, base.out_features) != (a.in_features, b.out_features):
+        if base is None or (base.in_features, base.out_features) != (a.in_features, b.out_features) \
+                or g.canonical(base.x) != g.canonical(a.x):  # an adapter reads its base projection's input
             continue
         if base.lora is not None:
             raise PatternError("a projection carries several LoRA adapters, which is not supported")

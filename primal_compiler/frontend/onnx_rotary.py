@@ -25,16 +25,26 @@ join (a ``Concat`` on the last axis whose second input is a ``Slice``
 cosine or sine to feed the rotated side of one of them. Anything else
 (the rotated dimensions elsewhere in the head, interleaved pairs, a table
 applied to a whole head) is a :class:`PatternError` naming a node.
+
+Positionless layers. :func:`rotated_layers` says, layer by layer, whether the queries and keys depend on a
+rotation (a ``Neg``, a multiplication by a cosine or sine table, a ``RotaryEmbedding``): a RoPE model may
+leave some layers unrotated (NoPE layers), which codegen then emits without ROPE; a layer rotating only
+its queries or only its keys, or a RoPE model rotating nothing, is refused.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
+import onnx
 
 from primal_compiler.errors import InputError
-from primal_compiler.frontend.onnx_graph import GraphIndex, PatternError, attr, slice_bounds
+from primal_compiler.frontend.onnx_graph import HALF_EPS, GraphIndex, PatternError, attr, slice_bounds
+
+if TYPE_CHECKING:  # onnx_decoder's layers are built before rotation is read; no import at run time
+    from primal_compiler.frontend.onnx_decoder import Decoder, Layer
 from primal_compiler.frontend.onnx_tensors import read_tensor
 
 #: Axes that mean "the last one" of a [batch, heads, seq, head_dim] tensor.
@@ -111,6 +121,32 @@ def _table_closure(g: GraphIndex, seeds: frozenset[str]) -> set[str]:
         tables |= more
         frontier = more
     return tables
+
+
+def _rotation_nodes(g: GraphIndex, seeds: frozenset[str] = frozenset()) -> set[int]:
+    """The nodes that mark a rotation: a ``Neg``, a ``Mul`` by a cosine or sine table (or the gathered rows
+    ``seeds``), a ``RotaryEmbedding`` op. A query or key that depends on none enters attention unrotated."""
+    return set(_table_uses(g, seeds)) | {i for i, n in enumerate(g.nodes) if n.op_type in ("Neg", "RotaryEmbedding")}
+
+
+def rotated_layers(g: GraphIndex, dec: Decoder, layers: list[Layer]) -> list[bool]:
+    """Which layers rotate their queries and keys: False for a positionless (NoPE) layer of a RoPE model."""
+    table = table_gather(g, layers[0].head_dim)
+    marks = _rotation_nodes(g, frozenset(g.nodes[table[0]].output) if table is not None else frozenset())
+    turned = []
+    for i, layer in enumerate(layers):
+        anchor = g.nodes[layer.core.anchor]
+        if anchor.op_type == "GroupQueryAttention" and attr(anchor, "do_rotary", 0):
+            turned.append(True)
+            continue
+        q, k = (bool(g.backward([t], dec.barriers)[0] & marks) for t in (layer.core.q_in, layer.core.k_in))
+        if q != k:
+            which = "queries" if q else "keys"
+            raise PatternError(f"unsupported RoPE in layer {i}: it rotates its {which} alone")
+        turned.append(q)
+    if not any(turned):
+        raise PatternError("unsupported position encoding: no layer rotates its queries and keys")
+    return turned
 
 
 def interleaved(g: GraphIndex) -> bool:
@@ -203,7 +239,9 @@ def _frequencies(g: GraphIndex, tensor, rows: int, half: int, name: str) -> tupl
     inv = ((last + 2 * np.pi * turns) / (rows - 1)).astype(np.float32)
     angle = np.arange(rows, dtype=np.float32)[:, None] * inv[None, :]
     want = np.concatenate([np.sin(angle), np.cos(angle)], axis=1)
-    if not (inv > 0).all() or np.abs(table - want).max() > 1e-5:
+    rounding = {onnx.TensorProto.FLOAT16: HALF_EPS["float16"],
+                onnx.TensorProto.BFLOAT16: HALF_EPS["bfloat16"]}.get(tensor.data_type, 0.0)
+    if not (inv > 0).all() or np.abs(table - want).max() > 1e-5 + rounding:  # |sin|, |cos| <= 1: eps is absolute
         raise PatternError(f"unsupported position table at node {name}: its rows are not sin(p f) | cos(p f)")
     return tuple(float(f) for f in inv)
 

@@ -220,7 +220,8 @@ class DecoderLayer:
 
     ``parallel``: attention and MLP both read the layer input, ``x + attn(n1(x)) + mlp(n2(x))`` (GPT-J,
     GPT-NeoX, Falcon, Phi-2), with ``num_norms`` 1 when they share the attention's norm; otherwise the
-    MLP reads ``n2(x + attn(n1(x)))``.
+    MLP reads ``n2(x + attn(n1(x)))``. ``rope`` False: a positionless (NoPE) layer of a RoPE model, whose
+    queries and keys enter attention unrotated.
     """
 
     index: int
@@ -230,6 +231,7 @@ class DecoderLayer:
     activation: Activation
     num_norms: int = 2
     parallel: bool = False
+    rope: bool = True
 
     def linear(self, role: Role) -> Linear | None:
         for lin in self.linears:

@@ -28,6 +28,8 @@ def model_to_dict(model: Model) -> dict:
     for layer in d["layers"]:
         if not layer["parallel"]:
             del layer["parallel"]
+        if layer["rope"]:
+            del layer["rope"]
     return d
 
 
@@ -41,7 +43,7 @@ def _layer(d: dict) -> DecoderLayer:
     return DecoderLayer(index=d["index"], attention=Attention(**d["attention"]),
                         linears=tuple(_linear(x) for x in d["linears"]), norm=NormKind(d["norm"]),
                         activation=Activation(d["activation"]), num_norms=d["num_norms"],
-                        parallel=bool(d.get("parallel", False)))
+                        parallel=bool(d.get("parallel", False)), rope=bool(d.get("rope", True)))
 
 
 def model_from_dict(d: dict) -> Model:

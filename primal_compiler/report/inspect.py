@@ -36,6 +36,7 @@ def inspect_model(model, target: PrimalTarget, program: Program | None = None) -
         "rope_pairs": "adjacent (rotate_every_two)" if model.rope_interleaved else "halves (rotate_half)",
         "alibi_slopes": list(model.alibi_slopes), "embed_norm": model.embed_norm,
         "rope_attention_scale": model.rope_attention_scale,
+        "nope_layers": [layer.index for layer in model.layers if not layer.rope],
         "embed_scale": model.embed_scale, "tie_word_embeddings": model.tie_word_embeddings,
         "base_params": model.base_params, "lora_params": model.lora_params,
         "lora_targets": [r.value for r in model.lora_targets],
@@ -145,6 +146,7 @@ def render_inspect(info: dict) -> str:
            + (f", the first {info['rope_dim']} of {info['head_dim']} dimensions" if info["rope_dim"] < info["head_dim"]
               else "") + (", adjacent pairs" if info["rope_pairs"].startswith("adjacent") else "")
            + (f", tables scaled by {info['rope_attention_scale']:g}" if info["rope_attention_scale"] != 1.0 else "")
+           + (f"; layers {', '.join(map(str, info['nope_layers']))} positionless (NoPE)" if info["nope_layers"] else "")
            + ")"
            if info["positional"] == "rope" else "")
         + (f" (slopes {info['alibi_slopes'][0]:g} .. {info['alibi_slopes'][-1]:g})" if info["alibi_slopes"] else "")

@@ -44,7 +44,8 @@ def family_decoder(mlp: str = "swiglu", *, layers: int = 2, hidden: int = 32, he
                    inv_freq: np.ndarray | None = None, extra: str | None = None, seed: int = 0,
                    attn_std: float = 0.3, mlp_std: float = 0.3, lora: bool = False,
                    parallel: str | None = None, rotary_dim: int | None = None,
-                   rotary_last: bool = False) -> onnx.ModelProto:
+                   rotary_last: bool = False, nope_layers: tuple[int, ...] = (),
+                   lora_qv: int = 0) -> onnx.ModelProto:
     """A decoder of ``layers`` blocks with the MLP ``mlp`` (one of :data:`MLPS`) and the variations above.
 
     ``inv_freq`` defaults to theta 10000. ``extra`` (one of :data:`EXTRAS`) adds a constant multiplier or
@@ -52,7 +53,8 @@ def family_decoder(mlp: str = "swiglu", *, layers: int = 2, hidden: int = 32, he
     soft-capping, a second attention scale, a factor on the RoPE cosines alone or on both tables (YaRN's
     attention factor), or two RoPE tables. ``attn_std``
     and ``mlp_std`` set the spread of the attention and MLP weights (larger: sharper attention, gate values
-    where GELU's forms differ); ``lora`` puts an unmerged adapter on a fused gate/up projection.
+    where GELU's forms differ); ``lora`` puts an unmerged adapter on a fused gate/up projection, ``lora_qv``
+    one of that rank on q and v; ``nope_layers`` leave their queries and keys unrotated (NoPE).
     ``parallel`` computes attention and MLP from the same layer input, ``h + attn(n1(h)) + mlp(n(h))``:
     ``"shared"`` with the attention's norm (GPT-J, Falcon, Phi-2), ``"two"`` with a norm of its own (GPT-NeoX).
     ``rotary_dim`` rotates only the first that many dimensions of each head (partial rotary, NeoX-style
@@ -174,11 +176,19 @@ def family_decoder(mlp: str = "swiglu", *, layers: int = 2, hidden: int = 32, he
         q = node("MatMul", [x, rand(p + "Wq", hidden, hidden, std=attn_std)], p + "q")
         k = node("MatMul", [x, rand(p + "Wk", hidden, kv_heads * hd, std=attn_std)], p + "k")
         v = node("MatMul", [x, rand(p + "Wv", hidden, kv_heads * hd)], p + "v")
+        if lora_qv:  # PEFT's unmerged adapters of rank lora_qv (alpha 2 * rank) on q and v
+            def adapter(y, r, out):
+                la = node("MatMul", [x, rand(p + r + "A", hidden, lora_qv)], p + r + "la")
+                lb = node("MatMul", [la, rand(p + r + "B", lora_qv, out, std=0.02)], p + r + "lb")
+                return node("Add", [y, node("Mul", [lb, const(p + r + "ls", 2.0)], p + r + "lbs")], p + r + "lora")
+            q, v = adapter(q, "q", hidden), adapter(v, "v", kv_heads * hd)
         perm = [0, 2, 1, 3]
         qh = node("Transpose", [node("Reshape", [q, split_shape], p + "qr")], p + "qt", perm=perm)
         kh = node("Transpose", [node("Reshape", [k, kv_shape], p + "kr")], p + "kt", perm=perm)
         vh = node("Transpose", [node("Reshape", [v, kv_shape], p + "vr")], p + "vt", perm=perm)
-        qh, kh = rotary(qh, p + "q"), repeat(rotary(kh, p + "k"), p + "k")
+        if i not in nope_layers:  # a positionless (NoPE) layer: queries and keys go straight into attention
+            qh, kh = rotary(qh, p + "q"), rotary(kh, p + "k")
+        kh = repeat(kh, p + "k")
         scores = node("MatMul", [qh, node("Transpose", [kh], p + "kT", perm=[0, 1, 3, 2])], p + "s")
         scaled = node("Mul", [scores, const(p + "scale", 1 / math.sqrt(hd))], p + "ss")
         if extra == "attn_scale":
@@ -226,4 +236,29 @@ def family_decoder(mlp: str = "swiglu", *, layers: int = 2, hidden: int = 32, he
     graph = helper.make_graph(nodes, "family", [ids, pos_ids], [out], inits)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)], producer_name="families")
     model.ir_version = 9
+    return model
+
+
+def to_float16(model: onnx.ModelProto) -> onnx.ModelProto:
+    """``model`` as an fp16 export writes it: float initializers and Constant values stored as float16
+    (the mask's -1e9 as fp16's lowest), float Casts and the logits in float16. Changes ``model`` in place."""
+    g = model.graph
+
+    def half(t: onnx.TensorProto) -> onnx.TensorProto:
+        return numpy_helper.from_array(np.clip(numpy_helper.to_array(t), -65504, 65504).astype(np.float16), t.name)
+
+    for t in g.initializer:
+        if t.data_type == TensorProto.FLOAT:
+            t.CopyFrom(half(t))
+    for n in g.node:
+        for a in n.attribute:
+            if n.op_type == "Cast" and a.name == "to" and a.i == TensorProto.FLOAT:
+                a.i = TensorProto.FLOAT16
+            if n.op_type in ("Constant", "ConstantOfShape") and a.name == "value" \
+                    and a.t.data_type == TensorProto.FLOAT:
+                a.t.CopyFrom(half(a.t))
+    del g.value_info[:]
+    for vi in (*g.input, *g.output):
+        if vi.type.tensor_type.elem_type == TensorProto.FLOAT:
+            vi.type.tensor_type.elem_type = TensorProto.FLOAT16
     return model

@@ -136,3 +136,87 @@ def test_a_fused_attention_op_with_another_scale_is_refused(tmp_path):
     with pytest.raises(InputError, match=r"attention scale in layer 0 at node attention_\d+: scores are scaled by "
                                          r"0\.25, not 1/sqrt\(head_dim\) = 0\.353553"):
         load_model(str(path))
+
+
+@pytest.mark.parametrize("kw", [{}, {"rotary_dim": 4}])
+def test_a_positionless_layer_is_not_rotated(tmp_path, kw):
+    """NoPE layers between RoPE layers (SmolLM3, Llama 4): their queries and keys enter attention unrotated,
+    and the replay matches onnxruntime (rotating them misses by ~5% of the logit scale)."""
+    pytest.importorskip("onnxruntime")
+    from primal_compiler.report.check import check_onnx
+    from primal_compiler.target import load_primal_target
+
+    from primal_compiler.report.inspect import inspect_model, render_inspect
+
+    path = save(tmp_path, layers=4, nope_layers=(0, 2), attn_std=1.0, **kw)
+    assert [layer.rope for layer in load_model(path).layers] == [False, True, False, True]
+    described = inspect_model(load_model(path), load_primal_target("primal-7nm"))
+    assert described["nope_layers"] == [0, 2] and "layers 0, 2 positionless (NoPE)" in render_inspect(described)
+    info = check_onnx(path, load_primal_target("primal-7nm"))
+    assert info["verdict"] == "OK" and info["relative_error"] < 1e-5, info
+
+
+def test_a_model_whose_layers_all_skip_rotary_is_refused(tmp_path):
+    with pytest.raises(InputError) as err:
+        load_model(save(tmp_path, nope_layers=(0, 1)))
+    assert err.value.problem == "unsupported position encoding: no layer rotates its queries and keys"
+
+
+@pytest.mark.parametrize("mlp,kw", [
+    ("swiglu", {}), ("geglu_tanh", {"embed_scale": math.sqrt(32), "norm_offset": True}), ("geglu_erf", {}),
+    ("swiglu", {"extra": "yarn"}), ("swiglu", {"rotary_dim": 4}),
+])
+def test_an_fp16_export_is_read_within_its_constants_rounding(tmp_path, mlp, kw):
+    """1/sqrt(8) stored in fp16 is 0.353516 and GELU's constants lose 4 digits: compared within fp16's
+    rounding, not float32's; the replay matches onnxruntime's fp16 run."""
+    pytest.importorskip("onnxruntime")
+    from primal_compiler.report.check import check_onnx
+    from primal_compiler.target import load_primal_target
+    from tests.frontend.families import to_float16
+
+    path = tmp_path / "half.onnx"
+    onnx.save(to_float16(family_decoder(mlp, **kw)), str(path))
+    info = check_onnx(str(path), load_primal_target("primal-7nm"))
+    assert info["verdict"] == "OK" and info["precision"] == "fp16" and info["relative_error"] < 1e-3, info
+
+
+def test_an_fp16_position_table_is_read(tmp_path):
+    pytest.importorskip("onnxruntime")
+    from primal_compiler.report.check import check_onnx
+    from primal_compiler.target import load_primal_target
+    from tests.frontend.families import to_float16
+
+    path = tmp_path / "gptj_half.onnx"
+    onnx.save(to_float16(onnx.load("tests/fixtures/onnx/families/gptj.onnx")), str(path))
+    info = check_onnx(str(path), load_primal_target("primal-7nm"))
+    assert info["verdict"] == "OK" and info["relative_error"] < 1e-3, info
+
+
+@pytest.mark.parametrize("scale", [0.352, 0.3])
+def test_an_fp16_attention_scale_off_by_more_than_its_rounding_is_refused(tmp_path, scale):
+    from tests.frontend.families import to_float16
+
+    model = to_float16(family_decoder())
+    for t in model.graph.initializer:
+        if t.name == "l0_scale":
+            t.CopyFrom(onnx.numpy_helper.from_array(np.array(scale, np.float16), t.name))
+    path = tmp_path / "half.onnx"
+    onnx.save(model, str(path))
+    with pytest.raises(InputError, match=r"unsupported attention scale in layer 0 .* not 1/sqrt\(head_dim\)"):
+        load_model(str(path))
+
+
+@pytest.mark.parametrize("rank", [32, 64, 96])
+def test_a_lora_of_rank_at_or_above_a_projections_width_is_an_adapter(tmp_path, rank):
+    """Rank 64 on a 64-wide q (and a 32-wide v): the adapter's A is 64x64, shaped like a projection, but it
+    reads the base projection's input and its B's output is added to the base's: an adapter."""
+    pytest.importorskip("onnxruntime")
+    from primal_compiler.report.check import check_onnx
+    from primal_compiler.target import load_primal_target
+
+    path = save(tmp_path, hidden=64, lora_qv=rank)
+    loras = {lin.role: lin.lora for lin in load_model(path).layers[0].linears if lin.lora is not None}
+    assert {role: (lora.rank, lora.alpha) for role, lora in loras.items()} == {Role.Q: (rank, 2.0 * rank),
+                                                                            Role.V: (rank, 2.0 * rank)}
+    info = check_onnx(path, load_primal_target("primal-7nm"))
+    assert info["verdict"] == "OK" and info["relative_error"] < 1e-5, info
