@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from typing import NoReturn
 
 from primal_compiler.errors import InputError
 
@@ -24,7 +25,7 @@ class Parser(argparse.ArgumentParser):
         kwargs["allow_abbrev"] = False
         super().__init__(*args, **kwargs)
 
-    def error(self, message: str):  # type: ignore[override]
+    def error(self, message: str) -> NoReturn:
         verb = self.prog.partition(" ")[2] or "command line"
         raise InputError(verb, f"{message} ({self.prog} --help lists the options)")
 

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from primal_compiler.api import compile_model
+from primal_compiler.cli import main
 from primal_compiler.frontend import load_model
 from primal_compiler.target import load_target
 
@@ -30,3 +33,19 @@ def tiny_model():
 @pytest.fixture(scope="session")
 def tiny_blocked(tiny_model, small_target):
     return compile_model(tiny_model, small_target, "lower-tiles,blocking")
+
+
+@pytest.fixture(scope="session")
+def compiled(tmp_path_factory) -> Path:
+    """A compile output of tiny-llama with the fast pipeline (never modified by a test)."""
+    out = tmp_path_factory.mktemp("compiled") / "out"
+    assert main(["compile", "tiny-llama", "-p", "fast", "-o", str(out)]) == 0
+    return out
+
+
+@pytest.fixture(scope="session")
+def program_text(compiled, tmp_path_factory) -> Path:
+    """``compiled``'s program as assembly text."""
+    text = tmp_path_factory.mktemp("text") / "prog.txt"
+    assert main(["disasm", str(compiled), "-o", str(text)]) == 0
+    return text

@@ -21,27 +21,12 @@ from primal_compiler.cli import main
 ROOT = Path(__file__).resolve().parents[1]
 
 
-@pytest.fixture(scope="module")
-def compiled(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("rule") / "out"
-    assert main(["compile", "tiny-llama", "-p", "lower-tiles,blocking{context=64},zcurve-order,kv-ring{context=64},"
-                 "codegen{steps=1},srpg", "-o", str(out)]) == 0
-    return out
-
-
-@pytest.fixture(scope="module")
-def text(compiled, tmp_path_factory) -> Path:
-    path = tmp_path_factory.mktemp("text") / "prog.txt"
-    assert main(["disasm", str(compiled), "-o", str(path)]) == 0
-    return path
-
-
-def file_verbs(compiled: Path, text: Path, work: Path) -> dict[str, list[str]]:
+def file_verbs(compiled: Path, program_text: Path, work: Path) -> dict[str, list[str]]:
     """Every verb with a file output, as argv lacking only that path (appended last), then ``--force``."""
     (work / "t.jsonl").write_text('{"arrival_s": 0, "adapter": "a", "prompt_tokens": 4, "generate_tokens": 2}\n')
     return {
         "disasm": ["disasm", str(compiled), "-o"],
-        "asm": ["asm", str(text), "-o"],
+        "asm": ["asm", str(program_text), "-o"],
         "trace": ["trace", "--adapters", "a", "--requests", "2", "--rate", "1", "-o"],
         "serve": ["serve", "tiny-llama", "--adapters", "a", "--trace", str(work / "t.jsonl"), "--context", "64",
                   "--perfetto"],
@@ -69,13 +54,13 @@ def fingerprint(path: Path) -> tuple:
 
 @pytest.mark.parametrize("kind", ["device", "fifo", "socket"])
 @pytest.mark.parametrize("verb", ["disasm", "asm", "trace", "serve"])
-def test_force_never_replaces_a_device_fifo_or_socket(verb, kind, compiled, text, tmp_path, capsys):
+def test_force_never_replaces_a_device_fifo_or_socket(verb, kind, compiled, program_text, tmp_path, capsys):
     dest = tmp_path / ("n.jsonl" if verb == "trace" else "n")
     node(dest, kind)
     link = tmp_path / ("l.jsonl" if verb == "trace" else "l")
     link.symlink_to(dest)
     before = fingerprint(dest)
-    argv = file_verbs(compiled, text, tmp_path)[verb]
+    argv = file_verbs(compiled, program_text, tmp_path)[verb]
     for target in (dest, link):
         assert main([*argv, str(target), "--force"]) == 2
         err = capsys.readouterr().err
@@ -92,22 +77,22 @@ def test_save_logits_never_replaces_a_device(tmp_path, capsys):
     assert "a character device" in capsys.readouterr().err and stat.S_ISCHR(dest.lstat().st_mode)
 
 
-def test_a_verb_never_writes_over_its_own_input(compiled, text, capsys):
+def test_a_verb_never_writes_over_its_own_input(compiled, program_text, capsys):
     program = (compiled / "program.primal").read_bytes()
     for argv in (["disasm", str(compiled), "-o", str(compiled / "program.primal"), "--force"],
                  ["disasm", str(compiled), "-o", str(compiled / "new.txt")],
                  ["disasm", str(compiled / "program.primal"), "-o", str(compiled / "program.primal"), "--force"],
-                 ["asm", str(text), "-o", str(text), "--force"]):
+                 ["asm", str(program_text), "-o", str(program_text), "--force"]):
         assert main(argv) == 2, argv
         assert "input" in capsys.readouterr().err
     assert (compiled / "program.primal").read_bytes() == program and not (compiled / "new.txt").exists()
 
 
-def test_a_second_name_of_an_input_is_the_input(compiled, text, tmp_path, capsys):
+def test_a_second_name_of_an_input_is_the_input(program_text, tmp_path, capsys):
     twin = tmp_path / "twin.txt"
-    os.link(text, twin)
-    assert main(["asm", str(text), "-o", str(twin), "--force"]) == 2
-    assert "input" in capsys.readouterr().err and twin.read_bytes() == text.read_bytes()
+    os.link(program_text, twin)
+    assert main(["asm", str(program_text), "-o", str(twin), "--force"]) == 2
+    assert "input" in capsys.readouterr().err and twin.read_bytes() == program_text.read_bytes()
 
 
 def test_a_users_regular_file_is_replaced_only_with_force(compiled, tmp_path, capsys):
@@ -155,10 +140,10 @@ def test_a_closed_standard_stream_reads_as_dev_null(closed):
     assert bad.returncode == 2 and bad.stderr.startswith("primal: no-such-model:") and bad.stdout == ""
 
 
-def test_asm_needs_what_it_reads_not_its_size_limit(text, tmp_path):
+def test_asm_needs_what_it_reads_not_its_size_limit(program_text, tmp_path):
     """An address-space limit of 1.5 GB, far below the 8 GiB program-text limit, is enough for ``asm``."""
     code = f"import resource; resource.setrlimit(resource.RLIMIT_AS, ({3 << 29}, {3 << 29})); " \
            "from primal_compiler.cli import main; import sys; sys.exit(main(sys.argv[1:]))"
-    proc = subprocess.run([sys.executable, "-c", code, "asm", str(text), "-o", str(tmp_path / "p.primal")],
+    proc = subprocess.run([sys.executable, "-c", code, "asm", str(program_text), "-o", str(tmp_path / "p.primal")],
                           capture_output=True, text=True, cwd=ROOT)
     assert proc.returncode == 0 and (tmp_path / "p.primal").exists(), proc.stderr

@@ -24,20 +24,6 @@ from primal_compiler.errors import InputError
 FAST = ["-p", "fast"]
 
 
-@pytest.fixture(scope="module")
-def compiled(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("compiled") / "out"
-    assert main(["compile", "tiny-llama", *FAST, "-o", str(out)]) == 0
-    return out
-
-
-@pytest.fixture(scope="module")
-def program_text(compiled, tmp_path_factory) -> Path:
-    text = tmp_path_factory.mktemp("text") / "prog.txt"
-    assert main(["disasm", str(compiled), "-o", str(text)]) == 0
-    return text
-
-
 def verbs(compiled: Path, program_text: Path) -> dict[str, list[str]]:
     """Every verb that writes, as argv lacking only its output path (appended after ``-o``)."""
     return {
