@@ -87,7 +87,7 @@ def _inputs(args) -> tuple[str, ...]:
 #: ``primal run``'s options that only the cost replay uses, and those only ``--functional`` uses (flag, dest).
 COST_ONLY = (("-o", "output"), ("--batch", "batch"), ("--no-validate", "no_validate"), ("--control", "control"),
              ("--memory", "memory"), ("--critical-path", "critical_path"), ("--replay-steps", "replay_steps"),
-             ("--baseline-gpu", "baseline_gpu"), ("--baselines", "baselines"))
+             ("--prefill-chunk", "prefill_chunk"), ("--baseline-gpu", "baseline_gpu"), ("--baselines", "baselines"))
 FUNCTIONAL_ONLY = (("--weights", "weights"), ("--prompt", "prompt"), ("--precision", "precision"),
                    ("--temperature-c", "temperature_c"), ("--save-logits", "save_logits"))
 
@@ -127,9 +127,10 @@ def cmd_run(args) -> None:
             if want is not None and want != kv.get(name):
                 raise InputError(where, f"compiled for {name} {kv.get(name)}, not {want}; recompile with "
                                         f"`primal run MODEL --{name} {want}` (the KV space is laid out at compile time)")
-        if args.replay_steps is not None:
-            raise InputError(where, "--replay-steps applies when compiling a model (decode steps are compiled); "
-                                    "this is a compiled program")
+        for flag, given in (("--replay-steps", args.replay_steps), ("--prefill-chunk", args.prefill_chunk)):
+            if given is not None:
+                raise InputError(where, f"{flag} applies when compiling a model (it shapes the stream); "
+                                        "this is a compiled program")
         steps = collect.decode_steps(c.stream)
         if args.generate is not None and args.generate < steps:
             raise InputError(where, f"compiled for {steps} decode steps, more than --generate {args.generate}; "
@@ -143,7 +144,7 @@ def cmd_run(args) -> None:
         model = load_model(args.model, args.lora, args.adapter)
         target = _target(args.target or "primal-7nm")
         workload = Workload(batch=args.batch, context=args.context, **_generation(args.generate, args.replay_steps),
-                            adapters=len(args.adapter or ()))
+                            adapters=len(args.adapter or ()), prefill_chunk=args.prefill_chunk)
         pipeline = api.for_workload(args.pipeline or "default", workload)
         program = api.compile_model(model, target, pipeline)
         passes = ", ".join(f"{r.name} {r.seconds:.1f} s" for r in program.records)
@@ -208,6 +209,7 @@ def build_parser() -> argparse.ArgumentParser:
     from primal_compiler.argtypes import float_arg, int_arg, layout_rules_arg, option_arg, path_arg, pipeline_arg
     from primal_compiler.transforms.codegen import DEFAULT_GENERATE, DEFAULT_REPLAYED, MAX_GENERATE
     from primal_compiler.baselines.command import add_family_args
+    from primal_compiler.passmgr import CONTEXT_RANGE
 
     p = Parser(prog="primal", description="PRIMAL mapping compiler and cost simulator")
     p.add_argument("--debug", action="store_true", help="print the traceback of an internal error")
@@ -271,6 +273,9 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--replay-steps", type=option_arg("codegen", "steps"), default=None,
                     help=f"decode steps compiled and replayed record by record (default {DEFAULT_REPLAYED}, at most --generate); the "
                          "later tokens repeat the last one once it is periodic (docs/executor.md, Steady-state decode)")
+    sp.add_argument("--prefill-chunk", type=int_arg(1, CONTEXT_RANGE[1]), default=None, metavar="TOKENS",
+                    help="prompt tokens per prefill pass (compile time; default: the whole prompt in one pass): "
+                         "smaller chunks hold fewer activations in the scratchpads (docs/executor.md, Memory)")
     fn.add_argument("--precision", default="exact", choices=("exact", "hardware"))
     fn.add_argument("--temperature-c", type=float, default=None, help="die temperature of every CT in degC: "
                     "hardware precision adds the ADC offset drift (default: none, the calibration temperature)")

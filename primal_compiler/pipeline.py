@@ -4,8 +4,8 @@
 form (``a,b{opt=1},c``, a bundled name or a TOML file in, text out). A
 :class:`Workload` says what the program serves: the KV space (``batch``
 sequences of ``context`` tokens), the ``prompt`` length, the decode
-``steps`` in the stream, the tokens it generates (``generate``) and the
-number of ``adapters``. Each pass declares which of its options a workload
+``steps`` in the stream, the tokens it generates (``generate``), the
+number of ``adapters`` and the prompt tokens of a prefill pass (``prefill_chunk``). Each pass declares which of its options a workload
 sets (``Pass.workload_options``, and
 :meth:`~primal_compiler.passmgr.Pass.for_workload` where it needs more), so
 the command line, the functional replay and the sweep set them the same way
@@ -30,6 +30,7 @@ class Workload:
     steps: int | None = None
     generate: int | None = None
     adapters: int = 0
+    prefill_chunk: int | None = None  # prompt tokens per prefill pass (codegen{prefill_chunk})
 
 
 @dataclass(frozen=True)

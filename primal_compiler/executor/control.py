@@ -14,7 +14,9 @@ so a user can compare.
 A CT's program is what it issues in one request's phases: adapter load,
 prefill and one decode step (a prefill record covers all prompt tokens and
 decode steps repeat one step's records, so it does not depend on the prompt
-or generation length; a pipelined decode step has one pass per sequence). When a
+or generation length; a pipelined decode step has one pass per sequence; a
+prefill cut into chunks by ``codegen{prefill_chunk}`` is one phase a chunk,
+cut before each chunk's controller EMBED). When a
 CT's three fit its buffer together, the NMC loads them once, before the
 first request, through its die-to-die port at ``d2d.bandwidth_bytes_per_s``;
 otherwise it reloads each phase's program when the CT has dispatched the
@@ -31,7 +33,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from primal_compiler.errors import InputError
-from primal_compiler.isa.opcodes import CONTROLLER, RECORD, step_ends
+from primal_compiler.isa.opcodes import CONTROLLER, RECORD, ActFn, Opcode, step_ends
 
 if TYPE_CHECKING:
     from primal_compiler.isa.stream import Stream
@@ -76,10 +78,22 @@ def _requests(stream: Stream) -> list[str]:
     return sorted({s.name.split(":", 1)[1] for s in stream.sections if ":" in s.name})
 
 
-def _phases(stream: Stream, req: str) -> list[np.ndarray]:
-    """Records of each phase of request ``req`` that a CT must hold: adapter, prefill, one decode step."""
+def _phases(stream: Stream, req: str) -> list[tuple[str, np.ndarray]]:
+    """(name, records) of each phase of request ``req`` that a CT must hold: the adapter load, each chunk of
+    the prefill (one chunk unless ``codegen{prefill_chunk}`` cut it), one decode step."""
     n = _passes(stream, req)
-    return [_step_records(stream, f"{kind}:{req}", n) for kind in ("adapter", "prefill", "decode")]
+    adapter, prefill, decode = (_step_records(stream, f"{kind}:{req}", n) for kind in ("adapter", "prefill", "decode"))
+    chunks = _chunks(stream, prefill)
+    named = [("prefill", chunks[0])] if len(chunks) == 1 else [(f"prefill chunk {i}", c) for i, c in enumerate(chunks)]
+    return [("adapter", adapter), *named, ("decode step", decode)]
+
+
+def _chunks(stream: Stream, prefill: np.ndarray) -> list[np.ndarray]:
+    """The prefill's records cut before each chunk's controller EMBED but the first: a chunked prefill is
+    held, and reloaded, chunk by chunk, as a decode step is."""
+    r = stream.records[prefill]
+    embeds = np.flatnonzero((r["ct"] == CONTROLLER) & (r["op"] == Opcode.ACT) & ((r["arg"] & 0xFF) == ActFn.EMBED))
+    return np.split(prefill, embeds[1:]) if len(embeds) > 1 else [prefill]
 
 
 def _bytes(ct: np.ndarray, rec: np.ndarray, num_cts: int) -> np.ndarray:
@@ -103,12 +117,13 @@ def plan(stream: Stream, num_cts: int, cap: int, bw: float, where: str) -> tuple
     initial = np.zeros(num_cts, dtype=np.int64)
     reqs = _requests(stream) or ["-"]
     for req in reqs:
-        phases = _phases(stream, req) if req != "-" else [np.arange(len(r))]
+        named = _phases(stream, req) if req != "-" else [("stream", np.arange(len(r)))]
+        phases = [p for _, p in named]
         sizes = np.stack([_bytes(ct, p, num_cts) for p in phases])
         worst = sizes.max(axis=0)
         if (worst > cap).any():
             c = int(np.argmax(worst))
-            kind = ("adapter", "prefill", "decode step")[int(np.argmax(sizes[:, c]))] if req != "-" else "stream"
+            kind = named[int(np.argmax(sizes[:, c]))][0]
             raise InputError(where, f"CT {c}'s {kind} program of request {req} is {int(worst[c]):,} B, more than its "
                                     f"{cap:,} B instruction buffer (ct.instruction_buffer_bytes); "
                                     f"{int((worst > cap).sum())} CTs overflow")

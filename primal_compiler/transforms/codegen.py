@@ -82,7 +82,7 @@ class Codegen(Pass):
     prefill_chunk: int = option(0, 0, CONTEXT_RANGE[1])
     # Tokens of each request's conversation already in the KV cache before its prompt (context save).
     history: int = option(0, 0, CONTEXT_RANGE[1] - 2)
-    workload_options = {"prompt": "prompt", "steps": "steps", "generate": "generate"}
+    workload_options = {"prompt": "prompt", "steps": "steps", "generate": "generate", "prefill_chunk": "prefill_chunk"}
 
     def workload_changes(self, workload) -> dict:
         """The workload's prompt and steps; with ``adapters`` adapter directories, the default of one request

@@ -5,9 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from primal_compiler.api import compile_model
 from primal_compiler.errors import InputError
 from primal_compiler.executor.control import control
 from primal_compiler.executor.replay import replay
+from primal_compiler.frontend import load_model
 from primal_compiler.isa.opcodes import ActFn, BufKind, Opcode, buf
 from primal_compiler.isa.stream import StreamBuilder
 from primal_compiler.target import load_target, with_overrides
@@ -104,3 +106,33 @@ def test_the_program_is_adapter_prefill_and_one_decode_step_per_ct(compiled, sma
     assert (c.program_bytes >= whole).all()  # request 1 may be larger; never smaller than request 0
     bw = small_target.d2d.bandwidth_bytes_per_s / small_target.system.clock_hz
     assert c.load_cycles == int(np.ceil(c.program_bytes.sum() / bw))  # everything fits: loaded once
+
+
+def test_a_chunked_prefill_is_held_chunk_by_chunk(small_target):
+    """codegen{prefill_chunk}: each chunk's program is a phase of its own, cut before the chunk's controller EMBED,
+    so a buffer too small for the whole prefill holds it chunk by chunk, reloading each (issue 48)."""
+    from primal_compiler.compiled import program_file
+
+    chunked = "lower-tiles,blocking,zcurve-order,kv-ring{context=64},codegen{prefill_chunk=16,steps=1},srpg"
+    program = compile_model(load_model("tiny-llama", "q,v:8"), small_target, chunked)
+    meta, arrays = program_file(program, small_target)
+    n, r = int(meta["num_cts"]), program.stream.records
+    sec = next(s for s in program.stream.sections if s.name == "prefill:0")
+    embeds = sec.start + np.flatnonzero((r["ct"][sec.start:sec.stop] == 0xFFFE)
+                                        & (r["op"][sec.start:sec.stop] == Opcode.ACT)
+                                        & (r["arg"][sec.start:sec.stop] & 0xFF == ActFn.EMBED))
+    assert len(embeds) == 4  # a 63-token prompt in chunks of 16
+    bounds = [sec.start, *embeds[1:], sec.stop]
+    per_chunk = [np.bincount(r["ct"][a:b][r["ct"][a:b] < n], minlength=n)[:n] * 32 for a, b in zip(bounds, bounds[1:])]
+    others = _phase_bytes(program, n)  # the adapter and the decode step must fit too
+    whole = int(sum(per_chunk).max())
+    cap = max(*(int(c.max()) for c in per_chunk), int(others["adapter"].max()), int(others["decode step"].max()))
+    assert cap < whole  # the prefill in one piece would not fit
+    tight = with_overrides(small_target, {"ct.instruction_buffer_bytes": cap})
+    c = control(program.stream, tight, n)
+    for start in embeds[1:]:  # every CT of a later chunk reloads its program before the chunk's first record
+        first = [int(i) for i in np.flatnonzero(r["ct"][start:sec.stop] < n) + start]
+        cts = {int(r["ct"][i]) for i in first}
+        opened = {int(r["ct"][i]) for i in first if c.reload[i] > 0}
+        assert opened and opened <= cts
+    assert replay(meta, arrays, program.stream, tight).end > 0

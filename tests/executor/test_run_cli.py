@@ -139,3 +139,13 @@ def test_run_reports_scratchpad_overflow_and_strict_refuses_it(out_dir, capsys):
     assert main(["run", str(out_dir), "--memory", "strict"]) == 2
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and "program.primal: record " in err and "of 16,384 B" in err
+
+
+def test_a_chunked_prefill_fits_tiny_llama_under_strict_memory(capsys):
+    """--prefill-chunk 4 (issue 48): every prefill pass holds 4 tokens' activations, so tiny-llama's default
+    pipeline at context 2048 fits its 16 KiB scratchpads and the strict replay runs; in one pass it does not."""
+    assert main(["run", "tiny-llama", "--prefill-chunk", "4", "--memory", "strict", "--json"]) == 0
+    mem = json.loads(capsys.readouterr().out)["metrics"]["memory"]
+    assert mem["fits"] and mem["pes_over_capacity"] == 0 and mem["peak_bytes"] <= mem["capacity_bytes"] == 16384
+    assert main(["run", "tiny-llama", "-p", "fast", "--memory", "strict"]) == 2
+    assert "of 16,384 B" in capsys.readouterr().err
