@@ -54,6 +54,8 @@ def render_run(report: dict) -> str:
     lines = [f"PRIMAL run: {report['model']} on {report['target']} ({m['num_cts']} CTs), batch {m['batch']}, "
              f"context {m['context']}, {m['records']['total']:,} records "
              f"(adapter {m['records']['adapter']:,}, prefill {m['records']['prefill']:,}, decode {m['records']['decode']:,})"]
+    if m.get("memory"):  # first: whether the machine holds the program decides what every figure below is worth
+        lines += render_memory(m["memory"])
     lines.append("")
     head = f"{'metric':<34}{'PRIMAL':>14}" + (f"{'H100':>14}{'advantage':>14}" if g else "")
     lines += [head, "-" * len(head)]
@@ -107,8 +109,6 @@ def render_run(report: dict) -> str:
                  f"to issue a step: bound by {bound}; program load {human_time(m['program_load_s'])} (once)")
     lines.append(f"prefill energy {m['prefill_energy_j']:.3f} J; exposed LoRA reconfiguration {human_time(m['reconfig_exposed_s'])}; "
                  f"KV storage-bandwidth utilisation {100 * m['kv_storage_utilisation']:.1f}%")
-    if m.get("memory"):
-        lines += render_memory(m["memory"])
     a = m["area_mm2"]
     lines.append("area: " + ", ".join(f"{k} {v:,.0f} mm2" for k, v in a.items() if k != "total")
                  + f"; total {a['total']:,.0f} mm2")

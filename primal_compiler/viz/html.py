@@ -85,6 +85,18 @@ def records_table(d: VizData) -> str:
             + "</table>")
 
 
+def memory_note(d: VizData) -> str:
+    """The scratchpad line at the top of the page, as a warning when the program's buffers do not fit."""
+    from primal_compiler.report.run import render_memory
+
+    mem = d.metrics.get("memory")
+    if not mem:
+        return ""
+    lines = render_memory(mem)
+    style = "" if mem["fits"] else ' style="color:#b00020;font-weight:bold"'
+    return "".join(f"<p{style}>{html.escape(line.strip())}</p>" for line in lines)
+
+
 def page(d: VizData, pictures: list[Path], text_report: str) -> str:
     title = f"PRIMAL: {d.meta.get('model')} on {d.meta.get('target')}"
     figs = []
@@ -104,6 +116,7 @@ def page(d: VizData, pictures: list[Path], text_report: str) -> str:
 <p>Program <code>{html.escape(d.where)}</code>: {d.num_cts} CTs of {d.rows}x{d.cols} PEs, batch {d.metrics['batch']},
 context {d.metrics['context']}, {secs['total']:,} records (adapter {secs['adapter']:,}, prefill {secs['prefill']:,},
 decode {secs['decode']:,}).</p>
+{memory_note(d)}
 <h2>Metrics</h2>
 {metrics_table(d)}
 <details><summary>full text report (<code>primal run</code>)</summary><pre>{html.escape(text_report)}</pre></details>

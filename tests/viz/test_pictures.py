@@ -37,8 +37,11 @@ def test_svg_format_writes_svg(out_naive, tmp_path):
     for name in PICTURES:
         text = (tmp_path / "svg" / f"{name}.svg").read_text()
         assert "<svg" in text[:1000], name
-    assert "data:image/svg+xml;base64," in (tmp_path / "svg" / "report.html").read_text()
+    page = (tmp_path / "svg" / "report.html").read_text()
+    assert "data:image/svg+xml;base64," in page
     assert "report.html" in res["files"]
+    # the scratchpad line heads the page, above the metrics it qualifies (issue 48, item 6)
+    assert -1 < page.index("scratchpad: peak") < page.index("<h2>Metrics</h2>")
 
 
 def _close(pixel, color) -> bool:
