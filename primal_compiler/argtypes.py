@@ -51,21 +51,27 @@ def float_arg(lo: float, hi: float) -> Callable[[str], float]:
 SCHEDULER_SCHEMES = ("tcp", "tls", "ws", "wss", "ucx")
 
 
-def scheduler_arg(text: str) -> str:
-    """A Dask scheduler address ``[SCHEME://]HOST:PORT`` (port 1..65535), checked before anything connects."""
+def scheduler_address(text: str) -> tuple[str, str, int]:
+    """(scheme, host, port) of a Dask scheduler address ``[SCHEME://]HOST:PORT``; ValueError when it is none."""
     from urllib.parse import urlsplit
 
     scheme, sep, rest = text.partition("://")
     if not sep:
         scheme, rest = "tcp", text
+    parts = urlsplit(f"//{rest}")
+    port = parts.port  # ValueError when not a number in 0..65535
+    if scheme not in SCHEDULER_SCHEMES or not parts.hostname or not port or parts.path:
+        raise ValueError(text)
+    return scheme, parts.hostname, port
+
+
+def scheduler_arg(text: str) -> str:
+    """A Dask scheduler address ``[SCHEME://]HOST:PORT`` (port 1..65535), checked before anything connects."""
     try:
-        parts = urlsplit(f"//{rest}")
-        port = parts.port
+        scheduler_address(text)
     except ValueError:
-        port = None
-    if scheme not in SCHEDULER_SCHEMES or not parts.hostname or port is None or port == 0 or parts.path:
         raise argparse.ArgumentTypeError(f"expected a Dask scheduler address SCHEME://HOST:PORT (scheme one of "
-                                         f"{', '.join(SCHEDULER_SCHEMES)}), got {_shown(text)}")
+                                         f"{', '.join(SCHEDULER_SCHEMES)}), got {_shown(text)}") from None
     return text
 
 

@@ -86,8 +86,7 @@ def load_peft_adapter(path: str | Path, *, shapes_only: bool = False) -> ModelWe
         if ".lora_embedding_" in key:
             raise InputError(where, f"adapter targets an embedding ({key}); only layer projections can have LoRA")
         m = _LORA_KEY.match(key)
-        if m is None:
-            raise InputError(where, f"{key} is not a LoRA factor")  # refused by _safetensors already
+        assert m is not None  # _safetensors refuses every other tensor
         module = m["module"]
         leaf = module.rsplit(".", 1)[-1]
         lm = _LAYER_PATH.search(module)

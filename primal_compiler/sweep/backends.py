@@ -107,14 +107,14 @@ def _reachable(scheduler: str, timeout_s: float) -> None:
     over TCP), so an address nothing listens on is one line, not a half-built ``Client`` whose clean-up
     times out with a traceback."""
     import socket
-    from urllib.parse import urlsplit
 
-    scheme, sep, rest = scheduler.partition("://")
-    if sep and scheme == "ucx":
+    from primal_compiler.argtypes import scheduler_address
+
+    scheme, host, port = scheduler_address(scheduler)  # checked where --scheduler is parsed
+    if scheme == "ucx":
         return
-    parts = urlsplit(f"//{rest if sep else scheduler}")
     try:
-        socket.create_connection((parts.hostname, parts.port), timeout=max(timeout_s, 0.1)).close()
+        socket.create_connection((host, port), timeout=max(timeout_s, 0.1)).close()
     except OSError as exc:
         raise InputError("--scheduler", f"cannot reach the Dask scheduler {scheduler}: "
                                         f"{exc.strerror or type(exc).__name__}") from None
