@@ -361,7 +361,7 @@ def _source(model: onnx.ModelProto) -> str:
     return f"onnx:{producer}" if producer else "onnx"
 
 
-def _to_ir(index: int, layer: Layer, rope: bool = True) -> DecoderLayer:
+def _to_ir(index: int, layer: Layer, rope: bool) -> DecoderLayer:
     mlp_out, norm, activation = layer.recognised()
     projs = sorted((*layer.attn, layer.o, *layer.mlp_in, mlp_out), key=lambda p: _ROLE_ORDER.index(p.given_role()))
     linears = tuple(
