@@ -144,7 +144,7 @@ def cmd_run(args) -> None:
         model = load_model(args.model, args.lora, args.adapter)
         target = _target(args.target or "primal-7nm")
         workload = Workload(batch=args.batch, context=args.context, **_generation(args.generate, args.replay_steps),
-                            adapters=len(args.adapter or ()), prefill_chunk=args.prefill_chunk)
+                            adapters=len(args.adapter or ()), prefill_chunk=args.prefill_chunk, memory=args.memory)
         pipeline = api.for_workload(args.pipeline or "default", workload)
         program = api.compile_model(model, target, pipeline)
         passes = ", ".join(f"{r.name} {r.seconds:.1f} s" for r in program.records)

@@ -5,7 +5,8 @@ form (``a,b{opt=1},c``, a bundled name or a TOML file in, text out). A
 :class:`Workload` says what the program serves: the KV space (``batch``
 sequences of ``context`` tokens), the ``prompt`` length, the decode
 ``steps`` in the stream, the tokens it generates (``generate``), the
-number of ``adapters`` and the prompt tokens of a prefill pass (``prefill_chunk``). Each pass declares which of its options a workload
+number of ``adapters``, the prompt tokens of a prefill pass (``prefill_chunk``) and whether a program
+that overflows a scratchpad is refused (``memory``). Each pass declares which of its options a workload
 sets (``Pass.workload_options``, and
 :meth:`~primal_compiler.passmgr.Pass.for_workload` where it needs more), so
 the command line, the functional replay and the sweep set them the same way
@@ -31,6 +32,7 @@ class Workload:
     generate: int | None = None
     adapters: int = 0
     prefill_chunk: int | None = None  # prompt tokens per prefill pass (codegen{prefill_chunk})
+    memory: str | None = None  # "strict": refuse a program that overflows a scratchpad (codegen{memory})
 
 
 @dataclass(frozen=True)

@@ -20,11 +20,11 @@ import numpy as np
 
 from primal_compiler.errors import InputError
 from primal_compiler.executor import costs, deps, memory, power, transfers
+from primal_compiler.executor.buffers import program_tiles, tile_shapes
 from primal_compiler.executor.control import Control, control
 from primal_compiler.executor.flow import WAIT_LIMIT
 from primal_compiler.executor.kernel import schedule
 from primal_compiler.executor.topology import Topology
-from primal_compiler.ir.tiles import Macro
 from primal_compiler.isa.opcodes import CONTROLLER, NONE16, Opcode
 from primal_compiler.isa.stream import Stream
 from primal_compiler.target.spec import PrimalTarget
@@ -102,23 +102,6 @@ def topology(meta: dict, target: PrimalTarget) -> Topology:
     )
 
 
-def _tile_shapes(arrays: dict, topo: Topology):
-    """Used rows and columns of the RRAM and SRAM tile at every (CT, PE)."""
-    size = topo.num_cts * topo.pes
-    if "tile_macro" not in arrays:  # a hand-written stream without placement: no macro work to cost
-        return [np.zeros(size, np.int64) for _ in range(4)]
-    out = []
-    macro, ct, pe, host = arrays["tile_macro"], arrays["tile_ct"], arrays["tile_pe"], arrays["tile_host"]
-    for m in (Macro.RRAM, Macro.SRAM):
-        sel = np.flatnonzero((macro == m) & (pe >= 0))
-        where = ct[sel] if m == Macro.RRAM else ct[np.maximum(host[sel], 0)]
-        key = where.astype(np.int64) * topo.pes + pe[sel]
-        rows, cols = np.zeros(size, np.int64), np.zeros(size, np.int64)
-        rows[key], cols[key] = arrays["tile_rows"][sel], arrays["tile_cols"][sel]
-        out += [rows, cols]
-    return out
-
-
 def touched(records) -> tuple[np.ndarray, np.ndarray]:
     """The CT a record runs on and the other CT it writes to (-1 none)."""
     ct = records["ct"].astype(np.int64)
@@ -158,7 +141,7 @@ def replay(meta: dict, arrays: dict, stream: Stream, target: PrimalTarget, where
     local_rate = r.scratchpad_banks * r.scratchpad_bank_width_bits / 8
     tr = transfers.expand(stream, topo, local_rate)
     mark("transfers")
-    rram_rows, rram_cols, sram_rows, sram_cols = _tile_shapes(arrays, topo)
+    rram_rows, rram_cols, sram_rows, sram_cols = tile_shapes(program_tiles(arrays), topo.num_cts, topo.pes)
     ctx = costs.Ctx(target, topo, stream.records, stream, tr, rram_rows, rram_cols, sram_rows, sram_cols,
                     costs.bank_lanes(target, meta.get("kv") or {}))
     busy, unit, energy = costs.record_costs(ctx, where)

@@ -36,7 +36,7 @@ def render_memory(mem: dict) -> list[str]:
     cap = mem["capacity_bytes"]
     line = (f"scratchpad: peak {human_bytes(mem['peak_bytes'])} per PE of {human_bytes(cap)} (prefill "
             f"{human_bytes(mem['peak_prefill_bytes'])}, decode {human_bytes(mem['peak_decode_bytes'])}, KV up to "
-            f"{human_bytes(mem['kv_bytes_max'])})")
+            f"{human_bytes(mem['kv_bytes_max'])}; the compiler allocates up to {human_bytes(mem['allocated_bytes'])})")
     if mem["fits"]:
         return [line + "; every buffer fits"]
     w = mem["worst"]

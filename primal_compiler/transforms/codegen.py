@@ -8,6 +8,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from primal_compiler.codegen.emit import emit_stream
+from primal_compiler.codegen.fit import fit
+from primal_compiler.executor.allocation import check, summary
 from primal_compiler.errors import InputError
 from primal_compiler.isa.opcodes import Opcode
 from primal_compiler.ir.facts import Fact, facts
@@ -78,11 +80,15 @@ class Codegen(Pass):
     generate: int = option(0, 0, MAX_GENERATE)
     # Batch > 1: one pass per sequence, so the layers work on different sequences at once (docs/executor.md).
     pipeline: bool = option(True)
-    # Prompt tokens per prefill pass: chunks stream through the layer pipeline; 0 = the whole prompt in one pass.
+    # Prompt tokens per prefill pass: chunks stream through the layer pipeline; 0 = the compiler's choice: the
+    # whole prompt when the program fits the scratchpads, else the largest chunk that does (codegen/fit.py).
     prefill_chunk: int = option(0, 0, CONTEXT_RANGE[1])
+    # "strict": a program whose scratchpad allocation overflows is refused here, naming the PE and its buffers.
+    memory: str = option("report", choices=("report", "strict"))
     # Tokens of each request's conversation already in the KV cache before its prompt (context save).
     history: int = option(0, 0, CONTEXT_RANGE[1] - 2)
-    workload_options = {"prompt": "prompt", "steps": "steps", "generate": "generate", "prefill_chunk": "prefill_chunk"}
+    workload_options = {"prompt": "prompt", "steps": "steps", "generate": "generate", "prefill_chunk": "prefill_chunk",
+                        "memory": "memory"}
 
     def workload_changes(self, workload) -> dict:
         """The workload's prompt and steps; with ``adapters`` adapter directories, the default of one request
@@ -124,12 +130,19 @@ class Codegen(Pass):
             raise InputError(f"pass {self.name}", f"model {program.model.name}: head size {hd} is not a multiple of "
                                                   "8, the unit of the ISA's element offsets")
         requests = parse_requests(self.requests)
-        stream = emit_stream(program, target, prompt, requests, self.steps, self.pipeline, self.prefill_chunk,
-                             self.history)
+        batch = program.need_kv().batch
+        fitted = fit(program, target, lambda c: emit_stream(program, target, prompt, requests, self.steps, self.pipeline,
+                                                           c, self.history),
+                     prompt, self.history, batch, self.pipeline, self.prefill_chunk, self.memory == "strict",
+                     f"{self.name}.prefill_chunk")
+        if self.memory == "strict":
+            check(fitted.allocation, f"pass {self.name}")
+        stream = fitted.stream
         ops = np.bincount(stream.records["op"], minlength=len(Opcode))
         details = {
             "records": len(stream), "groups": stream.num_groups, "bytes": stream.nbytes, "prompt": prompt,
-            "steps": self.steps, "generate": self.generate or self.steps, "pipeline": self.pipeline, "prefill_chunk": self.prefill_chunk,
+            "steps": self.steps, "generate": self.generate or self.steps, "pipeline": self.pipeline,
+            "prefill_chunk": fitted.chunk, "prefill_chunk_by": fitted.chosen_by, "scratchpad": summary(fitted.allocation),
             "history": self.history, "sections": {s.name: s.stop - s.start for s in stream.sections},
             "opcodes": {op.name: int(ops[op]) for op in Opcode if ops[op]},
         }

@@ -14,7 +14,9 @@ FAST = "lower-tiles,blocking,zcurve-order,kv-ring,codegen,srpg"
 @pytest.fixture(scope="module")
 def out_dir(tmp_path_factory):
     out = tmp_path_factory.mktemp("run") / "tiny"
-    assert main(["run", "tiny-llama", "--lora", "q,v:8", "-p", FAST, "--context", "64", "-o", str(out)]) == 0
+    # the whole prompt in one prefill pass, which overflows the scratchpads (the compiler's own choice would not)
+    assert main(["run", "tiny-llama", "--lora", "q,v:8", "-p", FAST, "--context", "64", "--prefill-chunk", "63",
+                 "-o", str(out)]) == 0
     return out
 
 
@@ -143,11 +145,22 @@ def test_run_reports_scratchpad_overflow_and_strict_refuses_it(out_dir, capsys):
     assert "\n" not in err and "program.primal: record " in err and "of 16,384 B" in err
 
 
-def test_a_chunked_prefill_fits_tiny_llama_under_strict_memory(capsys):
-    """--prefill-chunk 4 (issue 48): every prefill pass holds 4 tokens' activations, so tiny-llama's default
-    pipeline at context 2048 fits its 16 KiB scratchpads and the strict replay runs; in one pass it does not."""
-    assert main(["run", "tiny-llama", "--prefill-chunk", "4", "--memory", "strict", "--json"]) == 0
+def test_the_compiler_chunks_the_prefill_to_fit_and_strict_refuses_a_forced_chunk_naming_the_limit(capsys):
+    """Issue 48: with no --prefill-chunk the compiler takes the largest chunk whose allocation fits, so tiny-llama
+    at context 2048 runs under --memory strict; a forced chunk past that limit is refused in one line naming it,
+    and the chosen chunk is that limit (one token more does not fit)."""
+    assert main(["run", "tiny-llama", "-p", FAST, "--memory", "strict", "--json"]) == 0
     mem = json.loads(capsys.readouterr().out)["metrics"]["memory"]
-    assert mem["fits"] and mem["pes_over_capacity"] == 0 and mem["peak_bytes"] <= mem["capacity_bytes"] == 16384
-    assert main(["run", "tiny-llama", "-p", "fast", "--memory", "strict"]) == 2
-    assert "of 16,384 B" in capsys.readouterr().err
+    assert mem["fits"] and mem["pes_over_capacity"] == 0 and mem["allocated_pes_over"] == 0
+    assert mem["peak_bytes"] <= mem["allocated_bytes"] <= mem["capacity_bytes"] == 16384
+    assert main(["run", "tiny-llama", "-p", FAST, "--prefill-chunk", "2047", "--memory", "strict"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "prefill chunk 2047 does not fit the scratchpads" in err and "of its 16,384 B" in err
+    limit = int(err.rsplit("at most ", 1)[1].split()[0])
+    assert 1 <= limit < 2047
+    assert main(["run", "tiny-llama", "-p", FAST, "--prefill-chunk", str(limit), "--memory", "strict", "--json"]) == 0
+    capsys.readouterr()
+    assert main(["run", "tiny-llama", "-p", FAST, "--prefill-chunk", str(limit + 1), "--memory", "strict"]) == 2
+    assert f"at most {limit} tokens" in capsys.readouterr().err
+
+

@@ -1,0 +1,94 @@
+"""The prefill chunk that fits the scratchpads: chosen by codegen, or checked when a user forces one.
+
+A prefill pass of ``c`` tokens holds every activation buffer for ``c``
+vectors, so the compiler's allocation (:mod:`primal_compiler.executor.allocation`)
+grows with ``c``. ``codegen{prefill_chunk=0}`` (the default) keeps the whole
+prompt in one pass when the program fits; otherwise it takes the largest
+chunk whose pass fits, found by bisection on *probes*: one prefill pass of
+``c`` tokens ending at the prompt's last token (the largest attention of
+any chunk of ``c`` tokens), LM head and ARGMAX included. The stream
+emitted with that chunk is allocated again and the chunk shrunk until it
+fits (a probe bounds, it does not prove). When even the decode step's
+buffers overflow, no chunk can fit: the prompt stays one pass and the
+program is reported (or refused under ``--memory strict``) as it is.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from primal_compiler.codegen.emit import ProgramEmitter, _Out
+from primal_compiler.errors import InputError
+from primal_compiler.executor.allocation import Allocation, of_program, overflow
+from primal_compiler.isa.opcodes import Flag
+
+if TYPE_CHECKING:
+    from primal_compiler.ir.program import Program
+    from primal_compiler.isa.stream import Stream
+    from primal_compiler.target.spec import PrimalTarget
+
+
+@dataclass(frozen=True)
+class Fitted:
+    """The stream codegen keeps, its chunk (tokens per prefill pass), its allocation and who chose the chunk."""
+
+    stream: Stream
+    chunk: int
+    allocation: Allocation
+    chosen_by: str  # "compiler" or "option"
+
+
+def decode_part(stream: Stream) -> np.ndarray:
+    """Which records are in a decode section."""
+    keep = np.zeros(len(stream.records), dtype=bool)
+    for s in stream.sections:
+        if s.name.startswith("decode:"):
+            keep[s.start:s.stop] = True
+    return keep
+
+
+def probe(program: Program, target: PrimalTarget, prompt: int, tokens: int, history: int, batch: int,
+          pipeline: bool) -> Allocation:
+    """The allocation of one prefill pass of ``tokens`` tokens ending at the prompt's last token."""
+    em = ProgramEmitter(program, target, history)
+    out = _Out()
+    passes = [range(s, s + 1) for s in range(batch)] if pipeline and batch > 1 else [range(batch)]
+    em.phase(out, history + prompt - tokens, tokens, Flag.PREFILL, range(batch), passes)
+    return of_program(program, target, out.stream())[0]
+
+
+def largest_chunk(fits: Callable[[int], bool], prompt: int) -> int:
+    """The largest ``c`` in 1..``prompt`` with ``fits(c)`` (``fits`` falls as ``c`` grows), 0 if none."""
+    lo, hi = 0, prompt  # fits(lo) holds (0: nothing yet), the answer is at most hi
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        lo, hi = (mid, hi) if fits(mid) else (lo, mid - 1)
+    return lo
+
+
+def fit(program: Program, target: PrimalTarget, emit: Callable[[int], Stream], prompt: int, history: int,
+        batch: int, pipeline: bool, forced: int, strict: bool, where: str) -> Fitted:
+    """The stream of the chunk ``forced`` (0: the compiler's choice, see the module docstring) and its
+    allocation. ``strict``: InputError naming ``where`` when ``forced`` overflows although a smaller chunk
+    fits, naming the largest that does (otherwise the report names the overflow)."""
+    chunk = min(forced, prompt) if forced else prompt
+    stream = emit(chunk)
+    a, decode = of_program(program, target, stream, decode_part(stream))
+    if a.fits or prompt == 1 or chunk == 1 or decode is None or not decode.fits or forced and not strict:
+        return Fitted(stream, chunk, a, "option" if forced else "compiler")
+    limit = largest_chunk(lambda c: probe(program, target, prompt, c, history, batch, pipeline).fits, chunk - 1)
+    if forced and limit:  # strict
+        raise InputError(where, f"prefill chunk {forced} does not fit the scratchpads: {overflow(a)}; at most "
+                                f"{limit} tokens a pass fit")
+    if forced or not limit:
+        return Fitted(stream, chunk, a, "option" if forced else "compiler")
+    while True:
+        stream = emit(limit)
+        a = of_program(program, target, stream)[0]
+        if a.fits or limit == 1:
+            return Fitted(stream, limit, a, "compiler")
+        limit -= max(1, limit // 8)
