@@ -54,7 +54,8 @@ def cmd_compile(args) -> None:
     check_destination(args.output, args.force, directory=True, inputs=inputs)
     model = load_model(args.model, args.lora, args.adapter)
     target = _target(args.target)
-    pipeline = api.for_workload(args.pipeline, Workload(adapters=len(args.adapter or ()), **_generation(None, None)))
+    steps, generate = _generation(None, None)
+    pipeline = api.for_workload(args.pipeline, Workload(adapters=len(args.adapter or ()), steps=steps, generate=generate))
     program = api.compile_model(model, target, pipeline, verify=args.verify)
     compiled.write_compiled(program, target, Path(args.output), args.force, inputs)
     print(render_inspect(inspect_model(program.model, target, program)))
@@ -70,12 +71,12 @@ def cmd_compile(args) -> None:
     print(f"wrote {args.output}/ ({files}{', program.primal' if program.stream is not None else ''})")
 
 
-def _generation(generate: int | None, replayed: int | None) -> dict[str, int]:
+def _generation(generate: int | None, replayed: int | None) -> tuple[int, int]:
     """The workload's ``steps`` and ``generate`` for ``--generate`` and ``--replay-steps`` (codegen's defaults)."""
     from primal_compiler.transforms.codegen import DEFAULT_GENERATE, DEFAULT_REPLAYED
 
     generate = generate or DEFAULT_GENERATE
-    return {"steps": min(generate, replayed or DEFAULT_REPLAYED), "generate": generate}
+    return min(generate, replayed or DEFAULT_REPLAYED), generate
 
 
 def _inputs(args) -> tuple[str, ...]:
@@ -143,7 +144,8 @@ def cmd_run(args) -> None:
             check_destination(args.output, args.force, directory=True, inputs=inputs)
         model = load_model(args.model, args.lora, args.adapter)
         target = _target(args.target or "primal-7nm")
-        workload = Workload(batch=args.batch, context=args.context, **_generation(args.generate, args.replay_steps),
+        steps, generate = _generation(args.generate, args.replay_steps)
+        workload = Workload(batch=args.batch, context=args.context, steps=steps, generate=generate,
                             adapters=len(args.adapter or ()), prefill_chunk=args.prefill_chunk, memory=args.memory)
         pipeline = api.for_workload(args.pipeline or "default", workload)
         program = api.compile_model(model, target, pipeline)

@@ -1,16 +1,18 @@
-"""The prefill chunk that fits the scratchpads: chosen by codegen, or checked when a user forces one.
+"""Programs that fit the scratchpads (``codegen{memory=strict}``): the prefill chunk codegen chooses, or the
+refusal of one that does not fit.
 
 A prefill pass of ``c`` tokens holds every activation buffer for ``c``
 vectors, so the compiler's allocation (:mod:`primal_compiler.executor.allocation`)
-grows with ``c``. ``codegen{prefill_chunk=0}`` (the default) keeps the whole
-prompt in one pass when the program fits; otherwise it takes the largest
-chunk whose pass fits, found by bisection on *probes*: one prefill pass of
-``c`` tokens ending at the prompt's last token (the largest attention of
-any chunk of ``c`` tokens), LM head and ARGMAX included. The stream
-emitted with that chunk is allocated again and the chunk shrunk until it
-fits (a probe bounds, it does not prove). When even the decode step's
-buffers overflow, no chunk can fit: the prompt stays one pass and the
-program is reported (or refused under ``--memory strict``) as it is.
+grows with ``c``. With no chunk forced (``prefill_chunk=0``) the whole
+prompt stays one pass when the program fits; otherwise codegen takes the
+largest chunk whose pass fits, found by bisection on *probes*: one prefill
+pass of ``c`` tokens ending at the prompt's last token (the largest
+attention of any chunk of ``c`` tokens), LM head and ARGMAX included. The
+stream emitted with that chunk is allocated again and the chunk shrunk
+until it fits (a probe bounds, it does not prove). A program that does not
+fit with any chunk (even the decode step's buffers overflow), or a forced
+chunk that does not, is refused, naming the PE, its bytes and buffers and,
+when a smaller chunk fits, the largest that does.
 """
 
 from __future__ import annotations
@@ -34,12 +36,11 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class Fitted:
-    """The stream codegen keeps, its chunk (tokens per prefill pass), its allocation and who chose the chunk."""
+    """The stream codegen keeps, its chunk (tokens per prefill pass) and its allocation."""
 
     stream: Stream
     chunk: int
     allocation: Allocation
-    chosen_by: str  # "compiler" or "option"
 
 
 def decode_part(stream: Stream) -> np.ndarray:
@@ -71,24 +72,26 @@ def largest_chunk(fits: Callable[[int], bool], prompt: int) -> int:
 
 
 def fit(program: Program, target: PrimalTarget, emit: Callable[[int], Stream], prompt: int, history: int,
-        batch: int, pipeline: bool, forced: int, strict: bool, where: str) -> Fitted:
+        batch: int, pipeline: bool, forced: int, where: str) -> Fitted:
     """The stream of the chunk ``forced`` (0: the compiler's choice, see the module docstring) and its
-    allocation. ``strict``: InputError naming ``where`` when ``forced`` overflows although a smaller chunk
-    fits, naming the largest that does (otherwise the report names the overflow)."""
+    allocation, which fits every scratchpad; else InputError naming ``where`` (module docstring)."""
     chunk = min(forced, prompt) if forced else prompt
     stream = emit(chunk)
     a, decode = of_program(program, target, stream, decode_part(stream))
-    if a.fits or prompt == 1 or chunk == 1 or decode is None or not decode.fits or forced and not strict:
-        return Fitted(stream, chunk, a, "option" if forced else "compiler")
-    limit = largest_chunk(lambda c: probe(program, target, prompt, c, history, batch, pipeline).fits, chunk - 1)
-    if forced and limit:  # strict
-        raise InputError(where, f"prefill chunk {forced} does not fit the scratchpads: {overflow(a)}; at most "
-                                f"{limit} tokens a pass fit")
+    if a.fits:
+        return Fitted(stream, chunk, a)
+    limit = 0
+    if chunk > 1 and decode is not None and decode.fits:
+        limit = largest_chunk(lambda c: probe(program, target, prompt, c, history, batch, pipeline).fits, chunk - 1)
     if forced or not limit:
-        return Fitted(stream, chunk, a, "option" if forced else "compiler")
+        hint = f"; at most {limit} tokens a prefill pass fit" if limit else ""
+        what = f"prefill chunk {forced}" if forced else "the program"
+        raise InputError(where, f"{what} does not fit the scratchpads: {overflow(a)}{hint} (--memory strict)")
     while True:
         stream = emit(limit)
         a = of_program(program, target, stream)[0]
-        if a.fits or limit == 1:
-            return Fitted(stream, limit, a, "compiler")
+        if a.fits:
+            return Fitted(stream, limit, a)
+        if limit == 1:
+            raise InputError(where, f"the program does not fit the scratchpads: {overflow(a)} (--memory strict)")
         limit -= max(1, limit // 8)

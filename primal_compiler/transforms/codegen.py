@@ -9,7 +9,7 @@ import numpy as np
 
 from primal_compiler.codegen.emit import emit_stream
 from primal_compiler.codegen.fit import fit
-from primal_compiler.executor.allocation import check, summary
+from primal_compiler.executor.allocation import summary
 from primal_compiler.errors import InputError
 from primal_compiler.isa.opcodes import Opcode
 from primal_compiler.ir.facts import Fact, facts
@@ -17,6 +17,7 @@ from primal_compiler.passmgr import CONTEXT_RANGE, Pass, option
 
 if TYPE_CHECKING:
     from primal_compiler.ir.program import Program
+    from primal_compiler.isa.stream import Stream
     from primal_compiler.target.spec import PrimalTarget
 
 
@@ -80,10 +81,11 @@ class Codegen(Pass):
     generate: int = option(0, 0, MAX_GENERATE)
     # Batch > 1: one pass per sequence, so the layers work on different sequences at once (docs/executor.md).
     pipeline: bool = option(True)
-    # Prompt tokens per prefill pass: chunks stream through the layer pipeline; 0 = the compiler's choice: the
-    # whole prompt when the program fits the scratchpads, else the largest chunk that does (codegen/fit.py).
+    # Prompt tokens per prefill pass: chunks stream through the layer pipeline; 0 = the whole prompt in one pass,
+    # or under memory=strict the compiler's choice: the whole prompt if it fits, else the largest chunk that does.
     prefill_chunk: int = option(0, 0, CONTEXT_RANGE[1])
-    # "strict": a program whose scratchpad allocation overflows is refused here, naming the PE and its buffers.
+    # "strict": the program must fit the scratchpads (codegen/fit.py): the prefill is chunked to fit, and a
+    # program or forced chunk that overflows is refused naming the PE, its buffers and the bytes.
     memory: str = option("report", choices=("report", "strict"))
     # Tokens of each request's conversation already in the KV cache before its prompt (context save).
     history: int = option(0, 0, CONTEXT_RANGE[1] - 2)
@@ -130,21 +132,26 @@ class Codegen(Pass):
             raise InputError(f"pass {self.name}", f"model {program.model.name}: head size {hd} is not a multiple of "
                                                   "8, the unit of the ISA's element offsets")
         requests = parse_requests(self.requests)
-        batch = program.need_kv().batch
-        fitted = fit(program, target, lambda c: emit_stream(program, target, prompt, requests, self.steps, self.pipeline,
-                                                           c, self.history),
-                     prompt, self.history, batch, self.pipeline, self.prefill_chunk, self.memory == "strict",
-                     f"{self.name}.prefill_chunk")
+
+        def emit(chunk: int) -> Stream:
+            return emit_stream(program, target, prompt, requests, self.steps, self.pipeline, chunk, self.history)
+
+        fitted, chunk = None, min(self.prefill_chunk or prompt, prompt)
         if self.memory == "strict":
-            check(fitted.allocation, f"pass {self.name}")
-        stream = fitted.stream
+            fitted = fit(program, target, emit, prompt, self.history, kv.batch, self.pipeline, self.prefill_chunk,
+                         f"pass {self.name}")
+            stream, chunk = fitted.stream, fitted.chunk
+        else:
+            stream = emit(self.prefill_chunk)
         ops = np.bincount(stream.records["op"], minlength=len(Opcode))
         details = {
             "records": len(stream), "groups": stream.num_groups, "bytes": stream.nbytes, "prompt": prompt,
             "steps": self.steps, "generate": self.generate or self.steps, "pipeline": self.pipeline,
-            "prefill_chunk": fitted.chunk, "prefill_chunk_by": fitted.chosen_by, "scratchpad": summary(fitted.allocation),
+            "prefill_chunk": chunk,
             "history": self.history, "sections": {s.name: s.stop - s.start for s in stream.sections},
             "opcodes": {op.name: int(ops[op]) for op in Opcode if ops[op]},
         }
+        if fitted:
+            details["scratchpad"] = summary(fitted.allocation)
         return program.evolve(stream=stream, pending_details=details)
 

@@ -9,8 +9,7 @@ from primal_compiler.compiled import program_file
 from primal_compiler.executor.replay import replay
 from primal_compiler.frontend import load_model
 
-# the whole prompt in one prefill pass (the compiler would chunk it to fit): the tests here replay one prefill
-PIPELINE = "lower-tiles,blocking,zcurve-order,kv-ring{context=64,batch=2},codegen{requests=0;1,prefill_chunk=63},srpg"
+PIPELINE = "lower-tiles,blocking,zcurve-order,kv-ring{context=64,batch=2},codegen{requests=0;1},srpg"
 
 
 @pytest.fixture(scope="session")

@@ -21,6 +21,7 @@ from primal_compiler.errors import InputError
 from primal_compiler.executor.allocation import Allocation, of_program
 from primal_compiler.executor.replay import replay
 from primal_compiler.frontend import load_model
+from primal_compiler.isa.opcodes import CONTROLLER, ActFn, Opcode
 from primal_compiler.target import with_overrides
 from tests.functional.conftest import compiled, replay_target  # noqa: F401  (replay_target: a fixture)
 
@@ -47,7 +48,6 @@ def test_the_allocation_is_each_location_at_its_largest_and_bounds_the_replay(ca
     assert np.array_equal(alloc.pe_bytes, per_pe)
     assert (mem.peak_bytes <= alloc.pe_bytes).all()  # no timing holds more than the allocation
     assert alloc.fits == (alloc.pe_bytes.max() <= replay_target.router.scratchpad_bytes)
-    assert _codegen(program)["scratchpad"]["peak_bytes"] == alloc.peak_bytes
 
 
 def test_largest_chunk_bisects_a_falling_predicate():
@@ -73,27 +73,30 @@ def tight(small_target):
     return with_overrides(small_target, {"router.scratchpad_bytes": 6144})
 
 
-def test_codegen_takes_the_largest_chunk_that_fits(tight):
+def test_under_strict_codegen_takes_the_largest_chunk_that_fits(tight):
     model = load_model("tiny-llama", "q,v:8")
-    program = compile_model(model, tight, PIPE % "")
+    program = compile_model(model, tight, PIPE % "memory=strict")
     details = _codegen(program)
     chunk = details["prefill_chunk"]
-    assert details["prefill_chunk_by"] == "compiler" and 1 <= chunk < 63
-    assert details["scratchpad"]["fits"] and of_program(program, tight, program.stream)[0].fits
-    whole = compile_model(model, tight, PIPE % "prefill_chunk=63")  # report mode: compiled, and it overflows
-    assert not _codegen(whole)["scratchpad"]["fits"]
-    with pytest.raises(InputError, match=rf"codegen.prefill_chunk: prefill chunk {chunk + 1} does not fit the "
-                                         rf"scratchpads: CT \d+ PE \d+ needs [\d,]+ B of its 6,144 B .* at most "
-                                         rf"{chunk} tokens"):
+    assert 1 <= chunk < 63 and details["scratchpad"]["fits"] and of_program(program, tight, program.stream)[0].fits
+    sec = next(s for s in program.stream.sections if s.name == "prefill:0")
+    r = program.stream.records[sec.start:sec.stop]
+    embeds = (r["op"] == Opcode.ACT) & (r["ct"] == CONTROLLER) & ((r["arg"] & 0xFF) == ActFn.EMBED)
+    assert int(embeds.sum()) == -(-63 // chunk)  # one pass a chunk
+    whole = compile_model(model, tight, PIPE % "")  # report mode: the prompt stays one pass, and overflows
+    assert _codegen(whole)["prefill_chunk"] == 63 and "scratchpad" not in _codegen(whole)
+    assert not of_program(whole, tight, whole.stream)[0].fits
+    with pytest.raises(InputError, match=rf"^pass codegen: prefill chunk {chunk + 1} does not fit the scratchpads: "
+                                         rf"CT \d+ PE \d+ needs [\d,]+ B of its 6,144 B .*; at most {chunk} tokens"):
         compile_model(model, tight, PIPE % f"prefill_chunk={chunk + 1},memory=strict")
+    assert _codegen(compile_model(model, tight, PIPE % f"prefill_chunk={chunk},memory=strict"))["prefill_chunk"] == chunk
 
 
 def test_strict_refuses_at_compile_time_what_no_chunk_fits(small_target):
-    """Even one token's buffers overflow 1 KiB: report mode keeps the prompt whole and says so, strict refuses."""
+    """Even one token's buffers overflow 1 KiB: strict refuses, naming the PE, its bytes and its buffers."""
     tiny = with_overrides(small_target, {"router.scratchpad_bytes": 1024})
     model = load_model("tiny-llama", "q,v:8")
-    details = _codegen(compile_model(model, tiny, PIPE % ""))
-    assert details["prefill_chunk"] == 63 and not details["scratchpad"]["fits"]
     with pytest.raises(InputError, match=r"^pass codegen: the program does not fit the scratchpads: CT \d+ PE \d+ "
-                                         r"needs [\d,]+ B of its 1,024 B scratchpad \(.+\); [\d,]+ PEs over"):
+                                         r"needs [\d,]+ B of its 1,024 B scratchpad \(.+\); [\d,]+ PEs over \(--memory "
+                                         r"strict\)$"):
         compile_model(model, tiny, PIPE % "memory=strict")

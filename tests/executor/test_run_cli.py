@@ -14,9 +14,7 @@ FAST = "lower-tiles,blocking,zcurve-order,kv-ring,codegen,srpg"
 @pytest.fixture(scope="module")
 def out_dir(tmp_path_factory):
     out = tmp_path_factory.mktemp("run") / "tiny"
-    # the whole prompt in one prefill pass, which overflows the scratchpads (the compiler's own choice would not)
-    assert main(["run", "tiny-llama", "--lora", "q,v:8", "-p", FAST, "--context", "64", "--prefill-chunk", "63",
-                 "-o", str(out)]) == 0
+    assert main(["run", "tiny-llama", "--lora", "q,v:8", "-p", FAST, "--context", "64", "-o", str(out)]) == 0
     return out
 
 
@@ -146,9 +144,9 @@ def test_run_reports_scratchpad_overflow_and_strict_refuses_it(out_dir, capsys):
 
 
 def test_the_compiler_chunks_the_prefill_to_fit_and_strict_refuses_a_forced_chunk_naming_the_limit(capsys):
-    """Issue 48: with no --prefill-chunk the compiler takes the largest chunk whose allocation fits, so tiny-llama
-    at context 2048 runs under --memory strict; a forced chunk past that limit is refused in one line naming it,
-    and the chosen chunk is that limit (one token more does not fit)."""
+    """Issue 48: under --memory strict, with no --prefill-chunk, the compiler takes the largest chunk whose
+    allocation fits, so tiny-llama at context 2048 runs; a forced chunk past that limit is refused in one line
+    naming it, and the chosen chunk is that limit (one token more does not fit)."""
     assert main(["run", "tiny-llama", "-p", FAST, "--memory", "strict", "--json"]) == 0
     mem = json.loads(capsys.readouterr().out)["metrics"]["memory"]
     assert mem["fits"] and mem["pes_over_capacity"] == 0 and mem["allocated_pes_over"] == 0
