@@ -12,12 +12,18 @@ index, "program-order").
   and leaves no earlier than their tails), and the buffer at the link's far end has room for its
   packet (``_room`` in :func:`run`, counted as credits; else it waits). A message longer than the buffer
   streams through it a flit at a time.
-* At a leg's last PE-mesh link the packet ejects in FIFO order: its tail leaves once the packets
-  ahead of it in that buffer have left.
+* A leg whose first link is a PE-mesh link leaves its PE through one of the PE's injection ports
+  (``router.injection_ports``), held like a link for the transfer's hold from the head's entry into
+  that link; with all of them taken, the head waits. At a leg's last PE-mesh link the packet ejects
+  in FIFO order through one of its destination's ejection ports (``router.ejection_ports``): its
+  head leaves once the packets ahead of it in that buffer have left and a port is free, and holds
+  the port until its tail is delivered. Ports are calendars after the links' (``INJ_BASE``,
+  ``EJ_BASE`` in ``cfg``); a multicast's copies leaving together share the injection port.
 * A multicast's copies cross their common prefix once (a copy that reaches a link its record already
   took, no later than it was taken, rides along); they then move independently. A reduction
   (``REDUCE`` in :func:`run`) combines at every router: one window per link from the earliest member's
-  head to the latest's tail, reserved at once when its record starts.
+  head to the latest's tail, reserved at once when its record starts, and likewise on each member's
+  first injection port and on the destination's first ejection port.
 * A buffer keeps up to ``SLOTS`` packets (arrival, tail departure or -1 while waiting, flits,
   record); departed ones fold into one bound (arrival, departure) on later heads.
 
@@ -58,8 +64,14 @@ WAIT_LIMIT = 2**31 - 1
 NONE = (-1, -1, -1, -1, -1)
 """No event."""
 
-# columns of the cfg array
-MESH_LINKS, CAP, LAT_MESH, LAT_OTHER = 0, 1, 2, 3
+EJECT = 1 << 62
+"""An ejection event's row is its leg's last link row minus this: negative, so it is told from a head's
+request, and in row order, so heads that reach their ejection ports at the same cycle with the same
+arbitration key are served in stream order, as requests are."""
+
+# columns of the cfg array: PE-mesh links, buffer flits, head latencies, the first calendar row of the
+# injection and of the ejection ports (after the links'), and the ports of each kind a PE has
+MESH_LINKS, CAP, LAT_MESH, LAT_OTHER, INJ_BASE, EJ_BASE, K_IN, K_OUT = 0, 1, 2, 3, 4, 5, 6, 7
 
 
 DELIVERED, DRY, REDUCE = 0, 1, 2
@@ -76,8 +88,8 @@ def new_pool():  # pragma: no cover - compiled
 
 
 @njit(nogil=True)
-def run(until, j, t, heap, pool, wake, cal, buf, seen, enter, wait, link, link_off, link_ptr, cfg, hold_mesh, hold_other,
-        start, busy, finish, left, slot, win_link, win_lo, win_hi):  # pragma: no cover - compiled
+def run(until, j, t, heap, pool, wake, cal, buf, seen, enter, wait, link, link_off, link_ptr, inj, ej, cfg, hold_mesh,
+        hold_other, start, busy, finish, left, slot, win_link, win_lo, win_hi):  # pragma: no cover - compiled
     """Process events in order: ``until`` :data:`DELIVERED` until record ``j``'s legs are all delivered,
     :data:`DRY` until none is left, :data:`REDUCE` while one is queued before cycle ``t`` and then record
     ``j``, a reduction tree started at ``t``, reserves its windows (``_reduce``, which sets its rows' wait).
@@ -126,6 +138,24 @@ def run(until, j, t, heap, pool, wake, cal, buf, seen, enter, wait, link, link_o
                 _drop(lk, m + 1, n)
                 n -= 1
         cal[lk, 0] = n
+
+    def _port(first, k, now, h, i):
+        """(row, cycle): of the ``k`` port rows from ``first``, the one free for ``h`` cycles earliest from
+        ``now`` and that cycle; (row, -1) when record ``i`` took one at ``now`` or later already (a copy of
+        it leaving with the one that took it shares it)."""
+        best, at = first, -1
+        for c in range(first, first + k):
+            if seen[c] == i and now <= enter[c]:
+                return c, -1
+            e = _fit(c, now, h)
+            if at < 0 or e < at:
+                best, at = c, e
+        return best, at
+
+    def _take(c, now, h, i):
+        _reserve(c, now, now + h)
+        seen[c] = i
+        enter[c] = now
 
     def _ready(b, a, i):
         """Earliest cycle record ``i``'s head that reached buffer ``b`` at ``a`` may leave it (every other
@@ -254,17 +284,28 @@ def run(until, j, t, heap, pool, wake, cal, buf, seen, enter, wait, link, link_o
         w = 0
         for q in range(lo, hi):
             lk = link[q]
-            h = hold_mesh[i] if lk < cfg[MESH_LINKS] else hold_other[i]
-            if seen[lk] != i:
-                seen[lk] = i
-                slot[lk] = w
-                win_link[w] = lk
-                win_lo[w] = link_off[q]
-                win_hi[w] = link_off[q] + h
-                w += 1
-            else:
-                win_lo[slot[lk]] = min(win_lo[slot[lk]], link_off[q])
-                win_hi[slot[lk]] = max(win_hi[slot[lk]], link_off[q] + h)
+            mesh = lk < cfg[MESH_LINKS]
+            h = hold_mesh[i] if mesh else hold_other[i]
+            last = q + 1 == hi or link_off[q + 1] == 0
+            for r in range(3):  # the link; a member's injection port; the destination's ejection port
+                if r == 0:
+                    row, at = lk, link_off[q]
+                elif r == 1 and mesh and link_off[q] == 0:
+                    row, at = cfg[INJ_BASE] + inj[lk], 0
+                elif r == 2 and mesh and last:
+                    row, at = cfg[EJ_BASE] + ej[lk], link_off[q] + cfg[LAT_MESH]
+                else:
+                    continue
+                if seen[row] != i:
+                    seen[row] = i
+                    slot[row] = w
+                    win_link[w] = row
+                    win_lo[w] = at
+                    win_hi[w] = at + h
+                    w += 1
+                else:
+                    win_lo[slot[row]] = min(win_lo[slot[row]], at)
+                    win_hi[slot[row]] = max(win_hi[slot[row]], at + h)
         base = t0
         moved = True
         while moved:  # base only grows, past a reserved window each time: ends
@@ -303,6 +344,11 @@ def run(until, j, t, heap, pool, wake, cal, buf, seen, enter, wait, link, link_o
                     return NONE
                 if r > now:
                     return (r, key, q, arr, i)
+            port, at = -1, -1
+            if off == 0 and mesh:  # the leg leaves its PE through one of its injection ports
+                port, at = _port(cfg[INJ_BASE] + inj[lk], cfg[K_IN], now, h, i)
+                if at > now:
+                    return (at, key, q, arr, i)
             e = _fit(lk, now, h)
             if e > now:
                 return (e, key, q, arr, i)
@@ -313,6 +359,8 @@ def run(until, j, t, heap, pool, wake, cal, buf, seen, enter, wait, link, link_o
                     return NONE
                 if room > now:
                     return (room, key, q, arr, i)
+            if at >= 0:
+                _take(port, now, h, i)
             _reserve(lk, now, now + h)
             if seen[lk] != i:
                 seen[lk] = i
@@ -327,22 +375,31 @@ def run(until, j, t, heap, pool, wake, cal, buf, seen, enter, wait, link, link_o
         if q + 1 < link_ptr[i + 1] and link_off[q + 1] > 0:
             return (e + link_off[q + 1] - off, key, q + 1, e + lat, i)
         if mesh:  # the leg's last link: eject in FIFO order
-            return (e + lat, key, -(q + 1), e + lat, i)
+            return (e + lat, key, q - EJECT, e + lat, i)
         _leg_done(i, w)
         return NONE
 
     def _eject(ev):
         """The packet of event ``ev`` reached its destination's buffer at ``arr``: it leaves in FIFO order
-        (parked while a packet ahead of it is not yet granted onwards) and its leg is delivered."""
+        (parked while a packet ahead of it is not yet granted onwards) through one of its PE's ejection
+        ports (waiting while they are all taken), and its leg is delivered."""
         now, key, v, arr, i = ev
-        q = -v - 1
+        q = v + EJECT
         lk = link[q]
         r = _ready(lk, arr, i)
         if r < 0:
             _park(lk, ev)
             return NONE
-        out = max(arr, r)
-        _depart(lk, arr, out + hold_mesh[i], i)
+        if r > now:
+            return (r, key, v, arr, i)
+        h = hold_mesh[i]
+        port, at = _port(cfg[EJ_BASE] + ej[lk], cfg[K_OUT], now, h, i)
+        if at > now:
+            return (at, key, v, arr, i)
+        if at >= 0:
+            _take(port, now, h, i)
+        out = now
+        _depart(lk, arr, out + h, i)
         _wake(lk, now)
         w = out - cfg[LAT_MESH] - (start[i] + link_off[q])
         wait[q] = min(w, WAIT_LIMIT)

@@ -62,7 +62,7 @@ def in_order_links(i, t, lo, hi, link, link_off, hold, mesh_links, link_free, ho
 @njit(nogil=True, depends=(flow,))
 def schedule(op, busy, unit, pred_ptr, pred, link_ptr, link, link_off, hold_mesh, hold_other, ct_a, ct_b, blocking,
              seq, issue_cycles, reload, num_units, num_links, num_cts, mesh_links, cut_through, hop_cycles, other_cycles,
-             buffer_flits, age):  # pragma: no cover - compiled
+             buffer_flits, age, inj, ej, inj_rows, ej_rows, inj_ports, ej_ports):  # pragma: no cover - compiled
     """(dispatch, start, finish, first record touching a gated CT or -1, distinct mesh and other links per
     record, per link row the wait its leg's head has accumulated in routers up to entering that link, and
     per record the in-order link constraint on its start: the earlier transfer whose reservation bounds
@@ -76,8 +76,10 @@ def schedule(op, busy, unit, pred_ptr, pred, link_ptr, link, link_off, hold_mesh
     ``cut_through``: ``router.link_schedule = "cut-through"``, else in-order; ``hop_cycles`` and
     ``other_cycles``: head latency of a PE-mesh link and of any other link; ``buffer_flits``: flits of a
     PE-mesh link's input buffer (cut-through); ``age``: ``router.arbitration = "age"``. A ``REDUCE``
-    is a reduction tree. The last value is the first transfer never delivered (its packets deadlocked
-    in the buffers) or -1.
+    is a reduction tree. ``inj[l]``/``ej[l]``: the first of the ``inj_ports``/``ej_ports`` port rows of
+    PE-mesh link l's source and destination PE (:func:`.topology.local_ports`), ``inj_rows``/``ej_rows``
+    rows in all (cut-through only). The last value is the first transfer never delivered (its packets
+    deadlocked in the buffers) or -1.
     """
     n = len(op)
     dispatch = np.empty(n, dtype=np.int64)
@@ -88,10 +90,11 @@ def schedule(op, busy, unit, pred_ptr, pred, link_ptr, link, link_off, hold_mesh
     ct_wake = np.zeros(num_cts, dtype=np.int64)
     ct_busy = np.zeros(num_cts, dtype=np.int64)
     gated = np.zeros(num_cts, dtype=np.bool_)
-    seen = np.full(num_links, -1, dtype=np.int64)
+    rows = num_links + inj_rows + ej_rows  # calendars: the links, then the local ports
+    seen = np.full(rows, -1, dtype=np.int64)
     counted = np.full(num_links, -1, dtype=np.int64)
-    enter = np.zeros(num_links, dtype=np.int64)
-    cal = np.zeros((num_links if cut_through else 0, CAL_WIDTH), dtype=np.int64)
+    enter = np.zeros(rows, dtype=np.int64)
+    cal = np.zeros((rows if cut_through else 0, CAL_WIDTH), dtype=np.int64)
     buf = np.zeros((mesh_links if cut_through else 0, BUF_WIDTH), dtype=np.int64)  # PE-mesh links only
     holder = np.full(num_links, -1, dtype=np.int64)
     widest = 0
@@ -108,10 +111,11 @@ def schedule(op, busy, unit, pred_ptr, pred, link_ptr, link, link_off, hold_mesh
     heap = [(np.int64(0), np.int64(0), np.int64(0), np.int64(0), np.int64(0))]
     heap.pop()
     left = np.zeros(n, dtype=np.int64)  # legs of a started transfer not yet delivered
+    cfg = np.array([mesh_links, buffer_flits, hop_cycles, other_cycles, num_links, num_links + inj_rows, inj_ports,
+                    ej_ports], dtype=np.int64)
     st = (heap, new_pool(), np.full(len(buf), -1, dtype=np.int64), cal, buf, seen, enter, wait, link, link_off,
-          link_ptr, np.array([mesh_links, buffer_flits, hop_cycles, other_cycles], dtype=np.int64), hold_mesh,
-          hold_other, start, busy, finish, left, np.zeros(num_links, dtype=np.int64), np.empty(widest, dtype=np.int64),
-          np.empty(widest, dtype=np.int64), np.empty(widest, dtype=np.int64))
+          link_ptr, inj, ej, cfg, hold_mesh, hold_other, start, busy, finish, left, np.zeros(rows, dtype=np.int64),
+          np.empty(3 * widest, dtype=np.int64), np.empty(3 * widest, dtype=np.int64), np.empty(3 * widest, dtype=np.int64))
     pending = np.empty(n, dtype=np.int64)  # started transfers whose CTs and horizon are not yet updated
     n_pending = 0
     port_free = 0

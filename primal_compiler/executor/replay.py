@@ -24,7 +24,7 @@ from primal_compiler.executor.buffers import program_tiles, tile_shapes
 from primal_compiler.executor.control import Control, control
 from primal_compiler.executor.flow import WAIT_LIMIT
 from primal_compiler.executor.kernel import schedule
-from primal_compiler.executor.topology import Topology
+from primal_compiler.executor.topology import Topology, local_ports
 from primal_compiler.isa.opcodes import CONTROLLER, NONE16, Opcode
 from primal_compiler.isa.stream import Stream
 from primal_compiler.target.spec import PrimalTarget
@@ -153,12 +153,14 @@ def replay(meta: dict, arrays: dict, stream: Stream, target: PrimalTarget, where
     ctl = control(stream, target, topo.num_cts, where, mode)
     mark("control")
     a, b = touched(stream.records)
-    link, num_links, mesh_links = used_links(tr.link, topo.num_links, topo.d2d_base)
+    link, num_links, mesh_links, mesh_ids = used_links(tr.link, topo.num_links, topo.d2d_base)
+    ports = local_ports(topo, mesh_ids, r.injection_ports, r.ejection_ports)
     dispatch, start, finish, bad, n_mesh, n_other, wait, link_by, link_bound, link_mesh, stuck = schedule(
         stream.records["op"].astype(np.int64), busy, unit, ptr, pred, tr.link_ptr, link, tr.link_offset,
         tr.hold_mesh, tr.hold_other, a, b, blocking(stream.records, ctl.mode), ctl.seq, ctl.issue_cycles, ctl.reload, ctx.num_units,
         num_links, topo.num_cts, mesh_links, r.link_schedule == "cut-through",
-        r.hop_latency_cycles, target.d2d.latency_cycles, r.buffer_link_cycles, r.arbitration == "age")
+        r.hop_latency_cycles, target.d2d.latency_cycles, r.buffer_link_cycles, r.arbitration == "age", *ports,
+        r.injection_ports, r.ejection_ports)
     del link  # the renumbered link of every row (4 bytes each, 68 M rows on Llama-2-13B): the schedule's alone
     if bad >= 0:
         rec = stream.records[bad]
@@ -187,15 +189,17 @@ def replay(meta: dict, arrays: dict, stream: Stream, target: PrimalTarget, where
                   max_active_pes)
 
 
-def used_links(link: np.ndarray, num_links: int, mesh_links: int) -> tuple[np.ndarray, int, int]:
+def used_links(link: np.ndarray, num_links: int, mesh_links: int) -> tuple[np.ndarray, int, int, np.ndarray]:
     """``link`` renumbered over the links some row uses, in order, so PE-mesh links (ids below
-    ``mesh_links``) stay first: (renumbered rows, links used, PE-mesh links used). The schedule keeps a
-    calendar and a buffer per link it is given; Llama-2-70B's rows use 2.7 of its 4.3 million links, and the
-    calendars and buffers of the others were 1.3 GB of memory it zeroed for nothing."""
+    ``mesh_links``) stay first: (renumbered rows, links used, PE-mesh links used, the original id of each
+    PE-mesh link used). The schedule keeps a calendar and a buffer per link it is given; Llama-2-70B's rows
+    use 2.7 of its 4.3 million links, and the calendars and buffers of the others were 1.3 GB of memory it
+    zeroed for nothing."""
     used = np.zeros(num_links, dtype=bool)
     used[link] = True
     ids = (np.cumsum(used) - 1).astype(link.dtype)
-    return ids[link], int(ids[-1]) + 1 if num_links else 0, int(used[:mesh_links].sum())
+    return ids[link], int(ids[-1]) + 1 if num_links else 0, int(used[:mesh_links].sum()), \
+        np.flatnonzero(used[:mesh_links])
 
 
 ENERGY_UNITS = ("pJ", "uW")

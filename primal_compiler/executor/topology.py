@@ -17,8 +17,13 @@ a partly filled last row); the controller links follow the last site's (to
 CT 0, then from CT 0).
 
 A PE's injection and ejection channels (``router.injection_cycles`` and
-``router.ejection_cycles``, the terminal channels of a router pipeline) are
-its own, so they add to a leg's latency and never contend.
+``router.ejection_cycles``, the terminal channels of a router pipeline) add
+to a leg's latency; the local ports they cross (``router.injection_ports``,
+``router.ejection_ports``) are resources of the flow model: a leg whose first
+link is a PE-mesh link takes one of its source's injection ports, a leg whose
+last link is one takes one of its destination's ejection ports
+(:func:`local_ports`). The die-to-die port and the controller link are ports
+of their own.
 
 Every function is vectorized over legs: a leg set expands to one row per
 (leg, link) with the cycle offset at which the leg's head enters the link.
@@ -177,3 +182,20 @@ def _walk(ptr, sct, spe, dct, dpe, cols, pes, pcols, x_first, hop, d2d, d2d_base
             link[q], off[q] = ctl_link + 1, t
         else:
             _steps(0, 0, dpe[i] % cols, dpe[i] // cols, x_first, q, t, hop, 0, cols, link, off, dct[i] * pes)
+
+
+def local_ports(t: Topology, mesh_ids: np.ndarray, injection_ports: int,
+                ejection_ports: int) -> tuple[np.ndarray, np.ndarray, int, int]:
+    """For the PE-mesh links ``mesh_ids`` (original ids, in the schedule's order): the first row of the
+    injection ports of each link's source PE and of the ejection ports of its destination PE, numbered from
+    0 over the PEs some link leaves or enters (``injection_ports`` or ``ejection_ports`` rows a PE), and the
+    rows of each kind."""
+    ids = np.asarray(mesh_ids, dtype=np.int64)
+    src = ids // 4
+    step = np.array([1, -1, t.mesh_cols, -t.mesh_cols], dtype=np.int64)
+    dst = src + step[ids % 4]
+    _, inj = np.unique(src, return_inverse=True)
+    _, ej = np.unique(dst, return_inverse=True)
+    n_inj = int(inj.max()) + 1 if len(inj) else 0
+    n_ej = int(ej.max()) + 1 if len(ej) else 0
+    return inj * injection_ports, ej * ejection_ports, n_inj * injection_ports, n_ej * ejection_ports

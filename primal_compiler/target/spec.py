@@ -183,8 +183,10 @@ class RouterSpec(Table):
     flit_bits: int = _f("bits", "flit width", ge=8, multiple_of=8, le=MAX_MACRO_SIDE)
     link_bits_per_cycle: int = _f("bits", "payload bits a mesh link carries per cycle and direction", ge=1, le=MAX_MACRO_SIDE)
     hop_latency_cycles: int = _f("cycles", "cycles per hop (router pipeline + link traversal)", ge=1, le=MAX_CYCLES)
-    injection_cycles: int = _f("cycles", "a PE's injection channel into its router, before the first hop of every transfer it sends (a PE's own: adds latency, no contention)", ge=0, le=MAX_CYCLES)
+    injection_cycles: int = _f("cycles", "a PE's injection channel into its router, before the first hop of every transfer it sends (latency; how many transfers inject at once is injection_ports)", ge=0, le=MAX_CYCLES)
     ejection_cycles: int = _f("cycles", "the router's ejection channel into its PE, after the last hop of every transfer it receives", ge=0, le=MAX_CYCLES)
+    injection_ports: int = _f("count", "local ports that carry a PE's transfers into its router: a transfer takes one from its head's first PE-mesh hop until its tail has left, so a PE injects at most this many links' worth a cycle", ge=1, le=MAX_MACRO_SIDE)
+    ejection_ports: int = _f("count", "local ports that carry transfers from the router into its PE: a transfer takes one from its head's arrival until its tail is delivered, so a PE receives at most this many links' worth a cycle", ge=1, le=MAX_MACRO_SIDE)
     buffer_flits: int = _f("flits", "input buffer of each PE-mesh link at the router it enters (cut-through: a waiting packet sits there; full, it holds back the link)", ge=1, le=MAX_SCRATCHPAD_BYTES)
     link_schedule: str = _f("enum", "how transfers share links: hop by hop, each taking a link's earliest idle window and waiting in the router's buffer until then (cut-through), or the whole route at once in stream order per link (in-order, the executor before cut-through)", choices=("cut-through", "in-order"))
     arbitration: str = _f("enum", "which waiting head gets a link when it frees, under cut-through: the oldest transfer (age: the earliest start, then stream order) or the earliest in the stream (program-order)", choices=("age", "program-order"))
@@ -216,6 +218,10 @@ class RouterSpec(Table):
             yield "flit_bits", f"{self.flit_bits} does not divide link_bits_per_cycle {self.link_bits_per_cycle}"
         if self.scratchpad_bytes % self.scratchpad_banks:
             yield "scratchpad_banks", f"{self.scratchpad_banks} does not divide scratchpad_bytes {self.scratchpad_bytes}"
+        local = self.ports - 4
+        for name, n in (("injection_ports", self.injection_ports), ("ejection_ports", self.ejection_ports)):
+            if n > local:
+                yield name, f"{n} is more than the router's {local} local ports (ports {self.ports} - 4 mesh directions)"
 
 
 @dataclass(frozen=True)

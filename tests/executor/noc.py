@@ -19,13 +19,13 @@ from dataclasses import dataclass
 import numpy as np
 
 from primal_compiler.executor.kernel import schedule
-from primal_compiler.executor.topology import Topology
+from primal_compiler.executor.topology import Topology, local_ports
 from primal_compiler.executor.transfers import expand
 from primal_compiler.isa.opcodes import Opcode
 from primal_compiler.isa.stream import StreamBuilder
 from tests.executor.refsim import Mesh
 
-PATTERNS = ("uniform", "transpose", "bitcomp", "hotspot")
+PATTERNS = ("uniform", "transpose", "bitcomp", "hotspot", "all-to-one")
 
 
 @dataclass(frozen=True)
@@ -43,6 +43,7 @@ class Load:
     hop_cycles: int = 2
     link_bits: int = 128
     buffer_flits: int = 16
+    ports: int = 1  # injection and ejection ports of every node (router.injection_ports, router.ejection_ports)
 
 
 def _destination(load: Load, rng: np.random.Generator, src: np.ndarray) -> np.ndarray:
@@ -52,12 +53,14 @@ def _destination(load: Load, rng: np.random.Generator, src: np.ndarray) -> np.nd
         return x * load.cols + y
     if load.pattern == "bitcomp":
         return (load.rows - 1 - y) * load.cols + (load.cols - 1 - x)
+    hot = (load.rows // 2) * load.cols + load.cols // 2  # the centre
+    if load.pattern == "all-to-one":
+        return np.full(len(src), hot)
     other = rng.integers(pes - 1, size=len(src))
     uniform = other + (other >= src)
     if load.pattern == "uniform":
         return uniform
-    hot = (load.rows // 2) * load.cols + load.cols // 2  # hotspot: a quarter of the packets to the centre
-    return np.where((rng.random(len(src)) < 0.25) & (src != hot), hot, uniform)
+    return np.where((rng.random(len(src)) < 0.25) & (src != hot), hot, uniform)  # hotspot: a quarter to the centre
 
 
 def traffic(load: Load) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -102,7 +105,8 @@ def run_executor(load: Load, schedule_name: str = "cut-through") -> tuple[np.nda
     out = schedule(op, busy, none, np.zeros(slots + 1, np.int64), np.zeros(0, np.int64), link_ptr, tr.link,
                    tr.link_offset, hold, hold, none, none, np.zeros(slots, bool), np.tile(np.arange(pes), load.cycles),
                    np.ones(pes, np.int64), np.zeros(slots, np.int64), 1, topo.num_links, 1, topo.d2d_base,
-                   schedule_name == "cut-through", load.hop_cycles, 1, load.buffer_flits, True)  # flit = link width here
+                   schedule_name == "cut-through", load.hop_cycles, 1, load.buffer_flits, True,  # flit = link width here
+                   *local_ports(topo, np.arange(topo.d2d_base), load.ports, load.ports), load.ports, load.ports)
     dispatch, finish = out[0], out[2]
     assert (dispatch[where] == cycle).all()
     return cycle, finish[where]
@@ -112,7 +116,7 @@ def run_reference(load: Load) -> tuple[np.ndarray, np.ndarray]:
     """(injection cycle, delivery cycle) per packet in the flit model: age order, cut-through buffers."""
     cycle, src, dst = traffic(load)
     mesh = Mesh(load.rows, load.cols, hop_cycles=load.hop_cycles, link_bits=load.link_bits, order="age",
-                buffer_flits=load.buffer_flits, cut_through=True)
+                buffer_flits=load.buffer_flits, cut_through=True, injection_ports=load.ports, ejection_ports=load.ports)
     nbytes = load.flits * load.link_bits // 8
     pk = mesh.run([(int(s), [int(d)], nbytes) for s, d in zip(src, dst)], inject=cycle)
     return cycle, np.array([p.done for p in pk], dtype=np.int64)

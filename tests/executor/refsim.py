@@ -10,9 +10,12 @@ The model:
 * ``rows x cols`` routers, router ``y * cols + x``; one link per neighbour pair and
   direction. A packet of ``nbytes`` is ``F = ceil(nbytes * 8 / link_bits)`` flits
   (at least one). Packet ``i`` (stream order) is injected at its source at cycle
-  ``i * issue_cycles`` with all its flits there; the source may feed any of its
-  output links (no injection-port limit), a destination ejects one flit of a
-  packet per cycle and has no other limit (the fast executor models links only).
+  ``i * issue_cycles`` with all its flits there. ``injection_ports``: at most that
+  many packets leave one source at once (a packet holds a port from its head's
+  grant until its tail has left; None: no limit); ``ejection_ports``: at most
+  that many packets eject at one router at once (a packet holds a port from its
+  head's grant there until its tail is ejected; None: no limit). A port is
+  granted with the packet's output links there, all or nothing.
   ``run(traffic, inject)`` takes the injection cycles instead (non-decreasing).
 * XY routing, hop by hop: move along x until the column matches, then along y.
   A multicast packet follows the union of the XY routes to its members: at a
@@ -81,6 +84,8 @@ class Mesh:
     buffer_flits: int = 4
     order: str = "age"  # or "stream"
     cut_through: bool = False  # a head waits for room for its whole packet in every next buffer
+    injection_ports: int | None = None  # packets leaving one source at once (None: no limit)
+    ejection_ports: int | None = None  # packets ejecting at one router at once (None: no limit)
 
     def space(self, link, inflight, buf) -> int:
         """Credits of ``link``: free slots of the buffer at its far end, flits in flight counted."""
@@ -142,6 +147,8 @@ class Mesh:
         buf = defaultdict(deque)  # link -> (packet, flit) in the input buffer at its far end
         sent = [0] * len(pk)  # flits that left their source
         granted = set()  # (packet, router) holding its output links there
+        ports: dict[tuple[int, int], tuple[bool, bool]] = {}  # (packet, router) -> (injection, ejection) port held
+        taken = defaultdict(lambda: [0, 0])  # router -> [injection, ejection] ports held
         left = sum(p.flits * len(p.dsts) for p in pk)  # flit ejections still to come
         sources = []  # packets injected with flits still at their source, oldest first
         nxt = 0  # next packet to inject
@@ -158,13 +165,19 @@ class Mesh:
             fronts = [(q[0][0], q[0][1], self.neighbour(*link), q) for link, q in buf.items() if q]
             fronts += [(i, sent[i], pk[i].src, None) for i in sources]
             fronts = sorted((i, j, u, q, [(u, d) for d in trees[i][u]]) for i, j, u, q in fronts)  # oldest first
-            for i, j, u, _, links in fronts:  # allocation: a head takes all its output links or none
+            for i, j, u, q, links in fronts:  # allocation: a head takes all its output links (and ports) or none
                 free = all(lk not in holder for lk in links)
                 turn = self.order == "age" or all(queue[lk][0] == i for lk in links)
                 room = not self.cut_through or all(self.space(lk, inflight, buf) >= pk[i].flits for lk in links)
-                if j == 0 and (i, u) not in granted and free and turn and room:
+                inj = q is None and self.injection_ports is not None
+                ej = u in pk[i].dsts and self.ejection_ports is not None
+                port = (not inj or taken[u][0] < self.injection_ports) and (not ej or taken[u][1] < self.ejection_ports)
+                if j == 0 and (i, u) not in granted and free and turn and room and port:
                     holder.update(dict.fromkeys(links, i))
                     granted.add((i, u))
+                    ports[(i, u)] = (inj, ej)
+                    taken[u][0] += inj
+                    taken[u][1] += ej
             space = {lk: self.space(lk, inflight, buf) for lk in holder}
             moved = False
             for i, j, u, q, links in fronts:  # traversal: one flit per granted packet, if every branch has credit
@@ -188,6 +201,9 @@ class Mesh:
                         del holder[lk]
                         queue[lk].remove(i)
                     granted.discard((i, u))
+                    inj, ej = ports.pop((i, u))
+                    taken[u][0] -= inj
+                    taken[u][1] -= ej
             busy = any(inflight.values())
             if not moved and not busy and nxt == len(pk):
                 raise Deadlock(f"no flit can move at cycle {c}; links held: {holder}")

@@ -161,9 +161,11 @@ def test_multicast_trees_deadlock_under_wormhole_but_not_cut_through():
 # unicast packets arrive in the same cycle in both; a multicast's branches move independently in the
 # executor while the flit model grants all of a router's branches together and moves them in step.
 # Steady open-loop load: test_noc.py.
-REFERENCES = {
+_ROUTER = load_target("primal-7nm").router
+REFERENCES = {  # the in-order links know no local ports; cut-through takes the target's
     "stream": dict(order="stream", buffer_flits=4),
-    "age": dict(order="age", buffer_flits=32, cut_through=True),
+    "age": dict(order="age", buffer_flits=32, cut_through=True, injection_ports=_ROUTER.injection_ports,
+                ejection_ports=_ROUTER.ejection_ports),
 }
 SIZES = (16, 512)  # bytes: 1..32 flits of 128 bits
 # name: (mesh, packets, issue interval in cycles, multicast share, hotspot share, saturated)
