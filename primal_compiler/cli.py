@@ -55,7 +55,8 @@ def cmd_compile(args) -> None:
     model = load_model(args.model, args.lora, args.adapter)
     target = _target(args.target)
     steps, generate = _generation(None, None)
-    pipeline = api.for_workload(args.pipeline, Workload(adapters=len(args.adapter or ()), steps=steps, generate=generate))
+    pipeline = api.for_workload(args.pipeline, Workload(adapters=len(args.adapter or ()), steps=steps, generate=generate,
+                                                        memory=args.memory))
     program = api.compile_model(model, target, pipeline, verify=args.verify)
     compiled.write_compiled(program, target, Path(args.output), args.force, inputs)
     print(render_inspect(inspect_model(program.model, target, program)))
@@ -239,6 +240,9 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("-o", "--output", required=True, help="output directory (new, or an earlier output with --force)")
     sp.add_argument("--force", action="store_true", help="replace OUT if it is an earlier primal compile output")
     sp.add_argument("--verify", action="store_true", help="verify the IR after every pass")
+    sp.add_argument("--memory", choices=("report", "strict"), default="report",
+                    help="strict: the program must fit the scratchpads: the compiler streams the prefill in chunks "
+                         "that fit, or refuses naming the PE and its buffers (docs/executor.md, The compiler's allocation)")
     sp.set_defaults(func=cmd_compile)
 
     sp = sub.add_parser("run", help="replay a compiled program (or compile a model and replay it) and print its costs")
@@ -260,8 +264,9 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--control", choices=("distributed", "central"), default=None,
                     help="who dispatches records: a sequencer per CT, or the NMC alone (default: the target's system.control)")
     sp.add_argument("--memory", choices=("report", "strict"), default="report",
-                    help="a scratchpad overflow: reported beside the figures (default), or an error naming the record, "
-                         "CT, PE and buffer (docs/executor.md, Memory)")
+                    help="a scratchpad overflow: reported beside the figures (default), or an error: compiling, the "
+                         "compiler streams the prefill in chunks that fit or refuses naming the PE and its buffers; "
+                         "on a compiled program, the replay names the record, CT, PE and buffer (docs/executor.md, Memory)")
     sp.add_argument("--critical-path", action="store_true",
                     help="also break request 0's TTFT and ITL down along their critical paths (where the time goes)")
     sp.add_argument("--json", action="store_true", help="print one JSON object")

@@ -162,3 +162,19 @@ def test_the_compiler_chunks_the_prefill_to_fit_and_strict_refuses_a_forced_chun
     assert f"at most {limit} tokens" in capsys.readouterr().err
 
 
+
+
+def test_compile_under_strict_memory_writes_a_program_the_strict_replay_accepts(tmp_path, capsys):
+    """primal compile --memory strict: the stream's prefill is chunked to fit, so the file replays under
+    --memory strict with every buffer in its scratchpad; the same compile without it does not fit."""
+    pipe = "lower-tiles,blocking,zcurve-order,kv-ring{context=64},codegen,srpg"
+    assert main(["compile", "tiny-llama", "--lora", "q,v:8", "-p", pipe, "--memory", "strict",
+                 "-o", str(tmp_path / "fit")]) == 0
+    capsys.readouterr()
+    assert main(["run", str(tmp_path / "fit"), "--memory", "strict", "--json"]) == 0
+    mem = json.loads(capsys.readouterr().out)["metrics"]["memory"]
+    assert mem["fits"] and mem["allocated_pes_over"] == 0
+    assert main(["compile", "tiny-llama", "--lora", "q,v:8", "-p", pipe, "-o", str(tmp_path / "whole")]) == 0
+    capsys.readouterr()
+    assert main(["run", str(tmp_path / "whole"), "--memory", "strict"]) == 2
+    assert "of 16,384 B" in capsys.readouterr().err
