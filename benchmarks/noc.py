@@ -1,10 +1,10 @@
 """Latency against offered load on a PE mesh: the executor's links (cut-through and in-order) beside the
 flit-level reference model (docs/refsim.md).
 
-Open-loop Bernoulli traffic (tests/executor/noc.py): uniform random, transpose, bit-complement and
-hotspot (a quarter of the packets to the centre) on 8x8 with 1- and 4-flit packets and on 32x32 with
+Open-loop Bernoulli traffic (tests/executor/noc.py): uniform random, transpose, bit-complement,
+hotspot (a quarter of the packets to the centre) and all-to-one (every packet to the centre) on 8x8 with 1- and 4-flit packets and on 32x32 with
 4-flit packets, executor (cut-through and in-order links) and reference side by side. 16-flit
-buffers, 2-cycle hops, 1000 cycles of which 200 warm-up. Prints mean latency (cycles) and accepted
+buffers, 2-cycle hops, one injection and one ejection port per node, 1000 cycles of which 200 warm-up. Prints mean latency (cycles) and accepted
 throughput (flits per node per cycle) per offered load, and each model's saturation load (accepted
 under 95% of offered). ``--plot FILE.svg`` also draws the 8x8 curves. About 12 minutes (the
 reference is a Python flit loop).
@@ -65,7 +65,7 @@ def plot(results: dict, path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(2, 4, figsize=(16, 7), sharey=True)
+    fig, axes = plt.subplots(2, len(PATTERNS), figsize=(4 * len(PATTERNS), 7), sharey=True)
     for (pattern, flits), curves in results.items():
         ax = axes[[1, 4].index(flits), PATTERNS.index(pattern)]
         for m, c in curves.items():
