@@ -1,4 +1,4 @@
-"""The timing recurrence of a replay, compiled with numba (its cache also follows :mod:`.flow`).
+"""The timing recurrence of a replay, compiled with numba (its cache also follows :mod:`.flow` and :mod:`.linkstate`).
 
 **Dispatch.** Each sequencer dispatches its records in stream order, one every ``issue_cycles[s]``:
 under distributed control one per CT (the records that CT issues) plus the controller's; under central
@@ -29,8 +29,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from primal_compiler.executor import flow
-from primal_compiler.executor.flow import BUF_WIDTH, CAL_WIDTH, DELIVERED, DRY, REDUCE, new_pool, run, start_legs
+from primal_compiler.executor import flow, linkstate
+from primal_compiler.executor.flow import run
+from primal_compiler.executor.linkstate import BUF_WIDTH, CAL_WIDTH, DELIVERED, DRY, REDUCE, new_pool, start_legs
 from primal_compiler.isa.opcodes import Opcode
 from primal_compiler.jit import njit
 
@@ -59,7 +60,7 @@ def in_order_links(i, t, lo, hi, link, link_off, hold, mesh_links, link_free, ho
     return t
 
 
-@njit(nogil=True, depends=(flow,))
+@njit(nogil=True, depends=(flow, linkstate))
 def schedule(op, busy, unit, pred_ptr, pred, link_ptr, link, link_off, hold_mesh, hold_other, ct_a, ct_b, blocking,
              seq, issue_cycles, reload, num_units, num_links, num_cts, mesh_links, cut_through, hop_cycles, other_cycles,
              buffer_flits, age, inj, ej, inj_rows, ej_rows, inj_ports, ej_ports):  # pragma: no cover - compiled

@@ -22,7 +22,7 @@ from primal_compiler.errors import InputError
 from primal_compiler.executor import costs, deps, memory, power, transfers
 from primal_compiler.executor.buffers import program_tiles, tile_shapes
 from primal_compiler.executor.control import Control, control
-from primal_compiler.executor.flow import WAIT_LIMIT
+from primal_compiler.executor.linkstate import WAIT_LIMIT
 from primal_compiler.executor.kernel import schedule
 from primal_compiler.executor.topology import Topology, local_ports
 from primal_compiler.isa.opcodes import CONTROLLER, NONE16, Opcode
