@@ -148,11 +148,8 @@ class ProgramEmitter:
             out.put(tp.post, shift, n, vectors, flags)
         if not decide:
             return
-        vocab, head = self.model.vocab_size, self.hub(L, "out")
-        tail = Block()
-        tail.add(op=Opcode.UNICAST, ct=head[0], pe=head[1], dst_ct=CONTROLLER, dst_pe=0,
-                 src_buf=HIDDEN(HiddenBuf.LOGITS), dst_buf=HIDDEN(HiddenBuf.LOGITS), count=batch, nbytes=vocab * 2 * batch,
-                 arg=0, layer=L, flags=Flag.D2D)
+        vocab = self.model.vocab_size
+        tail = Block()  # the LM head's roots sent their logits to the controller (LayerEmitter.post)
         for d in decide:
             tail.add(op=Opcode.ACT, ct=CONTROLLER, pe=0, src_buf=HIDDEN(HiddenBuf.LOGITS),
                      dst_buf=buf(BufKind.TOKEN, d.start), count=vocab * len(d), arg=ActFn.ARGMAX, layer=L)

@@ -21,7 +21,7 @@ from primal_compiler.codegen.block import Block
 from primal_compiler.codegen.routes import Leg, LayerRoutes
 from primal_compiler.ir.model import Activation, NormKind, Positional, Role
 from primal_compiler.ir.tiles import ROLE_INDEX, Macro, Part
-from primal_compiler.isa.opcodes import ActFn, BufKind, Flag, HiddenBuf, Opcode, ReduceOp, buf
+from primal_compiler.isa.opcodes import CONTROLLER, ActFn, BufKind, Flag, HiddenBuf, Opcode, ReduceOp, buf
 from primal_compiler.mapping.traffic import FlowClass
 
 NORM_FN = {NormKind.RMS: ActFn.RMSNORM, NormKind.LAYER: ActFn.LAYERNORM}
@@ -209,13 +209,19 @@ class LayerEmitter:
         return self.b
 
     def post(self) -> Block:
-        """O, the attention residual and norm at ``mid``, the MLP, the output residual at ``out``. A parallel
+        """O, the attention residual and norm at ``mid``, the MLP, the output residual at ``out`` (the LM head:
+        each root's logits to the controller, at its block's offset of ``LOGITS``). A parallel
         block's MLP norms the layer input that reaches ``mid`` as the residual, before the attention's
         output is added to it; ``out`` then adds the MLP's output to that sum."""
         self.b = Block()
         h = self.model.hidden_size
-        if self.head:
-            self.route(self.stage("out"))
+        if self.head:  # every root sends its block of logits to the controller: no PE gathers the vocabulary
+            psum = self.model.precision.psum_bits / 8
+            for name, pos, n in self.roots(Role.LM_HEAD):
+                j = int(name.rsplit(":", 1)[1])
+                self.b.add(op=Opcode.UNICAST, ct=pos[0], pe=pos[1], dst_ct=CONTROLLER, dst_pe=0,
+                           src_buf=buf(BufKind.ROOT, _hub_index(name)), dst_buf=HIDDEN(HiddenBuf.LOGITS),
+                           nbytes=int(n * psum), arg=offsets(0, j * self.geo_cols), flags=Flag.D2D)
             return self.b
         self.matrix(Role.O, self.stage(str(Role.O)))
         self.route(self.stage("mid"))

@@ -71,10 +71,12 @@ def block_model(model: Model, tiles: TileTable, geo, mesh: tuple[int, int], cont
         src.append(prev)
         dst.append(hub_ct["in"] + ct_base[layer])
         nbytes.append(model.hidden_size * model.precision.activation_bits / 8)
-    last = per_template[layer_key[-1]]
-    src.append(_out_ct(last, ct_base[-1]))
-    dst.append(CONTROLLER)
-    nbytes.append(model.vocab_size * model.precision.psum_bits / 8)
+    for name, c in per_template[layer_key[-1]][4].items():  # each LM-head root sends its logits to the controller
+        if name.startswith("root:"):
+            j = int(name.rsplit(":", 1)[1])
+            src.append(int(c) + ct_base[-1])
+            dst.append(CONTROLLER)
+            nbytes.append(min(geo.rram_cols, model.vocab_size - j * geo.rram_cols) * model.precision.psum_bits / 8)
 
     layout = Layout(
         rows=mesh[0], cols=mesh[1], ct_layer=ct_layer, ct_template=ct_template, templates=tuple(templates),

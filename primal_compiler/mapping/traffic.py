@@ -16,7 +16,8 @@ produced them, spread evenly over its tiles (KV_APPEND, ``kv_bits`` per
 element); ``kv-ring`` later fixes the exact slots. Gate roots send to up roots; up (fc1) roots
 feed the down (fc2) tiles; O roots and the residual meet at ``mid``; down
 roots and the residual meet at ``out``, which hands off to the next layer
-(HANDOFF). Bytes use the model's activation and partial-sum widths.
+(HANDOFF). The LM head's roots send their logits to the controller themselves, so no PE gathers the
+vocabulary. Bytes use the model's activation and partial-sum widths.
 
 A flow whose endpoints sit in different CTs becomes one die-to-die transfer
 into a proxy hub of the destination CT (one per payload) and local flows
@@ -229,13 +230,10 @@ def layer_flows(model: Model, layer_index: int, table: TileTable, rows: np.ndarr
 
 
 def _head_flows(model: Model, table: TileTable, rows: np.ndarray, geo) -> list[Flow]:
+    """The LM head's matrix from the final norm's hub ``in``; each root then sends its block of logits to
+    the controller, which is no endpoint of the mapping (codegen emits those transfers)."""
     b = _Builder(model, model.layers[-1], table, rows, geo, 0)
     b.matrix(Role.LM_HEAD, lambda i: "in")
-    b.stage = "out"
-    cols = -(-model.vocab_size // geo.rram_cols)
-    for j in range(cols):
-        n = min(geo.rram_cols, model.vocab_size - j * geo.rram_cols)
-        b.add(f"root:{Role.LM_HEAD}:{j}", "out", n * b.psum, FlowClass.RESIDUAL)
     return b.flows
 
 
