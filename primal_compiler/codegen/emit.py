@@ -187,7 +187,7 @@ def emit_stream(program: Program, target: PrimalTarget, prompt: int, requests: t
     em = ProgramEmitter(program, target, history)
     out = _Out()
     batch = program.need_kv().batch
-    passes = [range(s, s + 1) for s in range(batch)] if pipeline and batch > 1 else [range(batch)]
+    passes = decode_passes(batch, pipeline)
     has_lora = bool((program.need_tiles().macro == Macro.SRAM).any())
     for r, adapter in enumerate(requests):
         if has_lora and (r == 0 or adapter != requests[r - 1]):
@@ -208,6 +208,22 @@ def emit_stream(program: Program, target: PrimalTarget, prompt: int, requests: t
     stream = out.stream()
     _mark_skipped(stream.records, program.need_tiles(), em.geo_pes)
     return stream
+
+
+def decode_passes(batch: int, pipeline: bool) -> list[range]:
+    """The sequences each decode pass carries: one pass per sequence when pipelined at batch > 1, else one."""
+    return [range(s, s + 1) for s in range(batch)] if pipeline and batch > 1 else [range(batch)]
+
+
+def prefill_pass(program: Program, target: PrimalTarget, start: int, tokens: int, pipeline: bool,
+                 history: int = 0) -> Stream:
+    """One prefill pass alone (no sections): ``tokens`` tokens of every sequence from position ``start``,
+    the LM head and each decode pass's ARGMAX included, as the last chunk of a prompt."""
+    em = ProgramEmitter(program, target, history)
+    out = _Out()
+    batch = program.need_kv().batch
+    em.phase(out, start, tokens, Flag.PREFILL, range(batch), decode_passes(batch, pipeline))
+    return out.stream()
 
 
 def _mark_skipped(rec: np.ndarray, tiles, pes: int) -> None:

@@ -23,10 +23,9 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from primal_compiler.codegen.emit import ProgramEmitter, _Out
+from primal_compiler.codegen.emit import prefill_pass
 from primal_compiler.errors import InputError
 from primal_compiler.executor.allocation import Allocation, of_program, overflow
-from primal_compiler.isa.opcodes import Flag
 
 if TYPE_CHECKING:
     from primal_compiler.ir.program import Program
@@ -52,14 +51,11 @@ def decode_part(stream: Stream) -> np.ndarray:
     return keep
 
 
-def probe(program: Program, target: PrimalTarget, prompt: int, tokens: int, history: int, batch: int,
+def probe(program: Program, target: PrimalTarget, prompt: int, tokens: int, history: int,
           pipeline: bool) -> Allocation:
     """The allocation of one prefill pass of ``tokens`` tokens ending at the prompt's last token."""
-    em = ProgramEmitter(program, target, history)
-    out = _Out()
-    passes = [range(s, s + 1) for s in range(batch)] if pipeline and batch > 1 else [range(batch)]
-    em.phase(out, history + prompt - tokens, tokens, Flag.PREFILL, range(batch), passes)
-    return of_program(program, target, out.stream())[0]
+    return of_program(program, target, prefill_pass(program, target, history + prompt - tokens, tokens, pipeline,
+                                                    history))[0]
 
 
 def largest_chunk(fits: Callable[[int], bool], prompt: int) -> int:
@@ -72,7 +68,7 @@ def largest_chunk(fits: Callable[[int], bool], prompt: int) -> int:
 
 
 def fit(program: Program, target: PrimalTarget, emit: Callable[[int], Stream], prompt: int, history: int,
-        batch: int, pipeline: bool, forced: int, where: str) -> Fitted:
+        pipeline: bool, forced: int, where: str) -> Fitted:
     """The stream of the chunk ``forced`` (0: the compiler's choice, see the module docstring) and its
     allocation, which fits every scratchpad; else InputError naming ``where`` (module docstring)."""
     chunk = min(forced, prompt) if forced else prompt
@@ -82,16 +78,13 @@ def fit(program: Program, target: PrimalTarget, emit: Callable[[int], Stream], p
         return Fitted(stream, chunk, a)
     limit = 0
     if chunk > 1 and decode is not None and decode.fits:
-        limit = largest_chunk(lambda c: probe(program, target, prompt, c, history, batch, pipeline).fits, chunk - 1)
-    if forced or not limit:
-        hint = f"; at most {limit} tokens a prefill pass fit" if limit else ""
-        what = f"prefill chunk {forced}" if forced else "the program"
-        raise InputError(where, f"{what} does not fit the scratchpads: {overflow(a)}{hint} (--memory strict)")
-    while True:
+        limit = largest_chunk(lambda c: probe(program, target, prompt, c, history, pipeline).fits, chunk - 1)
+    while not forced and limit:  # the compiler's chunk: the probes' limit, shrunk until the stream fits
         stream = emit(limit)
         a = of_program(program, target, stream)[0]
         if a.fits:
             return Fitted(stream, limit, a)
-        if limit == 1:
-            raise InputError(where, f"the program does not fit the scratchpads: {overflow(a)} (--memory strict)")
-        limit -= max(1, limit // 8)
+        limit = limit - max(1, limit // 8) if limit > 1 else 0
+    hint = f"; at most {limit} tokens a prefill pass fit" if forced and limit else ""
+    what = f"prefill chunk {forced}" if forced else "the program"
+    raise InputError(where, f"{what} does not fit the scratchpads: {overflow(a)}{hint} (--memory strict)")

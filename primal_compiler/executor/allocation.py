@@ -9,7 +9,8 @@ occupancy in a replay (:mod:`.memory`) is at most its allocation whatever
 the timing (``tests/executor/test_allocation.py`` checks it on every fixture
 family). A program whose allocation fits every scratchpad fits the machine;
 one that does not is refused under ``--memory strict`` before any replay,
-naming the PE, its largest buffers and the bytes (:func:`check`).
+naming the PE, its largest buffers and the bytes (:func:`overflow`;
+``codegen/fit.py``).
 """
 
 from __future__ import annotations
@@ -19,7 +20,6 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from primal_compiler.errors import InputError
 from primal_compiler.executor.buffers import Sizing, instances, kv_bytes, pe_keys, tile_shapes
 from primal_compiler.executor.deps import footprints
 from primal_compiler.isa.opcodes import buf_name
@@ -108,12 +108,6 @@ def overflow(a: Allocation) -> str:
     kv = int(a.kv_bytes[w])
     return (f"CT {w // a.pes} PE {w % a.pes} needs {int(a.pe_bytes[w]):,} B of its {a.capacity_bytes:,} B "
             f"scratchpad ({parts}{f', KV {kv:,} B' if kv else ''}); {a.pes_over:,} PEs over")
-
-
-def check(a: Allocation, where: str) -> None:
-    """InputError naming ``where`` and the worst PE (:func:`overflow`) when the allocation does not fit."""
-    if not a.fits:
-        raise InputError(where, f"the program does not fit the scratchpads: {overflow(a)} (--memory strict)")
 
 
 def summary(a: Allocation) -> dict:

@@ -138,7 +138,7 @@ class Codegen(Pass):
 
         fitted, chunk = None, min(self.prefill_chunk or prompt, prompt)
         if self.memory == "strict":
-            fitted = fit(program, target, emit, prompt, self.history, kv.batch, self.pipeline, self.prefill_chunk,
+            fitted = fit(program, target, emit, prompt, self.history, self.pipeline, self.prefill_chunk,
                          f"pass {self.name}")
             stream, chunk = fitted.stream, fitted.chunk
         else:
