@@ -434,6 +434,8 @@ def test_overrides_change_values_and_hash_but_not_the_original():
         ({"router.link_schedule": "round-robin"}, "router.link_schedule", "cut-through"),
         ({"router.arbitration": "round-robin"}, "router.arbitration", "age"),
         ({"router.flit_bits": 96}, "router.flit_bits", "does not divide link_bits_per_cycle 128"),
+        ({"router.ejection_ports": 3}, "router.ejection_ports", "more than the router's 2 local ports"),
+        ({"router.injection_ports": 0}, "router.injection_ports", "must be >= 1"),
     ],
 )
 def test_bad_overrides(overrides, key, expected):
