@@ -50,6 +50,7 @@ class Ctx:
     sram_rows: np.ndarray
     sram_cols: np.ndarray
     bank_lanes: int = 1  # DMAC lanes reading one scratchpad bank at once (:func:`bank_lanes`)
+    head_dim: int = 0  # elements of an attention head (the KV map's): a PV DMAC's scores are its MACs over it; 0 none
 
     def unit(self, kind: int, ct, pe) -> np.ndarray:
         pes = self.topo.num_cts * self.topo.pes
@@ -165,13 +166,24 @@ def dmac_cycles(c: Ctx, rec) -> tuple[np.ndarray, np.ndarray]:
     return compute, np.maximum(_ceil(_kv_read_bytes(c, rec), port), conflict)
 
 
+def softmax_ops(c: Ctx, rec) -> np.ndarray:
+    """DMAC operations of the softmax a PV record applies to its scores before weighting the values: one
+    score per ``head_dim`` of its MACs, ``act.softmax_ops_per_element`` each (max, exp, sum, reciprocal); 0
+    for QK records and without a head size."""
+    arg = c.records["arg"][rec].astype(np.int64) & ARG_ENUM_MASK[Opcode.DMAC]
+    scores = c.records["count"][rec].astype(np.int64) // max(c.head_dim, 1) if c.head_dim else 0
+    return np.where(arg == DmacOp.PV, scores, 0) * c.target.act.softmax_ops_per_element
+
+
 def _dmac(c: Ctx, rec):
     r = c.target.router
     ct, pe = _pos(c, rec)
     compute, storage = dmac_cycles(c, rec)
     count = c.records["count"][rec].astype(np.int64)
-    energy = count * r.dmac_energy_pj_per_op + _kv_read_bytes(c, rec) * 8 * r.scratchpad_energy_pj_per_bit
-    return np.maximum(compute, storage), c.unit(DMAC_UNIT, ct, pe), {"router_dmac": energy}
+    soft = softmax_ops(c, rec)
+    energy = (count + soft) * r.dmac_energy_pj_per_op + _kv_read_bytes(c, rec) * 8 * r.scratchpad_energy_pj_per_bit
+    busy = np.maximum(compute + _ceil(soft, r.dmac_macs_per_cycle), storage)  # the lanes exponentiate, then MAC
+    return busy, c.unit(DMAC_UNIT, ct, pe), {"router_dmac": energy}
 
 
 def act_ops(target: PrimalTarget) -> np.ndarray:

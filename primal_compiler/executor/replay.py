@@ -142,8 +142,9 @@ def replay(meta: dict, arrays: dict, stream: Stream, target: PrimalTarget, where
     tr = transfers.expand(stream, topo, local_rate)
     mark("transfers")
     rram_rows, rram_cols, sram_rows, sram_cols = tile_shapes(program_tiles(arrays), topo.num_cts, topo.pes)
+    kv = meta.get("kv") or {}
     ctx = costs.Ctx(target, topo, stream.records, stream, tr, rram_rows, rram_cols, sram_rows, sram_cols,
-                    costs.bank_lanes(target, meta.get("kv") or {}))
+                    costs.bank_lanes(target, kv), int(kv.get("head_dim", 0)))
     busy, unit, energy = costs.record_costs(ctx, where)
     unit = costs.throttled(ctx, unit, max_active_pes)
     mark("costs")

@@ -20,7 +20,7 @@ from primal_compiler.executor.metrics import metrics
 from primal_compiler.executor.replay import replay
 from primal_compiler.target import load_target, with_overrides
 from primal_compiler.ir.tiles import Macro
-from primal_compiler.isa.opcodes import CONTROLLER, NONE32, ActFn, Flag, Opcode
+from primal_compiler.isa.opcodes import CONTROLLER, NONE32, ActFn, DmacOp, Flag, Opcode
 
 
 def _walk(x0: int, y0: int, x1: int, y1: int, tag: tuple) -> list[tuple]:
@@ -90,6 +90,7 @@ def _dynamic_pj(rp, rec: list[int]) -> dict[str, float]:
     rram, sram, router = t.rram, t.sram, t.router
     rram_tiles, sram_tiles = _tile_shapes(arrays, Macro.RRAM), _tile_shapes(arrays, Macro.SRAM)
     ops = {fn: getattr(t.act, f"{fn.name.lower()}_ops_per_element") for fn in ActFn}
+    head_dim = int(rp.meta["kv"]["head_dim"])  # the model's attention head, as the KV map stores it
     e = dict.fromkeys(("rram_adc", "base_dcim", "sram_dcim", "router_dmac", "links", "controller", "wakeup"), 0.0)
     for i in rec:
         r = stream.records[i]
@@ -110,8 +111,9 @@ def _dynamic_pj(rp, rec: list[int]) -> dict[str, float]:
         elif op == Opcode.SMAC_SRAM and not r["flags"] & Flag.SKIPPED:
             rows, cols = sram_tiles[here]
             e["sram_dcim"] += count * rows * cols * sram.mac_energy_pj
-        elif op == Opcode.DMAC:
-            e["router_dmac"] += count * router.dmac_energy_pj_per_op \
+        elif op == Opcode.DMAC:  # a PV record first takes the softmax of its scores (one per head_dim MACs)
+            scores = count // head_dim if int(r["arg"]) & 0xFF == DmacOp.PV else 0
+            e["router_dmac"] += (count + scores * t.act.softmax_ops_per_element) * router.dmac_energy_pj_per_op \
                 + count * (router.dmac_bits // 8) * 8 * router.scratchpad_energy_pj_per_bit
         elif op == Opcode.ACT:
             key = "controller" if here[0] == CONTROLLER else "router_dmac"
