@@ -100,3 +100,12 @@ def test_strict_refuses_at_compile_time_what_no_chunk_fits(small_target):
                                          r"needs [\d,]+ B of its 1,024 B scratchpad \(.+\); [\d,]+ PEs over \(--memory "
                                          r"strict\)$"):
         compile_model(model, tiny, PIPE % "memory=strict")
+
+
+def test_a_pipelined_batch_never_holds_more_than_the_allocation(compiled, replayed, small_target):
+    """Two sequences' passes overlap in time on the layers' CTs (pipelined decode, two requests); each
+    location's instances still follow one another, so no PE's replayed peak exceeds its allocation."""
+    program = compiled[0]
+    alloc = of_program(program, small_target, program.stream)[0]
+    assert (replayed.memory.peak_bytes <= alloc.pe_bytes).all()
+    assert not alloc.fits and replayed.memory.pes_over <= alloc.pes_over
