@@ -212,11 +212,18 @@ def _elements(c: Ctx, rec):
 
 
 def _reduce(c: Ctx, rec):
+    """A reduction combines each flit as it arrives (the DMACs add it while the next crosses the link): past
+    the network time only the last flit's combine shows, or, with DMACs slower than the link, what the
+    combine of every element takes beyond the serialization."""
     r = c.target.router
     g = c.records["group"][rec].astype(np.int64)
     members = c.stream.group_ptr[g + 1] - c.stream.group_ptr[g]
-    adds = _elements(c, rec) * np.maximum(members - 1, 0)
-    busy = c.transfers.net_cycles[rec] + _ceil(_elements(c, rec), r.dmac_macs_per_cycle)
+    elements = _elements(c, rec)
+    adds = elements * np.maximum(members - 1, 0)
+    flit = max(1, r.flit_bits // r.dmac_bits)
+    tail = _ceil(np.minimum(elements, flit), r.dmac_macs_per_cycle)
+    behind = _ceil(elements, r.dmac_macs_per_cycle) - c.transfers.hold_mesh[rec]
+    busy = c.transfers.net_cycles[rec] + np.maximum(tail, behind)
     return busy, np.full(len(rec), -1, dtype=np.int64), {"router_dmac": adds * r.dmac_energy_pj_per_op}
 
 

@@ -236,7 +236,8 @@ def _walk(target, begin, op, block, seq, issue, reload, pred_ptr, pred, dispatch
 
 def held_in_routers(rp: Replay, upto: int) -> tuple[np.ndarray, np.ndarray]:
     """(cycles waiting before PE-mesh links, before other links) per record below ``upto``, along the leg
-    whose heads waited longest (the wait the schedule adds to its finish; zero in-order)."""
+    whose heads waited longest to enter its links, plus, on PE-mesh links, what a leg waited at its
+    destination to eject beyond that (together the wait the schedule adds to its finish; zero in-order)."""
     tr, wait = rp.transfers, rp.link_wait.wait
     rows = int(tr.link_ptr[upto])
     wait, off, link = wait[:rows], tr.link_offset[:rows], tr.link[:rows]
@@ -256,6 +257,9 @@ def held_in_routers(rp: Replay, upto: int) -> tuple[np.ndarray, np.ndarray]:
     out = []
     for kind in (mesh, ~mesh):
         out.append(np.bincount(rec[pick & kind], weights=inc[pick & kind], minlength=upto).astype(np.int64))
+    entered = np.zeros(upto, dtype=np.int64)
+    entered[r_sorted[top]] = wait[last][order][top]
+    out[0] += np.maximum(rp.link_wait.ejected[:upto] - entered, 0)  # at a PE-mesh router's input buffer and port
     return out[0], out[1]
 
 

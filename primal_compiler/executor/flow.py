@@ -49,7 +49,7 @@ from primal_compiler.jit import njit
 
 @njit(nogil=True, depends=(linkstate,))
 def run(until, j, t, heap, pool, wake, cal, buf, seen, enter, wait, link, link_off, link_ptr, inj, ej, cfg, hold_mesh,
-        hold_other, start, busy, finish, left, slot, win_link, win_lo, win_hi):  # pragma: no cover - compiled
+        hold_other, start, busy, finish, left, ejected, slot, win_link, win_lo, win_hi):  # pragma: no cover - compiled
     """Process events in order: ``until`` :data:`DELIVERED` until record ``j``'s legs are all delivered,
     :data:`DRY` until none is left, :data:`REDUCE` while one is queued before cycle ``t`` and then record
     ``j``, a reduction tree started at ``t``, reserves its windows (``_reduce``, which sets its rows' wait).
@@ -361,8 +361,8 @@ def run(until, j, t, heap, pool, wake, cal, buf, seen, enter, wait, link, link_o
         out = now
         _depart(lk, arr, out + h, i)
         _wake(lk, now)
-        w = out - cfg[LAT_MESH] - (start[i] + link_off[q])
-        wait[q] = min(w, WAIT_LIMIT)
+        w = out - cfg[LAT_MESH] - (start[i] + link_off[q])  # the leg's waits, its wait to eject included
+        ejected[i] = max(ejected[i], w)  # the last link row keeps the wait up to entering the link
         _leg_done(i, w)
         return NONE
 

@@ -79,8 +79,10 @@ def schedule(op, busy, unit, pred_ptr, pred, link_ptr, link, link_off, hold_mesh
     PE-mesh link's input buffer (cut-through); ``age``: ``router.arbitration = "age"``. A ``REDUCE``
     is a reduction tree. ``inj[l]``/``ej[l]``: the first of the ``inj_ports``/``ej_ports`` port rows of
     PE-mesh link l's source and destination PE (:func:`.topology.local_ports`), ``inj_rows``/``ej_rows``
-    rows in all (cut-through only). The last value is the first transfer never delivered (its packets
-    deadlocked in the buffers) or -1.
+    rows in all (cut-through only). Then the first transfer never delivered (its packets deadlocked in
+    the buffers) or -1, and per record the largest wait of a leg that ejects from a PE-mesh link, its
+    wait at the destination's input buffer and ejection port included (0 for the others): a record
+    finishes at its start plus ``busy`` plus the larger of that and its rows' waits.
     """
     n = len(op)
     dispatch = np.empty(n, dtype=np.int64)
@@ -112,10 +114,11 @@ def schedule(op, busy, unit, pred_ptr, pred, link_ptr, link, link_off, hold_mesh
     heap = [(np.int64(0), np.int64(0), np.int64(0), np.int64(0), np.int64(0))]
     heap.pop()
     left = np.zeros(n, dtype=np.int64)  # legs of a started transfer not yet delivered
+    ejected = np.zeros(n, dtype=np.int64)  # per record: its legs' largest wait counting the wait to eject
     cfg = np.array([mesh_links, buffer_flits, hop_cycles, other_cycles, num_links, num_links + inj_rows, inj_ports,
                     ej_ports], dtype=np.int64)
     st = (heap, new_pool(), np.full(len(buf), -1, dtype=np.int64), cal, buf, seen, enter, wait, link, link_off,
-          link_ptr, inj, ej, cfg, hold_mesh, hold_other, start, busy, finish, left, np.zeros(rows, dtype=np.int64),
+          link_ptr, inj, ej, cfg, hold_mesh, hold_other, start, busy, finish, left, ejected, np.zeros(rows, dtype=np.int64),
           np.empty(3 * widest, dtype=np.int64), np.empty(3 * widest, dtype=np.int64), np.empty(3 * widest, dtype=np.int64))
     pending = np.empty(n, dtype=np.int64)  # started transfers whose CTs and horizon are not yet updated
     n_pending = 0
@@ -218,4 +221,4 @@ def schedule(op, busy, unit, pred_ptr, pred, link_ptr, link, link_off, hold_mesh
             horizon = max(horizon, finish[i])
         if blocking[i]:
             seq_free[s] = max(seq_free[s], finish[i] + issue_cycles[s])
-    return dispatch, start, finish, bad, n_mesh, n_other, wait, link_by, link_bound, link_mesh, stuck
+    return dispatch, start, finish, bad, n_mesh, n_other, wait, link_by, link_bound, link_mesh, stuck, ejected

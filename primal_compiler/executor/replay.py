@@ -34,11 +34,13 @@ from primal_compiler.target.spec import PrimalTarget
 class LinkWait:
     """What the links did (:mod:`.kernel`): per link row of the transfers, the cycles its leg's head has
     waited in routers up to entering that link (accumulated along the leg; cut-through; 0 in-order); per
-    record, the link constraint on its
+    record, its legs' largest wait counting the wait to eject at a destination (a record finishes at its
+    start plus its busy cycles plus the larger of that and its rows' waits), and the link constraint on its
     start (in-order; -1 none under cut-through): the earlier transfer whose reservation bounds it, that
     bound in cycles, and whether the link is a PE-mesh link."""
 
     wait: np.ndarray  # int32 per link row
+    ejected: np.ndarray  # int64 per record: its legs' largest wait counting the wait to eject at the destination
     by: np.ndarray  # int64
     bound: np.ndarray  # int64
     mesh: np.ndarray  # bool
@@ -156,7 +158,7 @@ def replay(meta: dict, arrays: dict, stream: Stream, target: PrimalTarget, where
     a, b = touched(stream.records)
     link, num_links, mesh_links, mesh_ids = used_links(tr.link, topo.num_links, topo.d2d_base)
     ports = local_ports(topo, mesh_ids, r.injection_ports, r.ejection_ports)
-    dispatch, start, finish, bad, n_mesh, n_other, wait, link_by, link_bound, link_mesh, stuck = schedule(
+    dispatch, start, finish, bad, n_mesh, n_other, wait, link_by, link_bound, link_mesh, stuck, ejected = schedule(
         stream.records["op"].astype(np.int64), busy, unit, ptr, pred, tr.link_ptr, link, tr.link_offset,
         tr.hold_mesh, tr.hold_other, a, b, blocking(stream.records, ctl.mode), ctl.seq, ctl.issue_cycles, ctl.reload, ctx.num_units,
         num_links, topo.num_cts, mesh_links, r.link_schedule == "cut-through",
@@ -186,7 +188,7 @@ def replay(meta: dict, arrays: dict, stream: Stream, target: PrimalTarget, where
                                 mem.inst_begin if mem else none, mem.inst_end if mem else none)
     mark("power")
     return Replay(meta, arrays, stream, target, topo, ctx, ctl, ptr, pred, busy, unit, dispatch, start, finish, energy,
-                  (n_mesh, n_other), tl, tuple(stages), LinkWait(wait, link_by, link_bound, link_mesh), mem,
+                  (n_mesh, n_other), tl, tuple(stages), LinkWait(wait, ejected, link_by, link_bound, link_mesh), mem,
                   max_active_pes)
 
 

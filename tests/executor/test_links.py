@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from primal_compiler.executor.replay import replay
-from primal_compiler.isa.opcodes import BufKind, Opcode, buf
+from primal_compiler.isa.opcodes import BufKind, Opcode, ReduceOp, buf
 from primal_compiler.isa.stream import StreamBuilder
 from primal_compiler.target import with_overrides
 
@@ -130,3 +130,16 @@ def test_arbitration_picks_the_oldest_or_the_first_in_the_stream(small_target, a
     rp = _replay(b, small_target, **{"router.arbitration": arbitration})
     assert rp.start[2:].tolist() == [7, 3]
     assert rp.finish[2:].tolist() == finish
+
+
+@pytest.mark.parametrize("units, tail", [(16, 1), (1, None)])
+def test_a_reduction_combines_each_flit_as_it_arrives(small_target, units, tail):
+    """4096 B of FP16 partial sums from two members: 2048 elements in 256 flits of 8. With 16 DMAC MACs a
+    cycle the combine keeps up with the link and only the last flit's shows (1 cycle past the network
+    time); with one MAC a cycle it falls behind by 2048 - 256 cycles."""
+    b = StreamBuilder()
+    g = b.groups([2], [0, 0], [1, 8])
+    b.records(1, op=Opcode.REDUCE, ct=0, pe=1, dst_ct=0, dst_pe=2, group=g[0], nbytes=4096, arg=ReduceOp.SUM)
+    rp = _replay(b, small_target, **{"router.dmac_units": units, "router.dmac_ops_per_cycle": 1})
+    net = int(rp.transfers.net_cycles[0])
+    assert int(rp.busy[0]) == net + (tail if tail is not None else 2048 - 256)

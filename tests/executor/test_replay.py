@@ -90,12 +90,14 @@ def test_a_waiting_head_never_enters_a_link_early(replayed):
 
 def test_a_record_finishes_its_busy_time_and_its_longest_wait_after_its_start(replayed):
     """finish = start + busy + the largest wait any of its legs accumulated in routers (0 without links):
-    checked on every record, from the link rows' waits alone. Reductions that waited are among them, so
+    checked on every record, from the link rows' waits and each record's wait to eject alone. Reductions
+    that waited are among them, so
     a finish the link model computed but failed to hand back to the schedule fails here."""
     ptr, wait = replayed.transfers.link_ptr, replayed.link_wait.wait.astype(np.int64)
     longest = np.zeros(len(replayed.start), dtype=np.int64)
     rows = np.diff(ptr) > 0
     longest[rows] = np.maximum.reduceat(wait, ptr[:-1][rows])
+    longest = np.maximum(longest, replayed.link_wait.ejected)  # a leg's wait to eject at its destination
     assert (replayed.finish == replayed.start + replayed.busy + longest).all()
     reduce = replayed.stream.records["op"] == Opcode.REDUCE
     assert (longest[reduce] > 0).sum() > 10
