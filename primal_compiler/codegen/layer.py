@@ -217,8 +217,7 @@ class LayerEmitter:
         h = self.model.hidden_size
         if self.head:  # every root sends its block of logits to the controller: no PE gathers the vocabulary
             psum = self.model.precision.psum_bits / 8
-            for name, pos, n in self.roots(Role.LM_HEAD):
-                j = int(name.rsplit(":", 1)[1])
+            for j, (name, pos, n) in enumerate(self.roots(Role.LM_HEAD)):
                 self.b.add(op=Opcode.UNICAST, ct=pos[0], pe=pos[1], dst_ct=CONTROLLER, dst_pe=0,
                            src_buf=buf(BufKind.ROOT, _hub_index(name)), dst_buf=HIDDEN(HiddenBuf.LOGITS),
                            nbytes=int(n * psum), arg=offsets(0, j * self.geo_cols), flags=Flag.D2D)

@@ -171,7 +171,7 @@ def softmax_ops(c: Ctx, rec) -> np.ndarray:
     score per ``head_dim`` of its MACs, ``act.softmax_ops_per_element`` each (max, exp, sum, reciprocal); 0
     for QK records and without a head size."""
     arg = c.records["arg"][rec].astype(np.int64) & ARG_ENUM_MASK[Opcode.DMAC]
-    scores = c.records["count"][rec].astype(np.int64) // max(c.head_dim, 1) if c.head_dim else 0
+    scores = c.records["count"][rec].astype(np.int64) // c.head_dim if c.head_dim else 0
     return np.where(arg == DmacOp.PV, scores, 0) * c.target.act.softmax_ops_per_element
 
 

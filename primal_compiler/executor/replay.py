@@ -156,7 +156,8 @@ def replay(meta: dict, arrays: dict, stream: Stream, target: PrimalTarget, where
     ctl = control(stream, target, topo.num_cts, where, mode)
     mark("control")
     a, b = touched(stream.records)
-    link, num_links, mesh_links, mesh_ids = used_links(tr.link, topo.num_links, topo.d2d_base)
+    link, num_links, mesh_ids = used_links(tr.link, topo.num_links, topo.d2d_base)
+    mesh_links = len(mesh_ids)
     ports = local_ports(topo, mesh_ids, r.injection_ports, r.ejection_ports)
     dispatch, start, finish, bad, n_mesh, n_other, wait, link_by, link_bound, link_mesh, stuck, ejected = schedule(
         stream.records["op"].astype(np.int64), busy, unit, ptr, pred, tr.link_ptr, link, tr.link_offset,
@@ -192,17 +193,16 @@ def replay(meta: dict, arrays: dict, stream: Stream, target: PrimalTarget, where
                   max_active_pes)
 
 
-def used_links(link: np.ndarray, num_links: int, mesh_links: int) -> tuple[np.ndarray, int, int, np.ndarray]:
+def used_links(link: np.ndarray, num_links: int, mesh_links: int) -> tuple[np.ndarray, int, np.ndarray]:
     """``link`` renumbered over the links some row uses, in order, so PE-mesh links (ids below
-    ``mesh_links``) stay first: (renumbered rows, links used, PE-mesh links used, the original id of each
-    PE-mesh link used). The schedule keeps a calendar and a buffer per link it is given; Llama-2-70B's rows
+    ``mesh_links``) stay first: (renumbered rows, links used, the original id of each PE-mesh link used,
+    whose count is the first renumbered id that is not a PE-mesh link). The schedule keeps a calendar and a buffer per link it is given; Llama-2-70B's rows
     use 2.7 of its 4.3 million links, and the calendars and buffers of the others were 1.3 GB of memory it
     zeroed for nothing."""
     used = np.zeros(num_links, dtype=bool)
     used[link] = True
     ids = (np.cumsum(used) - 1).astype(link.dtype)
-    return ids[link], int(ids[-1]) + 1 if num_links else 0, int(used[:mesh_links].sum()), \
-        np.flatnonzero(used[:mesh_links])
+    return ids[link], int(ids[-1]) + 1 if num_links else 0, np.flatnonzero(used[:mesh_links])
 
 
 ENERGY_UNITS = ("pJ", "uW")
