@@ -155,7 +155,7 @@ def cmd_run(args) -> None:
         c = compiled.Compiled.of(program, target, args.model)
     report = collect.replay_report(c, validate=not args.no_validate,
                                baselines=chosen, control=args.control, critical_path=args.critical_path,
-                               memory=args.memory, generate=args.generate)
+                               memory=args.memory or "report", generate=args.generate)
     if compiling and args.output is not None:  # written once the replay succeeded
         compiled.write_compiled(program, target, Path(args.output), args.force, inputs)
         print(f"wrote {args.output}/ (program.primal, placement, summary.json, records.json)", file=sys.stderr)
@@ -240,9 +240,10 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("-o", "--output", required=True, help="output directory (new, or an earlier output with --force)")
     sp.add_argument("--force", action="store_true", help="replace OUT if it is an earlier primal compile output")
     sp.add_argument("--verify", action="store_true", help="verify the IR after every pass")
-    sp.add_argument("--memory", choices=("report", "strict"), default="report",
+    sp.add_argument("--memory", choices=("report", "strict"), default=None,
                     help="strict: the program must fit the scratchpads: the compiler streams the prefill in chunks "
-                         "that fit, or refuses naming the PE and its buffers (docs/executor.md, The compiler's allocation)")
+                         "that fit, or refuses naming the PE and its buffers (default: the pipeline's codegen{memory}, "
+                         "report; docs/executor.md, The compiler's allocation)")
     sp.set_defaults(func=cmd_compile)
 
     sp = sub.add_parser("run", help="replay a compiled program (or compile a model and replay it) and print its costs")
@@ -263,8 +264,9 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--no-validate", action="store_true", help="skip checking stream hops against the mapping")
     sp.add_argument("--control", choices=("distributed", "central"), default=None,
                     help="who dispatches records: a sequencer per CT, or the NMC alone (default: the target's system.control)")
-    sp.add_argument("--memory", choices=("report", "strict"), default="report",
-                    help="a scratchpad overflow: reported beside the figures (default), or an error: compiling, the "
+    sp.add_argument("--memory", choices=("report", "strict"), default=None,
+                    help="a scratchpad overflow: reported beside the figures (default, or the pipeline's "
+                         "codegen{memory} when compiling), or an error: compiling, the "
                          "compiler streams the prefill in chunks that fit or refuses naming the PE and its buffers; "
                          "on a compiled program, the replay names the record, CT, PE and buffer (docs/executor.md, Memory)")
     sp.add_argument("--critical-path", action="store_true",

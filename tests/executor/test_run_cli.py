@@ -178,3 +178,13 @@ def test_compile_under_strict_memory_writes_a_program_the_strict_replay_accepts(
     capsys.readouterr()
     assert main(["run", str(tmp_path / "whole"), "--memory", "strict"]) == 2
     assert "of 16,384 B" in capsys.readouterr().err
+
+
+def test_memory_strict_in_the_pipeline_holds_unless_the_command_line_says_otherwise(tmp_path, capsys):
+    """codegen{memory=strict} given in -p is the compile's, not replaced by the flag's default: a forced chunk
+    that does not fit is refused and nothing is written; --memory report on the command line overrides it."""
+    pipe = "lower-tiles,blocking,zcurve-order,kv-ring,codegen{prefill_chunk=16,memory=strict},srpg"
+    assert main(["compile", "tiny-llama", "-p", pipe, "-o", str(tmp_path / "out")]) == 2
+    assert "prefill chunk 16 does not fit the scratchpads" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+    assert main(["compile", "tiny-llama", "-p", pipe, "--memory", "report", "-o", str(tmp_path / "out")]) == 0
