@@ -25,13 +25,14 @@ import numpy as np
 
 from primal_compiler.codegen.attention import AttentionEmitter
 from primal_compiler.codegen.block import Block, shifted
-from primal_compiler.codegen.layer import HIDDEN, NORM_FN, LayerEmitter
+from primal_compiler.codegen.layer import LayerEmitter, offsets
 from primal_compiler.codegen.routes import LayerRoutes
 from primal_compiler.ir.tiles import Macro
-from primal_compiler.isa.opcodes import CONTROLLER, NONE16, ActFn, BufKind, Flag, HiddenBuf, Opcode, buf
+from primal_compiler.isa.opcodes import CONTROLLER, NONE16, ActFn, BufKind, Flag, HiddenBuf, Opcode, buf, hidden
 from primal_compiler.isa.stream import Section, Stream
 from primal_compiler.mapping.lower import layer_templates
 from primal_compiler.mapping.lower import geometry
+from primal_compiler.mapping.traffic import shards
 
 if TYPE_CHECKING:
     from primal_compiler.ir.program import Program
@@ -45,6 +46,7 @@ class _Template:
     post: Block
     attention: AttentionEmitter | None
     first_ct: int
+    embed_norm: Block | None  # layer 0 of a model with ``embed_norm`` (Bloom): the embeddings' norm, in place
 
 
 class _Out:
@@ -101,12 +103,13 @@ class ProgramEmitter:
     def _template(self, layer: int, zero) -> _Template:
         routes = LayerRoutes(self.p, self.target, layer, self.kv.context)
         em = LayerEmitter(routes, self.model, self.geo, zero)
+        embed_norm = em.embed_norm() if layer == 0 and self.model.embed_norm else None
         pre, post = em.pre(), em.post()
         attn = None
         if layer < self.model.num_layers:
             attn = AttentionEmitter(routes, self.model.layers[layer], self.kv, self.geo, self.act_bytes,
                                     alibi=bool(self.model.alibi_slopes))
-        return _Template(routes, pre, post, attn, self._first_ct(layer))
+        return _Template(routes, pre, post, attn, self._first_ct(layer), embed_norm)
 
     def hub(self, layer: int, name: str) -> tuple[int, int]:
         tp = self.templates[self.template_of[layer]]
@@ -114,22 +117,24 @@ class ProgramEmitter:
         return ct - tp.first_ct + self._first_ct(layer), pe
 
     def handoff(self, layer: int, vectors: int, first_seq: int, prefill: bool) -> Block:
+        """The layer's input into every shard of its hub ``in``: the controller's embeddings (layer 0) or
+        shard i of the previous layer's ``out``."""
         b, h = Block(), self.model.hidden_size
-        dst = self.hub(layer, "in")
         if layer == 0:  # a decode step embeds the tokens the last ARGMAX of these sequences picked
             token = NONE16 if prefill else buf(BufKind.TOKEN, first_seq)
             first = self.history << 8 if prefill else 0  # where the NMC's ring pointer starts the prompt
-            b.add(op=Opcode.ACT, ct=CONTROLLER, pe=0, src_buf=token, dst_buf=HIDDEN(HiddenBuf.X), count=h * vectors,
+            b.add(op=Opcode.ACT, ct=CONTROLLER, pe=0, src_buf=token, dst_buf=hidden(HiddenBuf.X), count=h * vectors,
                   arg=int(ActFn.EMBED) | first, layer=0)
-            src, sb = (CONTROLLER, 0), HIDDEN(HiddenBuf.X)
-        else:
-            src, sb = self.hub(layer - 1, "out"), HIDDEN(HiddenBuf.OUT)
-        b.add(op=Opcode.UNICAST, ct=src[0], pe=src[1], dst_ct=dst[0], dst_pe=dst[1], src_buf=sb,
-              dst_buf=HIDDEN(HiddenBuf.X), count=vectors, nbytes=int(h * self.act_bytes * vectors), arg=0, layer=layer,
-              flags=Flag.D2D if src[0] != dst[0] else 0)
-        if layer == 0 and self.model.embed_norm:  # Bloom: the residual stream starts from the normed embeddings
-            b.add(op=Opcode.ACT, ct=dst[0], pe=dst[1], src_buf=HIDDEN(HiddenBuf.X), dst_buf=HIDDEN(HiddenBuf.X),
-                  count=h * vectors, arg=NORM_FN[self.model.norm], layer=0)
+        rows = self.geo.rram_rows
+        for i in range(shards(h, rows)):
+            n, dst = min(rows, h - i * rows), self.hub(layer, f"in:{i}")
+            if layer == 0:
+                src, sb, so = (CONTROLLER, 0), hidden(HiddenBuf.X), i * rows
+            else:
+                src, sb, so = self.hub(layer - 1, f"out:{i}"), hidden(HiddenBuf.OUT, i), 0
+            b.add(op=Opcode.UNICAST, ct=src[0], pe=src[1], dst_ct=dst[0], dst_pe=dst[1], src_buf=sb,
+                  dst_buf=hidden(HiddenBuf.X, i), count=vectors, nbytes=int(n * self.act_bytes * vectors),
+                  arg=offsets(so, 0), layer=layer, flags=Flag.D2D if src[0] != dst[0] else 0)
         return b
 
     def phase(self, out: _Out, start: int, tokens: int, flags: int, seqs: range, decide: list[range]) -> None:
@@ -142,6 +147,8 @@ class ProgramEmitter:
             shift = self._first_ct(n) - tp.first_ct
             vectors = batch if n == L else batch * tokens
             out.put(self.handoff(n, vectors, seqs.start, bool(flags & Flag.PREFILL)), flags=flags)
+            if n == 0 and tp.embed_norm is not None:  # Bloom: the residual stream starts from the normed embeddings
+                out.put(tp.embed_norm, shift, n, vectors, flags)
             out.put(tp.pre, shift, n, vectors, flags)
             if tp.attention is not None:
                 out.put(tp.attention.emit(start, tokens, seqs), shift, n, 1, flags)
@@ -151,7 +158,7 @@ class ProgramEmitter:
         vocab = self.model.vocab_size
         tail = Block()  # the LM head's roots sent their logits to the controller (LayerEmitter.post)
         for d in decide:
-            tail.add(op=Opcode.ACT, ct=CONTROLLER, pe=0, src_buf=HIDDEN(HiddenBuf.LOGITS),
+            tail.add(op=Opcode.ACT, ct=CONTROLLER, pe=0, src_buf=hidden(HiddenBuf.LOGITS),
                      dst_buf=buf(BufKind.TOKEN, d.start), count=vocab * len(d), arg=ActFn.ARGMAX, layer=L)
         out.put(tail, flags=flags)
 

@@ -21,13 +21,13 @@ from primal_compiler.codegen.block import Block
 from primal_compiler.codegen.routes import Leg, LayerRoutes
 from primal_compiler.ir.model import Activation, NormKind, Positional, Role
 from primal_compiler.ir.tiles import ROLE_INDEX, Macro, Part
-from primal_compiler.isa.opcodes import CONTROLLER, ActFn, BufKind, Flag, HiddenBuf, Opcode, ReduceOp, buf
-from primal_compiler.mapping.traffic import FlowClass
+from primal_compiler.isa.opcodes import CONTROLLER, ActFn, BufKind, Flag, HiddenBuf, Opcode, ReduceOp, buf, hidden
+from primal_compiler.mapping.traffic import FlowClass, shards
 
 NORM_FN = {NormKind.RMS: ActFn.RMSNORM, NormKind.LAYER: ActFn.LAYERNORM}
 MLP_FN = {Activation.GELU: ActFn.GELU, Activation.GELU_NEW: ActFn.GELU, Activation.RELU: ActFn.RELU,
           Activation.SILU: ActFn.SILU}
-HIDDEN = lambda h: buf(BufKind.HIDDEN, h)  # noqa: E731
+NORMED = {HiddenBuf.X: HiddenBuf.X_NORM, HiddenBuf.MID: HiddenBuf.MID_NORM}
 
 
 def offsets(src: int, dst: int) -> int:
@@ -42,12 +42,17 @@ def _hub_index(name: str) -> int:
     return ROLE_INDEX[Role(role)] << 8 | int(j)
 
 
+def _shard(name: str) -> int:
+    return int(name.rsplit(":", 1)[1])
+
+
 class LayerEmitter:
     """Builds ``pre`` (norm, Q/K/V, RoPE) and ``post`` (O, residual, MLP) blocks of one layer."""
 
     def __init__(self, routes: LayerRoutes, model, geo, zero) -> None:
         self.r, self.model, self.t, self.zero = routes, model, routes.t, zero
         self.geo_rows, self.geo_cols = geo.rram_rows, geo.rram_cols
+        self.shards = shards(model.hidden_size, geo.rram_rows)
         self.head = routes.layer == model.num_layers
         self.ir = model.layers[min(routes.layer, model.num_layers - 1)]
         self.proxies: dict[tuple[int, str], int] = {}
@@ -70,11 +75,14 @@ class LayerEmitter:
             if str(f.dst).startswith("lora:"):
                 return buf(BufKind.LORA_A, _hub_index(str(f.dst))), 0
             return buf(BufKind.PSUM, 1), 0
-        if f.cls == FlowClass.RESIDUAL and src in ("in", "mid"):
-            return HIDDEN(HiddenBuf.X if src == "in" else HiddenBuf.MID), 0
-        if src in ("in", "mid"):
-            block = int(f.payload.rsplit("#", 1)[1])
-            return HIDDEN(HiddenBuf.X_NORM if src == "in" else HiddenBuf.MID_NORM), block * self.geo_rows
+        if f.cls == FlowClass.NORM:
+            return hidden(HiddenBuf.TOTAL if src.startswith("norm:") else HiddenBuf.STATS), 0
+        if src.startswith(("in:", "mid:")):
+            held = HiddenBuf.X if src.startswith("in:") else HiddenBuf.MID
+            return hidden(held if f.cls == FlowClass.RESIDUAL else NORMED[held], _shard(src)), 0
+        if f.cls == FlowClass.RESIDUAL and src.startswith("root:") and str(f.dst).startswith(("mid:", "out:")):
+            j, i = _shard(src), _shard(str(f.dst))
+            return buf(BufKind.ROOT, _hub_index(src)), max(0, i * self.geo_rows - j * self.geo_cols)
         if src.startswith("root:") and f.stage == str(Role.O):  # the attention output, merged at a V root
             return buf(BufKind.OBLK, int(f.payload.rsplit("#", 1)[1])), 0
         kind = BufKind.ROOT if src.startswith("root:") else BufKind.LORA_R
@@ -92,14 +100,15 @@ class LayerEmitter:
                 self.lora_input.add(int(dst))
                 return buf(BufKind.IN, 1), 0
             return buf(BufKind.IN, 0), 0
+        if f.cls == FlowClass.NORM:
+            return hidden(HiddenBuf.TOTAL), 0
         if f.cls == FlowClass.RESIDUAL:
-            if f.src in ("in", "mid"):
-                return HIDDEN(HiddenBuf.RESID), 0
-            j = int(str(f.src).split(":")[2])
-            if dst == "mid":
-                return HIDDEN(HiddenBuf.MID), j * self.geo_cols
-            if dst == "out":
-                return HIDDEN(HiddenBuf.LOGITS if self.head else HiddenBuf.OUT), j * self.geo_cols
+            if str(f.src).startswith(("in:", "mid:")):
+                return hidden(HiddenBuf.RESID, _shard(dst)), 0
+            if dst.startswith(("mid:", "out:")):
+                j, i = _shard(str(f.src)), _shard(dst)
+                into = HiddenBuf.MID if dst.startswith("mid:") else HiddenBuf.OUT
+                return hidden(into, i), max(0, j * self.geo_cols - i * self.geo_rows)
             return buf(BufKind.ROOT, _hub_index(str(f.src))), 0  # gate root -> up root
         kind = BufKind.ROOT if dst.startswith("root:") else BufKind.LORA_R
         return buf(kind, _hub_index(dst)), 0
@@ -117,7 +126,7 @@ class LayerEmitter:
             (sb, so), (db, do) = self.src_buf(leg), self.dst_buf(leg)
             if leg.flow.cls == FlowClass.RESIDUAL:
                 self.unicast(leg, sb, db, offsets(so, do), 0)
-            elif isinstance(leg.dst, str):
+            elif isinstance(leg.dst, str) and not str(leg.flow.src).startswith("norm:"):  # not a norm's total
                 reduces[leg.dst_pos, db, sb].append(leg)
             else:
                 bcasts[leg.src_pos, sb, so, db].append(leg)
@@ -139,8 +148,38 @@ class LayerEmitter:
         self.b.add(op=Opcode.UNICAST, ct=leg.src_pos[0], pe=leg.src_pos[1], dst_ct=leg.dst_pos[0],
                    dst_pe=leg.dst_pos[1], src_buf=sb, dst_buf=db, nbytes=int(leg.nbytes), arg=arg, flags=flags)
 
-    def act(self, pos, fn: ActFn, src: int, dst: int, count: int) -> None:
-        self.b.add(op=Opcode.ACT, ct=pos[0], pe=pos[1], src_buf=src, dst_buf=dst, count=count, arg=fn)
+    def act(self, pos, fn: ActFn, src: int, dst: int, count: int, flags: int = 0) -> None:
+        """``fn`` on ``count`` elements per vector; a shard's norm and statistics carry its elements above bit 8."""
+        arg = int(fn) | (count << 8 if fn in (ActFn.NORM_STATS, ActFn.RMSNORM, ActFn.LAYERNORM) else 0)
+        self.b.add(op=Opcode.ACT, ct=pos[0], pe=pos[1], src_buf=src, dst_buf=dst, count=count, arg=arg, flags=flags)
+
+    def shard_sizes(self) -> list[tuple[int, int]]:
+        """(shard, elements) of every hub shard: ``rram.rows`` elements each, the last one partial."""
+        h, s = self.model.hidden_size, self.geo_rows
+        return [(i, min(s, h - i * s)) for i in range(self.shards)]
+
+    def norm(self, hub: str, src: HiddenBuf, dst: HiddenBuf, fn: ActFn) -> None:
+        """``fn`` of the vector held by the shards of ``hub``, distributed: every shard's statistics (its PE's
+        second and later shards accumulate into the first's), summed at ``norm:<hub>`` and broadcast back to
+        each PE holding a shard (one NORM flow per PE each way), then every shard normalised with the total."""
+        at: dict[tuple[int, int], str] = {}
+        for i, n in self.shard_sizes():
+            pos = self.r.hub_pos(f"{hub}:{i}")
+            self.act(pos, ActFn.NORM_STATS, hidden(src, i), hidden(HiddenBuf.STATS), n,
+                     Flag.ACCUMULATE if pos in at else 0)
+            at.setdefault(pos, f"{hub}:{i}")
+        first = set(at.values())
+        flows = self.stage(f"norm:{hub}")
+        self.written = {w for w in self.written if w[1] != hidden(HiddenBuf.TOTAL)}
+        self.route([f for f in flows if f.src in first])
+        self.route([f for f in flows if f.dst in first])
+        for i, n in self.shard_sizes():
+            self.act(self.r.hub_pos(f"{hub}:{i}"), fn, hidden(src, i), hidden(dst, i), n)
+
+    def residual_add(self, hub: str, dst: HiddenBuf) -> None:
+        """Every shard of ``hub`` adds the residual it received (RESID) into ``dst``."""
+        for i, n in self.shard_sizes():
+            self.act(self.r.hub_pos(f"{hub}:{i}"), ActFn.RESIDUAL_ADD, hidden(HiddenBuf.RESID, i), hidden(dst, i), n)
 
     # --- stages ----------------------------------------------------------------------------------
     def matrix(self, role: Role, flows) -> None:
@@ -189,12 +228,17 @@ class LayerEmitter:
     def stage(self, name: str) -> list:
         return [f for f in self.r.flows if f.stage == name]
 
+    def embed_norm(self) -> Block:
+        """Layer 0's input normed in place at its shards (a model with ``embed_norm``, Bloom)."""
+        self.b = Block()
+        self.norm("in", HiddenBuf.X, HiddenBuf.X, NORM_FN[self.model.norm])
+        return self.b
+
     def pre(self) -> Block:
         """Norm at ``in``, then Q, K, V (or fused QKV) and RoPE on the q and k roots."""
         self.b = Block()
-        h = self.model.hidden_size
         norm = self.model.norm if self.head else self.ir.norm  # the head's is the final norm
-        self.act(self.r.hub_pos("in"), NORM_FN[norm], HIDDEN(HiddenBuf.X), HIDDEN(HiddenBuf.X_NORM), h)
+        self.norm("in", HiddenBuf.X, HiddenBuf.X_NORM, NORM_FN[norm])
         if self.head:
             self.matrix(Role.LM_HEAD, self.stage(str(Role.LM_HEAD)))
             return self.b
@@ -214,22 +258,20 @@ class LayerEmitter:
         block's MLP norms the layer input that reaches ``mid`` as the residual, before the attention's
         output is added to it; ``out`` then adds the MLP's output to that sum."""
         self.b = Block()
-        h = self.model.hidden_size
         if self.head:  # every root sends its block of logits to the controller: no PE gathers the vocabulary
             psum = self.model.precision.psum_bits / 8
             for j, (name, pos, n) in enumerate(self.roots(Role.LM_HEAD)):
                 self.b.add(op=Opcode.UNICAST, ct=pos[0], pe=pos[1], dst_ct=CONTROLLER, dst_pe=0,
-                           src_buf=buf(BufKind.ROOT, _hub_index(name)), dst_buf=HIDDEN(HiddenBuf.LOGITS),
+                           src_buf=buf(BufKind.ROOT, _hub_index(name)), dst_buf=hidden(HiddenBuf.LOGITS),
                            nbytes=int(n * psum), arg=offsets(0, j * self.geo_cols), flags=Flag.D2D)
             return self.b
         self.matrix(Role.O, self.stage(str(Role.O)))
         self.route(self.stage("mid"))
-        mid = self.r.hub_pos("mid")
         if self.ir.parallel:  # the MLP reads the layer input (RESID here), not the attention's sum
-            self.act(mid, NORM_FN[self.ir.norm], HIDDEN(HiddenBuf.RESID), HIDDEN(HiddenBuf.MID_NORM), h)
-        self.act(mid, ActFn.RESIDUAL_ADD, HIDDEN(HiddenBuf.RESID), HIDDEN(HiddenBuf.MID), h)
+            self.norm("mid", HiddenBuf.RESID, HiddenBuf.MID_NORM, NORM_FN[self.ir.norm])
+        self.residual_add("mid", HiddenBuf.MID)
         if not self.ir.parallel:
-            self.act(mid, NORM_FN[self.ir.norm], HIDDEN(HiddenBuf.MID), HIDDEN(HiddenBuf.MID_NORM), h)
+            self.norm("mid", HiddenBuf.MID, HiddenBuf.MID_NORM, NORM_FN[self.ir.norm])
         if self.ir.linear(Role.GATE) is not None:
             self.matrix(Role.GATE, self.stage(str(Role.GATE)))
             self.matrix(Role.UP, self.stage(str(Role.UP)))
@@ -245,5 +287,5 @@ class LayerEmitter:
                 self.act(pos, MLP_FN[self.ir.activation], tag, tag, n)
             self.matrix(Role.FC2, self.stage(str(Role.FC2)))
         self.route(self.stage("out"))
-        self.act(self.r.hub_pos("out"), ActFn.RESIDUAL_ADD, HIDDEN(HiddenBuf.RESID), HIDDEN(HiddenBuf.OUT), h)
+        self.residual_add("out", HiddenBuf.OUT)
         return self.b

@@ -46,12 +46,13 @@ class LayerRoutes:
         self.t, self.layer = t, layer
         rows = np.flatnonzero(t.layer == layer)
         self.rows = rows
-        self.flows = layer_flows(program.model, layer, t, rows, geometry(program.model, target), context)
+        geo = geometry(program.model, target)
+        self.flows = layer_flows(program.model, layer, t, rows, geo, context)
         host_ct = np.where(t.macro[rows] == Macro.RRAM, t.ct[rows], t.ct[np.maximum(t.host[rows], 0)])
         ct_of = np.full(len(t), -1, dtype=np.int64)
         ct_of[rows] = host_ct
         rram = rows[t.macro[rows] == Macro.RRAM]
-        self.hub_ct = _locate_hubs(t, rram, ct_of, self.flows)
+        self.hub_ct = _locate_hubs(t, rram, ct_of, self.flows, geo.rram_rows, geo.rram_cols)
         self.ct_of = ct_of
         self.cts = np.unique(ct_of[rows])
         self._hub_pe: dict[tuple[int, str], int] = {}

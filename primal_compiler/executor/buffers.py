@@ -23,7 +23,8 @@ import numpy as np
 
 from primal_compiler.executor.deps import Footprints
 from primal_compiler.isa.descriptors import END
-from primal_compiler.isa.opcodes import CONTROLLER, BufKind, Opcode, ReduceOp, step_ends
+from primal_compiler.isa.opcodes import CONTROLLER, BufKind, HiddenBuf, Opcode, ReduceOp, step_ends
+from primal_compiler.mapping.traffic import NORM_STATISTICS
 from primal_compiler.ir.tiles import Macro
 
 if TYPE_CHECKING:
@@ -39,7 +40,8 @@ STORAGE_BITS = {
 ``precision.activation_bits``; what a REDUCE of partial sums writes (roots, partial sums, LoRA A outputs) at
 ``precision.psum_bits``; attention scores, partial outputs and merged blocks at the DMACs'
 ``router.dmac_bits`` (FP16). Kinds not listed are not scratchpad buffers (KV chunks are counted from the
-kv-ring's allocation)."""
+kv-ring's allocation). A norm's statistics (HIDDEN STATS and TOTAL) are sums, held at ``psum_bits``
+(:func:`statistics`)."""
 
 
 @dataclass(frozen=True, eq=False)
@@ -109,10 +111,15 @@ def access_elements(records: np.ndarray, f: Footprints, s: Sizing) -> np.ndarray
     width[red & ((arg & 0xF) == ReduceOp.SUM)] = psum
     width[red & ((arg & 0xF) == ReduceOp.SOFTMAX_MERGE)] = dmac
     width[(op == Opcode.UNICAST) & (kind == BufKind.SCORE)] = kv
+    stats = statistics(f.tag)
+    width[stats] = psum
     out = np.zeros(len(op), dtype=np.int64)
     router = np.isin(op, (Opcode.BCAST, Opcode.UNICAST, Opcode.REDUCE, Opcode.KV_APPEND))
     out[router] = np.round(nbytes[router] / width[router]).astype(np.int64)
     out[op == Opcode.ACT] = count[op == Opcode.ACT]
+    shard = np.maximum(arg.astype(np.int64) >> 8, 1)
+    sel = (op == Opcode.ACT) & stats  # a shard's statistics: NORM_STATISTICS values per vector of its elements
+    out[sel] = count[sel] // shard[sel] * NORM_STATISTICS
     key = f.ct * s.pes + np.where(f.ct == CONTROLLER, 0, f.pe)
     for smac, rows, cols in ((Opcode.SMAC_RRAM, s.rram_rows, s.rram_cols),
                              (Opcode.SMAC_SRAM, s.sram_rows, s.sram_cols)):
@@ -151,8 +158,15 @@ def instances(stream: Stream, f: Footprints, s: Sizing) -> Instances:
     rec, loc, end_el, wr = rec[order], loc[order], end_el[order], sub.write[order]
     pas = passes[rec]
     cut = np.flatnonzero(np.concatenate([[True], (loc[1:] != loc[:-1]) | (pas[1:] != pas[:-1])]))
-    size = (np.maximum.reduceat(end_el, cut) if len(cut) else np.zeros(0, np.int64)) * w[(loc[cut] & 0xFFFF) >> 12]
+    tag = loc[cut] & 0xFFFF
+    per = np.where(statistics(tag), -(-int(s.precision["psum_bits"]) // 8), w[tag >> 12])
+    size = (np.maximum.reduceat(end_el, cut) if len(cut) else np.zeros(0, np.int64)) * per
     return Instances(loc[cut], size.astype(np.int64), cut, rec, wr)
+
+
+def statistics(tag: np.ndarray) -> np.ndarray:
+    """bool per buffer tag: a norm's statistics (HIDDEN STATS or TOTAL), held at ``psum_bits``."""
+    return ((tag >> 12) == BufKind.HIDDEN) & np.isin(tag & 0xF, (HiddenBuf.STATS, HiddenBuf.TOTAL))
 
 
 def pe_keys(loc: np.ndarray, pes: int) -> np.ndarray:

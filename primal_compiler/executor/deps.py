@@ -41,7 +41,9 @@ from primal_compiler.arrays import distinct
 from primal_compiler.errors import InputError
 from primal_compiler.executor.transfers import group_members
 from primal_compiler.isa.descriptors import DESCRIPTORS, END, Access, At, Buffer, Extent, Pseudo
-from primal_compiler.isa.opcodes import ARG_ENUM_MASK, CONTROLLER, NONE16, BufKind, DmacOp, Opcode, buf_name
+from primal_compiler.isa.opcodes import (
+    ARG_ENUM_MASK, CONTROLLER, NONE16, BufKind, DmacOp, HiddenBuf, Opcode, buf_name, hidden,
+)
 from primal_compiler.jit import njit
 
 if TYPE_CHECKING:
@@ -92,6 +94,8 @@ def _tag(r: np.ndarray, rec: np.ndarray, b: Buffer) -> np.ndarray:
     if b == Buffer.KV_CHUNK:
         kind = np.where((arg & 0xFF) == DmacOp.QK, int(BufKind.KV_K), int(BufKind.KV_V))
         return (kind << 12) | ((arg >> 8) & 0xFFF)
+    if b == Buffer.NORM_TOTAL:
+        return np.full(len(rec), hidden(HiddenBuf.TOTAL), dtype=np.int64)
     return np.full(len(rec), int(Pseudo.MASK), dtype=np.int64)  # MASK_REGISTER
 
 

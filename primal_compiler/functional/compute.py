@@ -50,7 +50,7 @@ from primal_compiler.functional.machine import (
 )
 from primal_compiler.ir.model import Activation, Positional, Role
 from primal_compiler.ir.tiles import Part
-from primal_compiler.isa.opcodes import ActFn, BufKind, DmacOp, Flag, HiddenBuf, buf, buf_name
+from primal_compiler.isa.opcodes import ActFn, BufKind, DmacOp, Flag, HiddenBuf, buf_name, hidden
 
 
 def _input(m: Machine, r: tuple, width: int, consumed: bool = True) -> np.ndarray:
@@ -160,25 +160,52 @@ def _embed(m: Machine, r: tuple) -> None:
     m.write(CTL, r[DST_BUF], x.astype(np.float32))
 
 
+def _shard(m: Machine, r: tuple) -> tuple[HiddenBuf, int, int]:
+    """(kind, first element, elements) of the hub shard a norm or its statistics read."""
+    src, n = r[SRC_BUF], r[ARG] >> 8
+    if src >> 12 != BufKind.HIDDEN or (src & 0xF) not in HiddenBuf._value2member_map_:
+        raise m.fail(f"normalizes {buf_name(src)}, which is no hub shard")
+    first = ((src & 0xFFF) >> 4) * m.geo.rram_rows
+    if n < 1 or first + n > m.model.hidden_size:
+        raise m.fail(f"a shard of {n} elements from element {first} of a {m.model.hidden_size}-element vector")
+    return HiddenBuf(src & 0xF), first, n
+
+
+def _norm_stats(m: Machine, r: tuple) -> None:
+    pos = (r[CT], r[PE])
+    _, _, n = _shard(m, r)
+    x = m.read(pos, r[SRC_BUF])
+    if x.shape[1] != n:
+        raise m.fail(f"statistics of {n} elements, {buf_name(r[SRC_BUF])} holds {x.shape[1]}")
+    stats = ops.norm_stats(x)
+    if r[FLAGS] & Flag.ACCUMULATE:
+        stats = (m.read(pos, r[DST_BUF]) + stats).astype(np.float32)
+    m.write(pos, r[DST_BUF], stats)
+
+
 def _norm(m: Machine, r: tuple, fn: ActFn) -> None:
-    layer, src = r[LAYER], r[SRC_BUF]
-    which = {buf(BufKind.HIDDEN, HiddenBuf.X): 0, buf(BufKind.HIDDEN, HiddenBuf.MID): 1}.get(src)
+    layer, src, pos = r[LAYER], r[SRC_BUF], (r[CT], r[PE])
+    kind, first, n = _shard(m, r)
+    which = {HiddenBuf.X: 0, HiddenBuf.MID: 1}.get(kind)
     ir = m.model.layers[layer] if layer < m.model.num_layers else None
     if ir is not None and ir.parallel:  # a parallel block norms its input: X and, for the MLP, RESID
-        which = {buf(BufKind.HIDDEN, HiddenBuf.X): 0, buf(BufKind.HIDDEN, HiddenBuf.RESID): ir.num_norms - 1}.get(src)
-    if layer == 0 and src == r[DST_BUF] == buf(BufKind.HIDDEN, HiddenBuf.X) and m.model.embed_norm:
+        which = {HiddenBuf.X: 0, HiddenBuf.RESID: ir.num_norms - 1}.get(kind)
+    if layer == 0 and src == r[DST_BUF] and kind == HiddenBuf.X and m.model.embed_norm:
         layer, which = -1, 0  # the embedding norm, in place on the first layer's input (Bloom)
     if which is None or (layer == m.model.num_layers and which):
         raise m.fail(f"a norm of {buf_name(src)} has no parameters in layer {layer}")
     scale, bias = m.params.norms[(layer, which)]
-    x = m.read((r[CT], r[PE]), src)
+    x, total = m.read(pos, src), m.read(pos, hidden(HiddenBuf.TOTAL))
+    if x.shape[1] != n or total.shape != (x.shape[0], 2):
+        raise m.fail(f"normalizes {n} elements with {buf_name(src)} of {x.shape[1]} and statistics {total.shape}")
+    h, cut = m.model.hidden_size, slice(first, first + n)
     if fn == ActFn.RMSNORM:
-        y = ops.rms_norm(x, scale, m.model.norm_eps)
+        y = ops.rms_norm(x, scale[cut], total, h, m.model.norm_eps)
     elif bias is None:
         raise m.fail(f"LAYERNORM in layer {layer}, whose norm has no bias (an RMSNorm model)")
     else:
-        y = ops.layer_norm(x, scale, bias, m.model.norm_eps)
-    m.write((r[CT], r[PE]), r[DST_BUF], y)
+        y = ops.layer_norm(x, scale[cut], bias[cut], total, h, m.model.norm_eps)
+    m.write(pos, r[DST_BUF], y)
 
 
 def _rope(m: Machine, x: np.ndarray, r: tuple) -> np.ndarray:
@@ -229,13 +256,15 @@ def _argmax(m: Machine, r: tuple) -> None:
 
 
 def act(m: Machine, r: tuple) -> None:
-    fn = r[ARG]
+    fn = r[ARG] & 0xFF
     if fn == ActFn.EMBED:
         return _embed(m, r)
     if fn == ActFn.ARGMAX:
         return _argmax(m, r)
     if fn in (ActFn.RMSNORM, ActFn.LAYERNORM):
         return _norm(m, r, ActFn(fn))
+    if fn == ActFn.NORM_STATS:
+        return _norm_stats(m, r)
     pos = (r[CT], r[PE])
     if fn == ActFn.SWIGLU:
         up = m.read(pos, r[DST_BUF])

@@ -4,7 +4,9 @@ A router record moves the last ``count`` token vectors of its source buffer
 (a hand-off into the LM head moves only the newest token), from element
 ``src_offset`` to the end of the buffer, into the destination buffer at
 ``dst_offset`` (offsets from ``arg``, docs/isa.md). ``nbytes`` is the wire
-size the cost model charges and plays no part here.
+size the cost model charges and plays no part here, except in a UNICAST
+from the controller, which holds whole vectors: it sends ``nbytes`` of
+activations per vector (a hub shard's slice of the embeddings).
 
 * ``REDUCE SUM`` adds the members' sources (a crossbar's partial sums
   ``PSUM.0`` weighted by ``2 ** (bits_per_cell * slice)`` of the tile on
@@ -46,7 +48,7 @@ import numpy as np
 
 from primal_compiler.functional import ops
 from primal_compiler.functional.machine import (
-    ARG, COUNT, CT, DST_BUF, DST_CT, DST_PE, FLAGS, GROUP, LAYER, OP, PE, SRC_BUF, Machine,
+    ARG, COUNT, CT, DST_BUF, DST_CT, DST_PE, FLAGS, GROUP, LAYER, NBYTES, OP, PE, SRC_BUF, Machine,
 )
 from primal_compiler.isa.opcodes import CONTROLLER, BufKind, Flag, Opcode, ReduceOp, buf, buf_name
 
@@ -56,16 +58,17 @@ def _dst(r: tuple) -> tuple[int, int]:
 
 
 def _vectors(m: Machine, pos: tuple[int, int], tag: int, count: int, offset: int,
-             consumed_from: int | None = None) -> np.ndarray:
-    """The last ``count`` vectors of buffer ``tag`` at ``pos`` from element ``offset``; the record consumes
-    them from element ``consumed_from`` (default ``offset``)."""
+             consumed_from: int | None = None, width: int | None = None) -> np.ndarray:
+    """The last ``count`` vectors of buffer ``tag`` at ``pos`` from element ``offset`` (``width`` elements of
+    them, or to the end); the record consumes them from element ``consumed_from`` (default ``offset``)."""
     first = offset if consumed_from is None else consumed_from
-    src = m.read(pos, tag, slice(-count, None), slice(first, None))
+    stop = None if width is None else offset + width
+    src = m.read(pos, tag, slice(-count, None), slice(first, stop))
     if count > src.shape[0]:
         raise m.fail(f"moves {count} vectors but its source holds {src.shape[0]}")
-    if offset >= src.shape[1]:
-        raise m.fail(f"source offset {offset} is beyond the {src.shape[1]} elements of its source")
-    return src[src.shape[0] - count :, offset:]
+    if offset >= src.shape[1] or (stop is not None and stop > src.shape[1]):
+        raise m.fail(f"source elements {offset}..{stop or ''} are beyond the {src.shape[1]} elements of its source")
+    return src[src.shape[0] - count :, offset:stop]
 
 
 def _move_args(arg: int) -> tuple[int, int]:
@@ -81,8 +84,11 @@ def bcast(m: Machine, r: tuple) -> None:
 
 def unicast(m: Machine, r: tuple) -> None:
     so, do = _move_args(r[ARG])
-    src = (r[CT], 0) if r[CT] == CONTROLLER else (r[CT], r[PE])
-    m.write(_dst(r), r[DST_BUF], _vectors(m, src, r[SRC_BUF], r[COUNT], so), do)
+    if r[CT] == CONTROLLER:  # the controller holds whole vectors and sends a hub shard its slice
+        width = r[NBYTES] // (r[COUNT] * m.model.precision.activation_bits // 8)
+        m.write(_dst(r), r[DST_BUF], _vectors(m, (r[CT], 0), r[SRC_BUF], r[COUNT], so, width=width), do)
+        return
+    m.write(_dst(r), r[DST_BUF], _vectors(m, (r[CT], r[PE]), r[SRC_BUF], r[COUNT], so), do)
 
 
 def reduce_(m: Machine, r: tuple) -> None:

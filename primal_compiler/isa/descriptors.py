@@ -51,6 +51,7 @@ class Buffer(IntEnum):
     SRAM_SLOT = 2  # BufKind.SRAM tag of slot ``arg & 0xFFF`` (CONFIG, SMAC_SRAM)
     KV_CHUNK = 3  # KV_K (DmacOp.QK) or KV_V (DmacOp.PV) tag of slot ``arg >> 8``
     MASK_REGISTER = 4  # the PE's LoRA block mask register (Pseudo.MASK)
+    NORM_TOTAL = 5  # the PE's summed norm statistics (HIDDEN TOTAL of shard 0) that a shard's norm reads
 
 
 class Extent(IntEnum):
@@ -129,6 +130,7 @@ class Descriptor:
 _S, _D, _M = At.SOURCE, At.DESTINATION, At.MEMBERS
 _ACC = int(Flag.ACCUMULATE)
 _READS_DST = (int(ActFn.SWIGLU), int(ActFn.RESIDUAL_ADD))
+_NORMS = (int(ActFn.RMSNORM), int(ActFn.LAYERNORM))
 
 DESCRIPTORS: dict[Opcode, Descriptor] = {d.opcode: d for d in (
     Descriptor(Opcode.BCAST, "router: `src_buf` at (`ct`, `pe`) multicast to every member of `group`",
@@ -180,7 +182,9 @@ DESCRIPTORS: dict[Opcode, Descriptor] = {d.opcode: d for d in (
                ("ct", "pe", "layer", "src_buf", "dst_buf", "count", "arg"),
                "bits 0-7 `ActFn`; bits 8-31, on a prefill's `EMBED`, the position of the prompt's first token "
                "(the conversation's saved tokens, `codegen{history}`; 0 otherwise)", "dmac",
-               (Access(_S, Buffer.SRC_BUF, Extent.WHOLE), Access(_S, Buffer.DST_BUF, Extent.WHOLE, args=_READS_DST)),
+               (Access(_S, Buffer.SRC_BUF, Extent.WHOLE), Access(_S, Buffer.DST_BUF, Extent.WHOLE, args=_READS_DST),
+                Access(_S, Buffer.DST_BUF, Extent.WHOLE, flags=_ACC, args=(int(ActFn.NORM_STATS),)),
+                Access(_S, Buffer.NORM_TOTAL, Extent.WHOLE, args=_NORMS)),
                (Access(_S, Buffer.DST_BUF, Extent.WHOLE),),
                "_act", "act", PathClass.ACTIVATION, arg_enum=ActFn),
     Descriptor(Opcode.KV_APPEND, "(`ct`, `pe`) writes k or v of `count` tokens into KV slot `dst_buf` of (`dst_ct`, `dst_pe`)",
@@ -222,7 +226,8 @@ def missing() -> list[str]:
 DOC_BEGIN, DOC_END = "<!-- opcode-table:begin -->", "<!-- opcode-table:end -->"
 _AT = {At.SOURCE: "src", At.DESTINATION: "dst", At.MEMBERS: "members"}
 _BUFFER = {Buffer.SRC_BUF: "src_buf", Buffer.DST_BUF: "dst_buf", Buffer.SRAM_SLOT: "SRAM slot",
-           Buffer.KV_CHUNK: "KV chunk arg>>8", Buffer.MASK_REGISTER: "mask register"}
+           Buffer.KV_CHUNK: "KV chunk arg>>8", Buffer.MASK_REGISTER: "mask register",
+           Buffer.NORM_TOTAL: "HIDDEN.0x9"}
 _EXTENT = {Extent.WHOLE: "", Extent.MOVE_SRC: "[src_off:]", Extent.MOVE_DST: "[dst_off:]",
            Extent.REDUCE_SRC: "[src_off:]", Extent.REDUCE_DST: "[dst_off:]", Extent.TOKEN_SLOTS: "[slot:slot+count]",
            Extent.SLOT_BIT: "[slot]", Extent.KV_SRC: "[src_off:]"}

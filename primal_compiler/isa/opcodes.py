@@ -53,6 +53,7 @@ class ActFn(IntEnum):
     RESIDUAL_ADD = 9
     ARGMAX = 10  # controller: next token from the logits
     BIAS = 11  # add the projection's bias to the column block held at a root hub
+    NORM_STATS = 12  # a hub shard's partial norm statistics (sum, sum of squares per vector); ACCUMULATE adds
 
 
 class DmacOp(IntEnum):
@@ -126,7 +127,7 @@ def empty(n: int = 0) -> np.ndarray:
 class BufKind(IntEnum):
     """High 4 bits of a 16-bit buffer tag; the low 12 bits index within the kind."""
 
-    HIDDEN = 0  # vectors at hubs, index: HiddenBuf
+    HIDDEN = 0  # vectors at hubs, index: shard << 4 | HiddenBuf (the controller's: shard 0, whole vectors)
     ROOT = 1  # column result at a root hub, index: role << 8 | column
     IN = 2  # input block at a tile's PE, index: role
     PSUM = 3  # partial sums of the PE's RRAM tile (LoRA B adds into it), index: role
@@ -151,6 +152,9 @@ class HiddenBuf(IntEnum):
     OUT = 4  # layer output
     LOGITS = 5
     RESID = 7  # residual copy received at ``mid`` or ``out``
+    STATS = 8  # a PE's partial norm statistics (sum, sum of squares) over the shards it holds, at psum_bits
+    TOTAL = 9  # the statistics summed over every shard, at the norm hub and, broadcast, at each shard's PE
+
 
 
 def step_ends(records: np.ndarray) -> np.ndarray:
@@ -170,3 +174,14 @@ def buf_name(tag: int) -> str:
     if tag == NONE16:
         return "-"
     return f"{BufKind(tag >> 12).name}.{tag & 0xFFF:#x}"
+
+
+HIDDEN_SHARDS = 256
+"""Shards a hidden vector may be cut into: the shard field of a HIDDEN tag has 8 bits."""
+
+
+def hidden(kind: HiddenBuf, shard: int = 0) -> int:
+    """The tag of ``kind`` of hub shard ``shard`` (elements ``shard x rram.rows ...`` of the hidden vector)."""
+    if not 0 <= shard < HIDDEN_SHARDS:
+        raise ValueError(f"hub shard {shard} exceeds {HIDDEN_SHARDS - 1}")
+    return buf(BufKind.HIDDEN, shard << 4 | int(kind))

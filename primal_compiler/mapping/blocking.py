@@ -19,6 +19,7 @@ from primal_compiler.mapping.hops import mapped_legs
 from primal_compiler.mapping.instance import hub_slots
 from primal_compiler.mapping.layout import CtTemplate, Layout, _template_instances, column_major, pe_owners
 from primal_compiler.mapping.lower import layer_templates
+from primal_compiler.mapping.traffic import shards
 from primal_compiler.target.table import MAX_CTS, MAX_PES
 
 CONTROLLER = -1
@@ -67,10 +68,11 @@ def block_model(model: Model, tiles: TileTable, geo, mesh: tuple[int, int], cont
             src.append(a + ct_base[layer])
             dst.append(b + ct_base[layer])
             nbytes.append(nb)
-        prev = CONTROLLER if layer == 0 else _out_ct(per_template[layer_key[layer - 1]], ct_base[layer - 1])
-        src.append(prev)
-        dst.append(hub_ct["in"] + ct_base[layer])
-        nbytes.append(model.hidden_size * model.precision.activation_bits / 8)
+        for i in range(shards(model.hidden_size, geo.rram_rows)):  # the hand-off, shard by shard
+            prev = per_template[layer_key[layer - 1]][4] if layer else None
+            src.append(CONTROLLER if prev is None else int(prev[f"out:{i}"] + ct_base[layer - 1]))
+            dst.append(hub_ct[f"in:{i}"] + ct_base[layer])
+            nbytes.append(min(geo.rram_rows, model.hidden_size - i * geo.rram_rows) * model.precision.activation_bits / 8)
     for name, c in per_template[layer_key[-1]][4].items():  # each LM-head root sends its logits to the controller
         if name.startswith("root:"):
             j = int(name.rsplit(":", 1)[1])
@@ -84,11 +86,6 @@ def block_model(model: Model, tiles: TileTable, geo, mesh: tuple[int, int], cont
         inter_bytes=np.asarray(nbytes, np.float64), package_cols=max(1, math.ceil(math.sqrt(needed))),
     )
     return tiles.with_columns(ct=ct, seq=seq), layout
-
-
-def _out_ct(template_result, base: int) -> int:
-    hub_ct = template_result[4]
-    return int(hub_ct["out"] + base)
 
 
 def apply_placement(tiles: TileTable, layout: Layout) -> TileTable:

@@ -113,7 +113,7 @@ def _template_instances(model: Model, t: TileTable, start: int, stop: int, geo, 
     seq_of = np.full(len(t), -1, dtype=np.int64)
     seq_of[owners] = seq
     flows = layer_flows(model, layer, t, rows_all, geo, context)
-    hub_ct = _locate_hubs(t, rram, ct_of, flows)
+    hub_ct = _locate_hubs(t, rram, ct_of, flows, geo.rram_rows, geo.rram_cols)
     n_ct = int(ct_local.max()) + 1
 
     def where(e):
@@ -159,8 +159,10 @@ def _template_instances(model: Model, t: TileTable, start: int, stop: int, geo, 
     return instances, inter_list, ct_of, seq_of, hub_ct
 
 
-def _locate_hubs(t: TileTable, rram: np.ndarray, ct_of: np.ndarray, flows) -> dict[str, int]:
-    """CT of every hub: roots with their column, LoRA hubs with their A tiles, the rest by role."""
+def _locate_hubs(t: TileTable, rram: np.ndarray, ct_of: np.ndarray, flows, rows: int, cols: int) -> dict[str, int]:
+    """CT of every hub: roots with their column, LoRA hubs with their A tiles, shards of ``mid`` and ``out``
+    with the O and down (fc2) root of their first element, a norm hub with its hub's first shard, the rest
+    (shards of ``in``) in the layer's first CT."""
     hub_ct: dict[str, int] = {}
     first = int(ct_of[rram].min())
     for f in flows:
@@ -171,10 +173,11 @@ def _locate_hubs(t: TileTable, rram: np.ndarray, ct_of: np.ndarray, flows) -> di
         for e in (f.src, f.dst):
             if isinstance(e, str) and e not in hub_ct:
                 hub_ct[e] = first
-    if "mid" in hub_ct:
-        o_root = next((n for n in hub_ct if n.startswith("root:o:")), None)
-        hub_ct["mid"] = hub_ct[o_root] if o_root else first
-    if "out" in hub_ct:
-        last_roots = [n for n in hub_ct if n.startswith(("root:down:", "root:fc2:", "root:lm_head:"))]
-        hub_ct["out"] = hub_ct[last_roots[0]] if last_roots else first
+    for name in [n for n in hub_ct if n.startswith(("mid:", "out:"))]:  # a shard with the root of its first element
+        roles = ("root:o:",) if name.startswith("mid:") else ("root:down:", "root:fc2:")
+        block = int(name.rsplit(":", 1)[1]) * rows // cols
+        root = next((n for n in hub_ct if n.startswith(roles) and int(n.rsplit(":", 1)[1]) == block), None)
+        hub_ct[name] = hub_ct[root] if root else first
+    for name in [n for n in hub_ct if n.startswith("norm:")]:  # a norm hub with its hub's first shard
+        hub_ct[name] = hub_ct.get(f"{name[5:]}:0", first)
     return hub_ct

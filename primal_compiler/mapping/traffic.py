@@ -44,6 +44,7 @@ class FlowClass(IntEnum):
     RESIDUAL = 4
     HANDOFF = 5
     KV_APPEND = 6
+    NORM = 7  # a shard's norm statistics to the norm hub, and their sum back to every shard
 
 
 @dataclass(frozen=True)
@@ -145,42 +146,72 @@ class _Builder:
         return self.part_root("v", (head // group) * attn.head_dim)
 
     def build(self) -> list[Flow]:
-        layer, h = self.layer, self.model.hidden_size
+        layer = self.layer
         for role in (Role.Q, Role.K, Role.V, Role.QKV):
             if layer.linear(role) is not None:
-                self.matrix(role, lambda i: "in")
+                self.matrix(role, lambda i: f"in:{i}")
+        self.norm("in")
         self.attention()
         self.matrix(Role.O, self.o_input)
         self.stage = "mid"
         self.roots_to(Role.O, "mid")
-        self.add("in", "mid", h * self.act, FlowClass.RESIDUAL)
+        self.shards_to("in", "mid")
+        self.norm("mid")
         if layer.linear(Role.GATE) is not None:
-            self.matrix(Role.GATE, lambda i: "mid")
-            self.matrix(Role.UP, lambda i: "mid")
+            self.matrix(Role.GATE, lambda i: f"mid:{i}")
+            self.matrix(Role.UP, lambda i: f"mid:{i}")
             self.stage = "act"
             self.pair_roots(Role.GATE, Role.UP)
             self.matrix(Role.DOWN, lambda i: f"root:{Role.UP}:{i}")
             self.stage = "out"
             self.roots_to(Role.DOWN, "out")
         else:
-            self.matrix(Role.FC1, lambda i: "mid")
+            self.matrix(Role.FC1, lambda i: f"mid:{i}")
             self.matrix(Role.FC2, lambda i: f"root:{Role.FC1}:{i}")
             self.stage = "out"
             self.roots_to(Role.FC2, "out")
-        self.add("mid", "out", h * self.act, FlowClass.RESIDUAL)
+        self.shards_to("mid", "out")
         return self.flows
 
+    def norm(self, hub: str) -> None:
+        """Each shard of ``hub`` sends its statistics to ``norm:<hub>``, which sends their sum back to every
+        shard (stage ``norm:<hub>``)."""
+        stage, self.stage = self.stage, f"norm:{hub}"
+        for i in range(shards(self.model.hidden_size, self.geo.rram_rows)):
+            self.add(f"{hub}:{i}", f"norm:{hub}", NORM_STATISTICS * self.psum, FlowClass.NORM, f"stats:{hub}:{i}")
+            self.add(f"norm:{hub}", f"{hub}:{i}", NORM_STATISTICS * self.psum, FlowClass.NORM)
+        self.stage = stage
+
+    def shards_to(self, src: str, dst: str) -> None:
+        """The residual: shard i of ``src`` to shard i of ``dst``."""
+        h, s = self.model.hidden_size, self.geo.rram_rows
+        for i in range(shards(h, s)):
+            self.add(f"{src}:{i}", f"{dst}:{i}", min(s, h - i * s) * self.act, FlowClass.RESIDUAL)
+
     def roots_to(self, role: Role, hub: str) -> None:
-        lin = _linear(self.layer, role)
-        for j in range(-(-lin.out_features // self.geo.rram_cols)):
-            n = min(self.geo.rram_cols, lin.out_features - j * self.geo.rram_cols)
-            self.add(f"root:{role}:{j}", hub, n * self.act, FlowClass.RESIDUAL)
+        """Each root's column block to the shards of ``hub`` it overlaps."""
+        lin, c, s = _linear(self.layer, role), self.geo.rram_cols, self.geo.rram_rows
+        for j in range(-(-lin.out_features // c)):
+            lo, hi = j * c, min((j + 1) * c, lin.out_features)
+            for i in range(lo // s, -(-hi // s)):
+                n = min(hi, (i + 1) * s) - max(lo, i * s)
+                self.add(f"root:{role}:{j}", f"{hub}:{i}", n * self.act, FlowClass.RESIDUAL, f"root:{role}:{j}@{i}")
 
     def pair_roots(self, a: Role, b: Role) -> None:
         lin = _linear(self.layer, a)
         for j in range(-(-lin.out_features // self.geo.rram_cols)):
             n = min(self.geo.rram_cols, lin.out_features - j * self.geo.rram_cols)
             self.add(f"root:{a}:{j}", f"root:{b}:{j}", n * self.act, FlowClass.RESIDUAL)
+
+
+NORM_STATISTICS = 2
+"""Values a shard's norm statistics hold per vector: the sum and the sum of squares of its elements (an
+RMSNorm needs only the second; both travel so one transfer serves LayerNorm too)."""
+
+
+def shards(hidden_size: int, rows: int) -> int:
+    """Shards a hub's hidden vector is cut into: one per ``rows``-element input block of the crossbars."""
+    return -(-hidden_size // rows)
 
 
 def _linear(layer: DecoderLayer, role: Role) -> Linear:
@@ -230,10 +261,12 @@ def layer_flows(model: Model, layer_index: int, table: TileTable, rows: np.ndarr
 
 
 def _head_flows(model: Model, table: TileTable, rows: np.ndarray, geo) -> list[Flow]:
-    """The LM head's matrix from the final norm's hub ``in``; each root then sends its block of logits to
-    the controller, which is no endpoint of the mapping (codegen emits those transfers)."""
+    """The final norm over the shards of ``in`` and the LM head's matrix from them; each root then sends
+    its block of logits to the controller, which is no endpoint of the mapping (codegen emits those
+    transfers)."""
     b = _Builder(model, model.layers[-1], table, rows, geo, 0)
-    b.matrix(Role.LM_HEAD, lambda i: "in")
+    b.matrix(Role.LM_HEAD, lambda i: f"in:{i}")
+    b.norm("in")
     return b.flows
 
 

@@ -229,8 +229,8 @@ class ActSpec(Table):
     """Work of the router's activation path: DMAC operations per element of each ``ACT`` function."""
 
     embed_ops_per_element: int = _f("count", "controller: embedding-table read and FP16 conversion per element", ge=1, le=1024)
-    rmsnorm_ops_per_element: int = _f("count", "square-accumulate, scale, multiply by the norm weight", ge=1, le=1024)
-    layernorm_ops_per_element: int = _f("count", "mean, variance, normalize, affine", ge=1, le=1024)
+    rmsnorm_ops_per_element: int = _f("count", "a shard's normalization: scale by 1/rms, multiply by the norm weight", ge=1, le=1024)
+    layernorm_ops_per_element: int = _f("count", "a shard's normalization: subtract the mean, scale, affine", ge=1, le=1024)
     silu_ops_per_element: int = _f("count", "x * sigmoid(x) by piecewise approximation", ge=1, le=1024)
     gelu_ops_per_element: int = _f("count", "tanh approximation of GELU", ge=1, le=1024)
     relu_ops_per_element: int = _f("count", "max(x, 0)", ge=1, le=1024)
@@ -240,6 +240,7 @@ class ActSpec(Table):
     residual_add_ops_per_element: int = _f("count", "one add", ge=1, le=1024)
     argmax_ops_per_element: int = _f("count", "controller: one compare per logit", ge=1, le=1024)
     bias_ops_per_element: int = _f("count", "add the projection bias to a column block", ge=1, le=1024)
+    norm_stats_ops_per_element: int = _f("count", "a hub shard's norm statistics: sum and sum of squares", ge=1, le=1024)
 
 
 @dataclass(frozen=True)

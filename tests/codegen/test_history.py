@@ -66,7 +66,9 @@ def test_the_embed_names_where_the_prompt_starts(programs):
     pre = _prefill(programs["resumed"])
     embed = pre[(pre["op"] == Opcode.ACT) & (pre["ct"] == CONTROLLER) & ((pre["arg"] & 0xFF) == ActFn.EMBED)]
     assert (embed["arg"] >> 8).tolist() == [8]
-    assert (_prefill(programs["whole"])["arg"][(_prefill(programs["whole"])["op"] == Opcode.ACT)] >> 8 == 0).all()
+    whole = _prefill(programs["whole"])
+    embeds = (whole["op"] == Opcode.ACT) & ((whole["arg"] & 0xFF) == ActFn.EMBED)
+    assert embeds.sum() == 1 and (whole["arg"][embeds] >> 8 == 0).all()
 
 
 def test_resumed_decode_continues_after_the_prompt(programs):
@@ -97,8 +99,8 @@ def test_text_form_and_legality_keep_the_position(programs):
 def test_a_position_on_any_other_activation_is_illegal(programs):
     p = programs["whole"]
     rec = p.stream.records.copy()
-    norm = np.flatnonzero((rec["op"] == Opcode.ACT) & (rec["arg"] == ActFn.RMSNORM))[0]
-    rec["arg"][norm] |= 8 << 8
+    add = np.flatnonzero((rec["op"] == Opcode.ACT) & (rec["arg"] == ActFn.RESIDUAL_ADD))[0]
+    rec["arg"][add] |= 8 << 8
     bad = type(p.stream)(rec, p.stream.group_ptr, p.stream.group_ct, p.stream.group_pe, p.stream.sections)
     problem = stream_problem(bad, program_file(p, load_target("primal-7nm"))[0])
     assert problem is not None and "only a prefill's EMBED" in problem.message

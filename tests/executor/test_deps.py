@@ -25,14 +25,15 @@ def _edges(stream) -> set[tuple[int, int]]:
 
 
 def _slices() -> StreamBuilder:
-    """Records 0, 1: roots; 2, 3: their slices of X at PE 5 (offsets 0 and 256); 4: a norm reading all of X."""
+    """Records 0, 1: roots; 2, 3: their slices of X at PE 5 (offsets 0 and 256); 4: an activation reading all
+    of X."""
     b = StreamBuilder()
     b.records(1, op=Opcode.ACT, ct=0, pe=1, dst_buf=ROOT0, arg=ActFn.EMBED, count=1)
     b.records(1, op=Opcode.ACT, ct=0, pe=2, dst_buf=ROOT1, arg=ActFn.EMBED, count=1)
     b.records(1, op=Opcode.UNICAST, ct=0, pe=1, dst_ct=0, dst_pe=5, src_buf=ROOT0, dst_buf=X, arg=0, nbytes=64)
     b.records(1, op=Opcode.UNICAST, ct=0, pe=2, dst_ct=0, dst_pe=5, src_buf=ROOT1, dst_buf=X, arg=256 // 8, nbytes=64)
     b.records(1, op=Opcode.ACT, ct=0, pe=5, src_buf=X, dst_buf=buf(BufKind.HIDDEN, HiddenBuf.X_NORM),
-              arg=ActFn.RMSNORM, count=512)
+              arg=ActFn.SILU, count=512)
     return b
 
 
@@ -47,7 +48,7 @@ def test_a_write_waits_for_the_reads_of_what_it_replaces():
     b = _slices()
     b.records(1, op=Opcode.UNICAST, ct=0, pe=1, dst_ct=0, dst_pe=5, src_buf=ROOT0, dst_buf=X, arg=0, nbytes=64)
     e = _edges(b.build())
-    assert (5, 4) in e  # WAR: the next step's slice may not overwrite X before the norm read it
+    assert (5, 4) in e  # WAR: the next step's slice may not overwrite X before the activation read it
     assert {(5, 2), (5, 3)} <= e  # WAW: it replaces both earlier slices (its range covers them)
 
 

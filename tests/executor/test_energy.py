@@ -117,7 +117,7 @@ def _dynamic_pj(rp, rec: list[int]) -> dict[str, float]:
                 + count * (router.dmac_bits // 8) * 8 * router.scratchpad_energy_pj_per_bit
         elif op == Opcode.ACT:
             key = "controller" if here[0] == CONTROLLER else "router_dmac"
-            e[key] += count * ops[ActFn(int(r["arg"]))] * router.dmac_energy_pj_per_op
+            e[key] += count * ops[ActFn(int(r["arg"]) & 0xFF)] * router.dmac_energy_pj_per_op
         elif op == Opcode.REDUCE:
             members = len(_legs(stream, i))
             e["router_dmac"] += nbytes * 8 // router.dmac_bits * (members - 1) * router.dmac_energy_pj_per_op

@@ -18,7 +18,7 @@ from primal_compiler.executor import memory
 from primal_compiler.executor.replay import replay
 from primal_compiler.ir.model import Role
 from primal_compiler.ir.tiles import ROLE_INDEX, Macro, Part
-from primal_compiler.isa.opcodes import BufKind, HiddenBuf, buf, step_ends
+from primal_compiler.isa.opcodes import BufKind, HiddenBuf, buf, hidden, step_ends
 from primal_compiler.target import with_overrides
 from tests.functional.conftest import compiled, replay_target  # noqa: F401  (replay_target: a fixture)
 
@@ -53,10 +53,15 @@ def test_buffer_sizes_follow_the_model_dimensions(case, pass_, vectors, occupied
     program, m = occupied(case)
     model, t = program.model, program.tiles
     act, psum = model.precision.activation_bits // 8, model.precision.psum_bits // 8
+    rows = int(t.rows[t.macro == Macro.RRAM].max())  # the crossbar's rows: a hub shard
     for hb in (HiddenBuf.X_NORM, HiddenBuf.MID, HiddenBuf.OUT):
-        sizes = sorted(_sizes(program, m, buf(BufKind.HIDDEN, hb), pass_).values())
-        head = [model.hidden_size * act] if hb == HiddenBuf.X_NORM else []  # the LM head norms the last token only
-        assert sizes == sorted(head + [model.hidden_size * act * vectors] * model.num_layers)
+        for i in range(-(-model.hidden_size // rows)):
+            n = min(rows, model.hidden_size - i * rows)
+            sizes = sorted(_sizes(program, m, hidden(hb, i), pass_).values())
+            head = [n * act] if hb == HiddenBuf.X_NORM else []  # the LM head norms the last token only
+            assert sizes == sorted(head + [n * act * vectors] * model.num_layers), (hb, i)
+        stats = sorted(_sizes(program, m, hidden(HiddenBuf.TOTAL), pass_).values())
+        assert set(stats) <= {2 * psum * vectors, 2 * psum}  # two sums per vector, at psum_bits
     layer = model.layers[0]
     for role in (Role.Q, Role.QKV, Role.UP, Role.FC1):
         lin = layer.linear(role)

@@ -16,7 +16,7 @@ from primal_compiler.errors import InputError
 from primal_compiler.functional import replay_functional
 from primal_compiler.ir.model import Role
 from primal_compiler.ir.tiles import ROLE_INDEX, Macro
-from primal_compiler.isa.opcodes import ActFn, BufKind, DmacOp, Flag, HiddenBuf, Opcode, ReduceOp, buf
+from primal_compiler.isa.opcodes import CONTROLLER, ActFn, BufKind, DmacOp, Flag, HiddenBuf, Opcode, ReduceOp, buf, hidden
 from primal_compiler.isa.stream import Section, Stream
 from tests.functional.conftest import compiled
 
@@ -53,7 +53,7 @@ def other_pe(program, r) -> int:
     return int(t.pe[(t.macro == Macro.RRAM) & (t.ct == r["ct"]) & (t.pe != r["pe"])][0])
 
 
-X_NORM, PSUM_BASE, PSUM_LORA = buf(BufKind.HIDDEN, HiddenBuf.X_NORM), buf(BufKind.PSUM, 0), buf(BufKind.PSUM, 1)
+PSUM_BASE, PSUM_LORA = buf(BufKind.PSUM, 0), buf(BufKind.PSUM, 1)
 OPT, LLAMA = "opt_lora_qv_r4_optimum", "llama_dynamo"
 CASES = {  # name: (program, section, which record, edit, expected outcome)
     "SMAC_RRAM on the wrong PE": (OPT, "prefill:0", lambda r: r["op"] == Opcode.SMAC_RRAM,
@@ -63,8 +63,12 @@ CASES = {  # name: (program, section, which record, edit, expected outcome)
     "dropped LoRA B of v": (OPT, "decode:0", lambda r: r["op"] == Opcode.REDUCE and r["flags"] & Flag.ACCUMULATE
                             and r["src_buf"] == PSUM_LORA and (r["dst_buf"] & 0xFFF) >> 8 == ROLE_INDEX[Role.V],
                             lambda p, r: {"drop": True}, "diverge"),
-    "input block from the wrong offset": (OPT, "prefill:0", lambda r: r["op"] == Opcode.BCAST and r["src_buf"] == X_NORM
-                                          and r["arg"] >> 16, lambda p, r: {"arg": 0}, "diverge"),
+    "embeddings sent from the wrong offset": (OPT, "prefill:0", lambda r: r["op"] == Opcode.UNICAST
+                                              and r["ct"] == CONTROLLER and r["arg"] >> 16,
+                                              lambda p, r: {"arg": 0}, "diverge"),
+    "a shard's statistics written as the total": (OPT, "decode:0", lambda r: r["op"] == Opcode.ACT
+                                                  and r["arg"] & 0xFF == ActFn.NORM_STATS,
+                                                  lambda p, r: {"dst_buf": hidden(HiddenBuf.TOTAL)}, "error"),
     "dropped bias": (OPT, "decode:0", lambda r: r["op"] == Opcode.ACT and r["arg"] == ActFn.BIAS
                      and (r["dst_buf"] & 0xFFF) >> 8 == ROLE_INDEX[Role.FC1], lambda p, r: {"drop": True}, "diverge"),
     "merge into the wrong heads": (OPT, "prefill:0", lambda r: r["op"] == Opcode.REDUCE

@@ -34,7 +34,7 @@ def small_program() -> tuple[dict, dict[str, np.ndarray], Stream]:
     b.records(2, op=Opcode.REDUCE, ct=1, pe=7, group=g[1], dst_ct=1, dst_pe=7,
               arg=[ReduceOp.SUM, ReduceOp.SOFTMAX_MERGE], src_buf=buf(BufKind.PSUM, 2), dst_buf=buf(BufKind.ROOT, 0x105), nbytes=64, layer=1, flags=Flag.PREFILL)
     b.begin("decode")
-    b.records(3, op=Opcode.ACT, ct=[0, 1, 2], pe=[0, 5, 15], arg=[ActFn.RMSNORM, ActFn.SWIGLU, ActFn.ARGMAX],
+    b.records(3, op=Opcode.ACT, ct=[0, 1, 2], pe=[0, 5, 15], arg=[int(ActFn.RMSNORM) | 4096 << 8, ActFn.SWIGLU, ActFn.ARGMAX],
               count=4096, layer=[0, 1, 2], src_buf=x, dst_buf=buf(BufKind.HIDDEN, HiddenBuf.X_NORM))
     b.records(2, op=Opcode.DMAC, ct=2, pe=[8, 9], arg=[DmacOp.QK, DmacOp.PV], count=1 << 20, layer=1,
               src_buf=buf(BufKind.QVEC, 7), dst_buf=buf(BufKind.SCORE, 7))

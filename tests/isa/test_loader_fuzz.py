@@ -173,7 +173,7 @@ def test_truncated_text_is_refused_in_one_line(text):
     problem = asm_error("\n".join(lines[:decode]))
     assert problem.startswith("line 1: the first line declares ") and "(truncated?" in problem
     # without disasm's first line: the power schedule names records that are gone
-    assert "array pg_on: entry 2 names record 2733, but the stream has records 0..2732 (truncated?)" in \
+    assert "array pg_on: entry 2 names record 2748, but the stream has records 0..2747 (truncated?)" in \
         asm_error("\n".join(lines[1:decode]))
     # and in a program compiled without srpg the missing section itself is named, at the last line
     lines = base_text(None, "lower-tiles,blocking,zcurve-order,kv-ring,codegen").split("\n")

@@ -154,6 +154,8 @@ def programs(draw):
         group = draw(st.integers(0, len(ptr) - 2)) if op in (Opcode.BCAST, Opcode.REDUCE) else NONE32
         enum = {Opcode.ACT: ActFn, Opcode.DMAC: DmacOp, Opcode.REDUCE: ReduceOp}.get(op)
         arg = int(draw(st.sampled_from(enum))) if enum else draw(u32)
+        if op == Opcode.ACT and arg in (ActFn.NORM_STATS, ActFn.RMSNORM, ActFn.LAYERNORM):
+            arg |= 1 << 8  # a shard of one element per vector divides every count
         dst_ct = draw(st.sampled_from([*range(num_cts)] if op in INTO_CT else [CONTROLLER, *range(num_cts)]
                                       if op in ROUTED else [NONE16, CONTROLLER, *range(num_cts)]))
         needs_pe = op in ROUTED and dst_ct < num_cts
