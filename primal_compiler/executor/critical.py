@@ -51,7 +51,7 @@ from primal_compiler.errors import InputError
 from primal_compiler.executor.ancestry import argmax_records
 from primal_compiler.executor.replay import Replay, touched, blocking
 from primal_compiler.isa.descriptors import DESCRIPTORS, PathClass
-from primal_compiler.isa.opcodes import Flag, Opcode
+from primal_compiler.isa.opcodes import ActFn, Flag, Opcode
 from primal_compiler.jit import njit
 
 _SYNC, _PG_ON, _PG_OFF = int(Opcode.SYNC), int(Opcode.PG_ON), int(Opcode.PG_OFF)
@@ -63,7 +63,8 @@ CLASS_KEYS = tuple(c.name.lower() for c in PathClass)
 
 LABELS = {"rram_mvm": "RRAM MVM", "sram_mvm": "SRAM MVM", "dmac_attention": "DMAC attention", "reduce": "reduce",
           "activation": "activation", "mesh_transfer": "mesh transfer", "die_to_die": "die-to-die",
-          "wakeup": "wake-up", "reconfiguration": "reconfiguration", "control": "issue/control"}
+          "wakeup": "wake-up", "reconfiguration": "reconfiguration", "control": "issue/control",
+          "norm_residual": "norm, residual, argmax"}
 """Text labels of :data:`CLASS_KEYS`."""
 
 
@@ -263,8 +264,13 @@ def held_in_routers(rp: Replay, upto: int) -> tuple[np.ndarray, np.ndarray]:
     return out[0], out[1]
 
 
+NORM_RESIDUAL_FNS = (ActFn.RMSNORM, ActFn.LAYERNORM, ActFn.NORM_STATS, ActFn.RESIDUAL_ADD, ActFn.ARGMAX)
+"""The ACT functions counted as NORM_RESIDUAL rather than ACTIVATION (the nonlinearities, RoPE, bias, embedding)."""
+
+
 def record_classes(rp: Replay) -> np.ndarray:
-    """int64 PathClass of every record: its opcode's, DIE_TO_DIE for router records flagged D2D."""
+    """int64 PathClass of every record: its opcode's, DIE_TO_DIE for router records flagged D2D, NORM_RESIDUAL
+    for an ACT of :data:`NORM_RESIDUAL_FNS`."""
     table = np.zeros(256, dtype=np.int64)
     router = np.zeros(256, dtype=bool)
     for op, d in DESCRIPTORS.items():
@@ -273,6 +279,8 @@ def record_classes(rp: Replay) -> np.ndarray:
     r = rp.stream.records
     cls = table[r["op"]]
     cls[router[r["op"]] & ((r["flags"] & Flag.D2D) != 0)] = int(PathClass.DIE_TO_DIE)
+    act = (r["op"] == Opcode.ACT) & np.isin(r["arg"] & 0xFF, NORM_RESIDUAL_FNS)
+    cls[act] = int(PathClass.NORM_RESIDUAL)
     return cls
 
 

@@ -86,6 +86,7 @@ class PathClass(IntEnum):
     WAKEUP = 7
     RECONFIGURATION = 8
     CONTROL = 9
+    NORM_RESIDUAL = 10  # an ACT that norms (or gathers a norm's statistics), adds a residual or picks the token
 
 
 @dataclass(frozen=True)
