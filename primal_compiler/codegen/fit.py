@@ -12,7 +12,8 @@ stream emitted with that chunk is allocated again and the chunk shrunk
 until it fits (a probe bounds, it does not prove). A program that does not
 fit with any chunk (even the decode step's buffers overflow), or a forced
 chunk that does not, is refused, naming the PE, its bytes and buffers and,
-when a smaller chunk fits, the largest that does.
+when a smaller chunk fits, the largest that does; so is a program whose
+chunk that fits would take more than :data:`STREAM_RECORDS_LIMIT` records.
 """
 
 from __future__ import annotations
@@ -51,11 +52,19 @@ def decode_part(stream: Stream) -> np.ndarray:
     return keep
 
 
+STREAM_RECORDS_LIMIT = 8_000_000
+"""The most records codegen emits for a prefill chunk it chooses itself. A replay holds about 2.7 KB per
+record (the README's main job: 3.6 GB resident for 1.33 M records), so 8 M records take about 22 GB, what
+a 24 GiB machine holds; a program that fits only in more passes is refused (``codegen{prefill_chunk}`` with
+``memory=report`` replays larger chunks, unfitted)."""
+
+
 def probe(program: Program, target: PrimalTarget, prompt: int, tokens: int, history: int,
-          pipeline: bool) -> Allocation:
-    """The allocation of one prefill pass of ``tokens`` tokens ending at the prompt's last token."""
-    return of_program(program, target, prefill_pass(program, target, history + prompt - tokens, tokens, pipeline,
-                                                    history))[0]
+          pipeline: bool) -> tuple[Allocation, int]:
+    """The allocation of one prefill pass of ``tokens`` tokens ending at the prompt's last token, and its
+    records."""
+    stream = prefill_pass(program, target, history + prompt - tokens, tokens, pipeline, history)
+    return of_program(program, target, stream)[0], len(stream.records)
 
 
 def largest_chunk(fits: Callable[[int], bool], prompt: int) -> int:
@@ -76,9 +85,21 @@ def fit(program: Program, target: PrimalTarget, emit: Callable[[int], Stream], p
     a, decode = of_program(program, target, stream, decode_part(stream))
     if a.fits:
         return Fitted(stream, chunk, a)
-    limit = 0
+    limit, size = 0, {}
     if chunk > 1 and decode is not None and decode.fits:
-        limit = largest_chunk(lambda c: probe(program, target, prompt, c, history, pipeline).fits, chunk - 1)
+        def fits(c: int) -> bool:
+            a, size[c] = probe(program, target, prompt, c, history, pipeline)
+            return a.fits
+        limit = largest_chunk(fits, chunk - 1)
+    if not forced and limit:
+        passes = -(-prompt // limit)
+        prefill = sum(x.stop - x.start for x in stream.sections if x.name.startswith("prefill:"))
+        records = len(stream.records) - prefill + passes * size.get(limit, 0)
+        if records > STREAM_RECORDS_LIMIT:
+            raise InputError(where, f"the program fits the scratchpads only in prefill passes of at most {limit} "
+                                    f"token(s): {passes:,} passes, about {records:,} records, more than the "
+                                    f"{STREAM_RECORDS_LIMIT:,} codegen emits for a chunk it chooses (about 22 GB to "
+                                    f"replay); in one pass {overflow(a)} (--memory strict)")
     while not forced and limit:  # the compiler's chunk: the probes' limit, shrunk until the stream fits
         stream = emit(limit)
         a = of_program(program, target, stream)[0]

@@ -92,6 +92,21 @@ def test_under_strict_codegen_takes_the_largest_chunk_that_fits(tight):
     assert _codegen(compile_model(model, tight, PIPE % f"prefill_chunk={chunk},memory=strict"))["prefill_chunk"] == chunk
 
 
+def test_strict_refuses_a_fitting_chunk_that_takes_too_many_records(tight, monkeypatch):
+    """The chunk that fits would make the stream longer than codegen emits for its own choice: refused in
+    one line giving the chunk, the passes and the records, before the stream is emitted."""
+    from primal_compiler.codegen import fit
+
+    model = load_model("tiny-llama", "q,v:8")
+    program = compile_model(model, tight, PIPE % "memory=strict")
+    monkeypatch.setattr(fit, "STREAM_RECORDS_LIMIT", len(program.stream.records) - 1)
+    chunk = _codegen(program)["prefill_chunk"]
+    with pytest.raises(InputError, match=rf"^pass codegen: the program fits the scratchpads only in prefill passes "
+                                         rf"of at most {chunk} token\(s\): {-(-63 // chunk)} passes, about [\d,]+ "
+                                         r"records, more than the [\d,]+ codegen emits .*\(--memory strict\)$"):
+        compile_model(model, tight, PIPE % "memory=strict")
+
+
 def test_strict_refuses_at_compile_time_what_no_chunk_fits(small_target):
     """Even one token's buffers overflow 1 KiB: strict refuses, naming the PE, its bytes and its buffers."""
     tiny = with_overrides(small_target, {"router.scratchpad_bytes": 1024})
