@@ -11,8 +11,9 @@ from primal_compiler.codegen.emit import emit_stream
 from primal_compiler.codegen.fit import fit
 from primal_compiler.executor.allocation import summary
 from primal_compiler.errors import InputError
-from primal_compiler.isa.opcodes import Opcode
+from primal_compiler.isa.opcodes import HIDDEN_SHARDS, Opcode
 from primal_compiler.ir.facts import Fact, facts
+from primal_compiler.mapping.traffic import shards
 from primal_compiler.passmgr import CONTEXT_RANGE, Pass, option
 
 if TYPE_CHECKING:
@@ -131,6 +132,11 @@ class Codegen(Pass):
         if hd % 8:  # every router offset the ISA packs is in units of 8 elements (docs/isa.md)
             raise InputError(f"pass {self.name}", f"model {program.model.name}: head size {hd} is not a multiple of "
                                                   "8, the unit of the ISA's element offsets")
+        h, rows = program.model.hidden_size, target.rram.rows
+        if shards(h, rows) > HIDDEN_SHARDS:  # a HIDDEN tag names its shard in 8 bits (docs/isa.md)
+            raise InputError(f"pass {self.name}", f"model {program.model.name}: hidden size {h} needs "
+                                                  f"{shards(h, rows)} hub shards of rram.rows {rows}, more than the "
+                                                  f"{HIDDEN_SHARDS} a buffer tag names")
         requests = parse_requests(self.requests)
 
         def emit(chunk: int) -> Stream:
