@@ -43,7 +43,7 @@ from primal_compiler.isa.stream import Section, Stream
 from primal_compiler.outdir import output_file
 
 MAGIC = b"PRIMALPG"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 PROGRAM_FILE = "program.primal"  # name of the program file inside a compiled output directory
 ALIGN = 32  # payload offset of every array, and the payload start, are multiples of this
 _PREAMBLE = np.dtype([("magic", "S8"), ("version", "<u4"), ("header_len", "<u8"), ("payload_len", "<u8")])

@@ -22,7 +22,7 @@ from .test_container import assert_same
 
 BASE = """\
 ; a hand-written program
-.primal 1
+.primal 2
 .meta {"mesh_cols":4,"mesh_rows":4,"num_cts":2,"num_layers":1}
 .group 0 0:1 0:2
 .section main
@@ -54,7 +54,7 @@ def test_text_binary_text_is_identical(tmp_path):
 
 def test_canonical_text_reads_well():
     text = disasm(*small_program())
-    assert ".primal 1\n.meta {" in text and "\n.group 2 ctl:-\n" in text
+    assert ".primal 2\n.meta {" in text and "\n.group 2 ctl:-\n" in text
     assert "\n.data gated |b1 []\nAQ==\n.end\n" in text
     assert "\n.section prefill\nPG_ON ct=0 pe=all flags=PREFILL\n" in text and "\n.section decode\n" in text
     assert ("REDUCE ct=1 pe=7 dst_ct=1 dst_pe=7 layer=1 src_buf=PSUM.0x2 dst_buf=ROOT.0x105 group=1 nbytes=64 "
@@ -100,8 +100,8 @@ def test_hand_written_text_any_order_and_defaults():
     (5, ".section a b", "line 5: .section takes one name"),
     (5, ".section a;b", "line 5: section 0: name 'a;b'"),
     (5, "; no section", "line 6: record 0: in no section"),
-    (2, ".primal 2", "line 2: text format '2', this assembler reads 1"),
-    (2, "; no version", "line 3: expected '.primal 1' before anything else"),
+    (2, ".primal 3", "line 2: text format '3', this assembler reads 2"),
+    (2, "; no version", "line 3: expected '.primal 2' before anything else"),
     (3, ".meta {bad", "line 3: .meta: invalid JSON"),
     (3, ".meta []", "line 3: .meta: expected a JSON object"),
     (3, '.meta {"x":NaN}', "line 3: .meta: NaN is not a JSON number"),
