@@ -99,7 +99,7 @@ class Precision:
     embed_bits: int = 16
     lm_head_bits: int = 16
     activation_bits: int = 8
-    psum_bits: int = 16  # partial sums leaving an ADC / adder tree
+    psum_bits: int = 16  # partial sums leaving an ADC / adder tree; lower-tiles derives it (mapping/lower.py)
     kv_bits: int = 16  # K/V cache entries in router scratchpads (FP16 for the DMACs)
 
     def __post_init__(self) -> None:

@@ -54,6 +54,27 @@ def geometry(model, target: PrimalTarget) -> Geometry:
                     target.sram.cols_bits, p.base_weight_bits, p.lora_weight_bits, p.lm_head_bits)
 
 
+PSUM_MAX_BITS = 32
+"""Widest partial sum a root keeps: FP32 (what a dot product wider than this is accumulated in)."""
+
+
+def psum_bits(model: Model, activation_bits: int, base_bits: int, lora_bits: int, lm_head_bits: int) -> int:
+    """Bits a column's partial sum needs to stay exact: a dot product of ``n`` products of an ``a``-bit
+    activation and a ``w``-bit weight needs ``a + w + ceil(log2 n)`` bits, the widest over the model's
+    projections (base weights, LoRA A over the input, LoRA B over the rank, the LM head), at most
+    :data:`PSUM_MAX_BITS`. Llama-2-13B's 4-bit projections need 26 (down, 13,824 inputs), its 8-bit LoRA A
+    29 (5,120 inputs) and its FP16 LM head 37, so its partial sums are FP32; a designer may keep fewer by
+    rounding each tile's sum (24-32 bits is the plausible range)."""
+    need = [activation_bits + lm_head_bits + max(0, (model.hidden_size - 1).bit_length())]
+    for layer in model.layers:
+        for lin in layer.linears:
+            need.append(activation_bits + base_bits + max(0, (lin.in_features - 1).bit_length()))
+            if lin.lora is not None:
+                need.append(activation_bits + lora_bits + max(0, (lin.in_features - 1).bit_length()))
+                need.append(activation_bits + lora_bits + max(0, (lin.lora.rank - 1).bit_length()))
+    return min(PSUM_MAX_BITS, max(need))
+
+
 def _ceil(a: int, b: int) -> int:
     return -(-a // b)
 

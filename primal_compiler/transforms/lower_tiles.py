@@ -9,7 +9,7 @@ import numpy as np
 
 from primal_compiler.ir.model import Precision
 from primal_compiler.ir.tiles import Macro
-from primal_compiler.mapping.lower import geometry, lower_model
+from primal_compiler.mapping.lower import geometry, lower_model, psum_bits
 from primal_compiler.ir.facts import Fact, facts
 from primal_compiler.passmgr import Pass, option
 
@@ -23,7 +23,8 @@ class LowerTiles(Pass):
     """Cut base weights into RRAM crossbar tiles (bit-sliced) and LoRA factors into SRAM tiles.
 
     The bit widths default to SEED.md section 6 (4-bit base, 8-bit LoRA, FP16
-    embeddings and LM head) and replace the model's precision.
+    embeddings and LM head) and replace the model's precision; the partial
+    sums' width follows from them (:func:`~primal_compiler.mapping.lower.psum_bits`).
     """
 
     name = "lower-tiles"
@@ -39,10 +40,11 @@ class LowerTiles(Pass):
     embed_bits: int = option(16, 1, 32)
 
     def run(self, program: Program, target: PrimalTarget) -> Program:
+        act = program.model.precision.activation_bits
         precision = Precision(
             base_weight_bits=self.base_bits, lora_weight_bits=self.lora_bits,
-            embed_bits=self.embed_bits, lm_head_bits=self.lm_head_bits,
-            activation_bits=program.model.precision.activation_bits, psum_bits=program.model.precision.psum_bits,
+            embed_bits=self.embed_bits, lm_head_bits=self.lm_head_bits, activation_bits=act,
+            psum_bits=psum_bits(program.model, act, self.base_bits, self.lora_bits, self.lm_head_bits),
             kv_bits=program.model.precision.kv_bits,
         )
         model = program.model.with_precision(precision)

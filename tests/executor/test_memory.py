@@ -52,7 +52,7 @@ def _sizes(program, m: memory.Memory, tag: int, pass_: int) -> dict[tuple[int, i
 def test_buffer_sizes_follow_the_model_dimensions(case, pass_, vectors, occupied):
     program, m = occupied(case)
     model, t = program.model, program.tiles
-    act, psum = model.precision.activation_bits // 8, model.precision.psum_bits // 8
+    act, psum = model.precision.activation_bits // 8, -(-model.precision.psum_bits // 8)  # stored in whole bytes
     rows = int(t.rows[t.macro == Macro.RRAM].max())  # the crossbar's rows: a hub shard
     for hb in (HiddenBuf.X_NORM, HiddenBuf.MID, HiddenBuf.OUT):
         for i in range(-(-model.hidden_size // rows)):

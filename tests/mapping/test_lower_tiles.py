@@ -82,3 +82,16 @@ def test_too_many_pes_names_the_need():
     # some of them), plus the LM head's 16 x 125 x 4 = 8,000 tiles
     with pytest.raises(InputError, match=r"needs 16,785,216 PEs \(one per RRAM tile, and per SRAM tile beyond"):
         check_size(load_model("llama2-7b", "q,k,v,o:128"), geo)
+
+
+def test_partial_sums_are_as_wide_as_the_widest_dot_product_needs(target):
+    """a + w + ceil(log2 n) bits, the widest over the projections, at most FP32: Llama-2-13B's FP16 LM head
+    needs 37 (so 32), its 8-bit LoRA A over 5,120 inputs 29, its 4-bit down projection over 13,824 inputs 26."""
+    from primal_compiler.mapping.lower import psum_bits
+
+    lora, base = load_model("llama2-13b", "q,v:8"), load_model("llama2-13b")
+    assert psum_bits(lora, 8, 4, 8, 16) == 32
+    assert psum_bits(lora, 8, 4, 8, 4) == 8 + 8 + 13
+    assert psum_bits(base, 8, 4, 8, 4) == 8 + 4 + 14
+    low = compile_model(base, target, "lower-tiles{lm_head_bits=4}")
+    assert low.model.precision.psum_bits == 26  # lower-tiles sets what the model's projections need
