@@ -40,7 +40,7 @@ SEED = {
     "tokens_per_s": 145.4, "batch8_ratio": 2.3, "ttft_s": 2.533, "itl_ms": 12.5, "h100_itl_ms": 15.2,
     "max_hops_naive": 62, "max_hops_zcurve": 41, "srpg_saving": 0.80, "pipelined_ttft_cut": 0.42,
     "sparsity_gain": 0.17, "mixed_precision_gain": 1.8, "sram_power_share": 0.781,
-    "static_saving_vs_digital": 0.89, "density_vs_digital": 8.7,
+    "static_saving_vs_digital": 0.89, "density_vs_digital": 8.7, "kv_bandwidth_used": 0.96,
 }
 
 PLACEMENT = facts(Fact.TILES, Fact.BLOCKED, Fact.PLACED, Fact.SEARCHED, Fact.BOUNDED)
@@ -194,6 +194,8 @@ def specs(study: Study) -> list[Spec]:
          lambda r: r["base"]["hops"]["mapped"]["max_hops"]),
         (f"max hops, {pipe} pipeline (all legs, KV and attention too)", SEED["max_hops_zcurve"],
          "kv-ring places each head's cache near its roots (placement near)", lambda r: r["base"]["max_hops"]),
+        ("KV storage bandwidth used (decode, bank-interleaved)", SEED["kv_bandwidth_used"],
+         "KV bytes the DMACs read / what the banks deliver while they run", lambda r: r["base"]["kv_storage_utilisation"]),
         ("SRPG power saved", SEED["srpg_saving"], "", lambda r: 1 - r["base"]["power_w"] / r["ungated"]["power_w"]),
         ("pipelined LoRA reconfiguration: TTFT cut", SEED["pipelined_ttft_cut"], "",
          lambda r: 1 - r["base"]["ttft_s"] / r["serial"]["ttft_s"]),

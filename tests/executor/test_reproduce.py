@@ -44,6 +44,7 @@ def test_baseline_family_rows_follow_the_default_members(rows):
 def test_ablations_move_the_way_the_mechanism_says(rows):
     by = {r["metric"]: r["ours"] for r in rows}
     assert 0 < by["SRPG power saved"] < 1
+    assert 0 < by["KV storage bandwidth used (decode, bank-interleaved)"] <= 1
     assert 1 <= by["max hops, Z-curve (mapped legs)"] <= 62 and 1 <= by["max hops, naive row-major (mapped legs)"] <= 62
     mixed = next(v for k, v in by.items() if k.startswith("mixed precision"))
     assert mixed > 1
