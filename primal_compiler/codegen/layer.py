@@ -21,8 +21,10 @@ from primal_compiler.codegen.block import Block
 from primal_compiler.codegen.routes import Leg, LayerRoutes
 from primal_compiler.ir.model import Activation, NormKind, Positional, Role
 from primal_compiler.ir.tiles import ROLE_INDEX, Macro, Part
-from primal_compiler.isa.opcodes import CONTROLLER, ActFn, BufKind, Flag, HiddenBuf, Opcode, ReduceOp, buf, hidden
-from primal_compiler.mapping.traffic import FlowClass, shards
+from primal_compiler.isa.opcodes import (
+    CONTROLLER, SHARD_FNS, ActFn, BufKind, Flag, HiddenBuf, Opcode, ReduceOp, buf, hidden,
+)
+from primal_compiler.mapping.traffic import STATS_FN, FlowClass, shards
 
 NORM_FN = {NormKind.RMS: ActFn.RMSNORM, NormKind.LAYER: ActFn.LAYERNORM}
 MLP_FN = {Activation.GELU: ActFn.GELU, Activation.GELU_NEW: ActFn.GELU, Activation.RELU: ActFn.RELU,
@@ -150,7 +152,7 @@ class LayerEmitter:
 
     def act(self, pos, fn: ActFn, src: int, dst: int, count: int, flags: int = 0) -> None:
         """``fn`` on ``count`` elements per vector; a shard's norm and statistics carry its elements above bit 8."""
-        arg = int(fn) | (count << 8 if fn in (ActFn.NORM_STATS, ActFn.RMSNORM, ActFn.LAYERNORM) else 0)
+        arg = int(fn) | (count << 8 if fn in SHARD_FNS else 0)
         self.b.add(op=Opcode.ACT, ct=pos[0], pe=pos[1], src_buf=src, dst_buf=dst, count=count, arg=arg, flags=flags)
 
     def shard_sizes(self) -> list[tuple[int, int]]:
@@ -158,14 +160,14 @@ class LayerEmitter:
         h, s = self.model.hidden_size, self.geo_rows
         return [(i, min(s, h - i * s)) for i in range(self.shards)]
 
-    def norm(self, hub: str, src: HiddenBuf, dst: HiddenBuf, fn: ActFn) -> None:
-        """``fn`` of the vector held by the shards of ``hub``, distributed: every shard's statistics (its PE's
+    def norm(self, hub: str, src: HiddenBuf, dst: HiddenBuf, kind: NormKind) -> None:
+        """A ``kind`` norm of the vector held by the shards of ``hub``, distributed: every shard's statistics (its PE's
         second and later shards accumulate into the first's), summed at ``norm:<hub>`` and broadcast back to
         each PE holding a shard (one NORM flow per PE each way), then every shard normalised with the total."""
         at: dict[tuple[int, int], str] = {}
         for i, n in self.shard_sizes():
             pos = self.r.hub_pos(f"{hub}:{i}")
-            self.act(pos, ActFn.NORM_STATS, hidden(src, i), hidden(HiddenBuf.STATS), n,
+            self.act(pos, STATS_FN[kind], hidden(src, i), hidden(HiddenBuf.STATS), n,
                      Flag.ACCUMULATE if pos in at else 0)
             at.setdefault(pos, f"{hub}:{i}")
         first = set(at.values())
@@ -174,7 +176,7 @@ class LayerEmitter:
         self.route([f for f in flows if f.src in first])
         self.route([f for f in flows if f.dst in first])
         for i, n in self.shard_sizes():
-            self.act(self.r.hub_pos(f"{hub}:{i}"), fn, hidden(src, i), hidden(dst, i), n)
+            self.act(self.r.hub_pos(f"{hub}:{i}"), NORM_FN[kind], hidden(src, i), hidden(dst, i), n)
 
     def residual_add(self, hub: str, dst: HiddenBuf) -> None:
         """Every shard of ``hub`` adds the residual it received (RESID) into ``dst``."""
@@ -231,14 +233,14 @@ class LayerEmitter:
     def embed_norm(self) -> Block:
         """Layer 0's input normed in place at its shards (a model with ``embed_norm``, Bloom)."""
         self.b = Block()
-        self.norm("in", HiddenBuf.X, HiddenBuf.X, NORM_FN[self.model.norm])
+        self.norm("in", HiddenBuf.X, HiddenBuf.X, self.model.norm)
         return self.b
 
     def pre(self) -> Block:
         """Norm at ``in``, then Q, K, V (or fused QKV) and RoPE on the q and k roots."""
         self.b = Block()
         norm = self.model.norm if self.head else self.ir.norm  # the head's is the final norm
-        self.norm("in", HiddenBuf.X, HiddenBuf.X_NORM, NORM_FN[norm])
+        self.norm("in", HiddenBuf.X, HiddenBuf.X_NORM, norm)
         if self.head:
             self.matrix(Role.LM_HEAD, self.stage(str(Role.LM_HEAD)))
             return self.b
@@ -268,10 +270,10 @@ class LayerEmitter:
         self.matrix(Role.O, self.stage(str(Role.O)))
         self.route(self.stage("mid"))
         if self.ir.parallel:  # the MLP reads the layer input (RESID here), not the attention's sum
-            self.norm("mid", HiddenBuf.RESID, HiddenBuf.MID_NORM, NORM_FN[self.ir.norm])
+            self.norm("mid", HiddenBuf.RESID, HiddenBuf.MID_NORM, self.ir.norm)
         self.residual_add("mid", HiddenBuf.MID)
         if not self.ir.parallel:
-            self.norm("mid", HiddenBuf.MID, HiddenBuf.MID_NORM, NORM_FN[self.ir.norm])
+            self.norm("mid", HiddenBuf.MID, HiddenBuf.MID_NORM, self.ir.norm)
         if self.ir.linear(Role.GATE) is not None:
             self.matrix(Role.GATE, self.stage(str(Role.GATE)))
             self.matrix(Role.UP, self.stage(str(Role.UP)))

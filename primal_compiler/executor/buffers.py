@@ -23,8 +23,7 @@ import numpy as np
 
 from primal_compiler.executor.deps import Footprints
 from primal_compiler.isa.descriptors import END
-from primal_compiler.isa.opcodes import CONTROLLER, BufKind, HiddenBuf, Opcode, ReduceOp, step_ends
-from primal_compiler.mapping.traffic import NORM_STATISTICS
+from primal_compiler.isa.opcodes import CONTROLLER, STATISTICS, BufKind, HiddenBuf, Opcode, ReduceOp, step_ends
 from primal_compiler.ir.tiles import Macro
 
 if TYPE_CHECKING:
@@ -118,8 +117,11 @@ def access_elements(records: np.ndarray, f: Footprints, s: Sizing) -> np.ndarray
     out[router] = np.round(nbytes[router] / width[router]).astype(np.int64)
     out[op == Opcode.ACT] = count[op == Opcode.ACT]
     shard = np.maximum(arg.astype(np.int64) >> 8, 1)
-    sel = (op == Opcode.ACT) & stats  # a shard's statistics: NORM_STATISTICS values per vector of its elements
-    out[sel] = count[sel] // shard[sel] * NORM_STATISTICS
+    per = np.zeros(256, dtype=np.int64)
+    for fn, k in STATISTICS.items():
+        per[int(fn)] = k
+    sel = (op == Opcode.ACT) & stats  # a shard's statistics: STATISTICS values per vector of its elements
+    out[sel] = count[sel] // shard[sel] * np.maximum(per[arg[sel] & 0xFF], 1)
     key = f.ct * s.pes + np.where(f.ct == CONTROLLER, 0, f.pe)
     for smac, rows, cols in ((Opcode.SMAC_RRAM, s.rram_rows, s.rram_cols),
                              (Opcode.SMAC_SRAM, s.sram_rows, s.sram_cols)):

@@ -51,7 +51,7 @@ from primal_compiler.errors import InputError
 from primal_compiler.executor.ancestry import argmax_records
 from primal_compiler.executor.replay import Replay, touched, blocking
 from primal_compiler.isa.descriptors import DESCRIPTORS, PathClass
-from primal_compiler.isa.opcodes import ActFn, Flag, Opcode
+from primal_compiler.isa.opcodes import SHARD_FNS, ActFn, Flag, Opcode
 from primal_compiler.jit import njit
 
 _SYNC, _PG_ON, _PG_OFF = int(Opcode.SYNC), int(Opcode.PG_ON), int(Opcode.PG_OFF)
@@ -264,7 +264,7 @@ def held_in_routers(rp: Replay, upto: int) -> tuple[np.ndarray, np.ndarray]:
     return out[0], out[1]
 
 
-NORM_RESIDUAL_FNS = (ActFn.RMSNORM, ActFn.LAYERNORM, ActFn.NORM_STATS, ActFn.RESIDUAL_ADD, ActFn.ARGMAX)
+NORM_RESIDUAL_FNS = (*SHARD_FNS, ActFn.RESIDUAL_ADD, ActFn.ARGMAX)
 """The ACT functions counted as NORM_RESIDUAL rather than ACTIVATION (the nonlinearities, RoPE, bias, embedding)."""
 
 

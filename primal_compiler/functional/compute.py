@@ -50,7 +50,10 @@ from primal_compiler.functional.machine import (
 )
 from primal_compiler.ir.model import Activation, Positional, Role
 from primal_compiler.ir.tiles import Part
-from primal_compiler.isa.opcodes import ActFn, BufKind, DmacOp, Flag, HiddenBuf, buf_name, hidden
+from primal_compiler.isa.opcodes import STATISTICS, ActFn, BufKind, DmacOp, Flag, HiddenBuf, buf_name, hidden
+
+STATS_FOR = {ActFn.RMSNORM: ActFn.RMS_STATS, ActFn.LAYERNORM: ActFn.NORM_STATS}
+"""The statistics each norm reads (``TOTAL``)."""
 
 
 def _input(m: Machine, r: tuple, width: int, consumed: bool = True) -> np.ndarray:
@@ -177,7 +180,7 @@ def _norm_stats(m: Machine, r: tuple) -> None:
     x = m.read(pos, r[SRC_BUF])
     if x.shape[1] != n:
         raise m.fail(f"statistics of {n} elements, {buf_name(r[SRC_BUF])} holds {x.shape[1]}")
-    stats = ops.norm_stats(x)
+    stats = ops.norm_stats(x, with_sum=r[ARG] & 0xFF == ActFn.NORM_STATS)
     if r[FLAGS] & Flag.ACCUMULATE:
         stats = (m.read(pos, r[DST_BUF]) + stats).astype(np.float32)
     m.write(pos, r[DST_BUF], stats)
@@ -196,7 +199,7 @@ def _norm(m: Machine, r: tuple, fn: ActFn) -> None:
         raise m.fail(f"a norm of {buf_name(src)} has no parameters in layer {layer}")
     scale, bias = m.params.norms[(layer, which)]
     x, total = m.read(pos, src), m.read(pos, hidden(HiddenBuf.TOTAL))
-    if x.shape[1] != n or total.shape != (x.shape[0], 2):
+    if x.shape[1] != n or total.shape != (x.shape[0], STATISTICS[STATS_FOR[fn]]):
         raise m.fail(f"normalizes {n} elements with {buf_name(src)} of {x.shape[1]} and statistics {total.shape}")
     h, cut = m.model.hidden_size, slice(first, first + n)
     if fn == ActFn.RMSNORM:
@@ -263,7 +266,7 @@ def act(m: Machine, r: tuple) -> None:
         return _argmax(m, r)
     if fn in (ActFn.RMSNORM, ActFn.LAYERNORM):
         return _norm(m, r, ActFn(fn))
-    if fn == ActFn.NORM_STATS:
+    if fn in STATISTICS:
         return _norm_stats(m, r)
     pos = (r[CT], r[PE])
     if fn == ActFn.SWIGLU:

@@ -22,20 +22,23 @@ from primal_compiler.ir.model import Activation
 _erf = np.vectorize(math.erf, otypes=[np.float64])
 
 
-def norm_stats(x: np.ndarray) -> np.ndarray:
-    """(sum, sum of squares) of each vector's elements, float32 (V x 2): a hub shard's norm statistics."""
-    return np.stack([x.sum(axis=-1), (x * x).sum(axis=-1)], axis=-1).astype(np.float32)
+def norm_stats(x: np.ndarray, with_sum: bool) -> np.ndarray:
+    """A hub shard's norm statistics, float32: the sum of squares of each vector's elements (V x 1), after
+    their sum (V x 2) ``with_sum``."""
+    squares = (x * x).sum(axis=-1, keepdims=True)
+    return (np.concatenate([x.sum(axis=-1, keepdims=True), squares], axis=-1) if with_sum else squares).astype(np.float32)
 
 
 def rms_norm(x: np.ndarray, w: np.ndarray, total: np.ndarray, n: int, eps: float) -> np.ndarray:
-    """RMSNorm of a shard ``x`` of an ``n``-element vector whose statistics summed over every shard are
-    ``total`` (V x 2, :func:`norm_stats`), with the shard's weights ``w``."""
-    var = total[:, 1:2] / np.float32(n)
+    """RMSNorm of a shard ``x`` of an ``n``-element vector whose sum of squares summed over every shard is
+    ``total`` (V x 1, :func:`norm_stats`), with the shard's weights ``w``."""
+    var = total[:, 0:1] / np.float32(n)
     return (x / np.sqrt(var + np.float32(eps)) * w).astype(np.float32)
 
 
 def layer_norm(x: np.ndarray, w: np.ndarray, b: np.ndarray, total: np.ndarray, n: int, eps: float) -> np.ndarray:
-    """LayerNorm of a shard (as :func:`rms_norm`): the variance is E[x^2] - E[x]^2 of the summed statistics."""
+    """LayerNorm of a shard (as :func:`rms_norm`, ``total`` V x 2 with the sum): the variance is
+    E[x^2] - E[x]^2 of the summed statistics."""
     mean = total[:, 0:1] / np.float32(n)
     var = np.maximum(total[:, 1:2] / np.float32(n) - mean * mean, np.float32(0))
     return ((x - mean) / np.sqrt(var + np.float32(eps)) * w + b).astype(np.float32)

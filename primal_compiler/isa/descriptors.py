@@ -184,7 +184,7 @@ DESCRIPTORS: dict[Opcode, Descriptor] = {d.opcode: d for d in (
                "bits 0-7 `ActFn`; bits 8-31, on a prefill's `EMBED`, the position of the prompt's first token "
                "(the conversation's saved tokens, `codegen{history}`; 0 otherwise)", "dmac",
                (Access(_S, Buffer.SRC_BUF, Extent.WHOLE), Access(_S, Buffer.DST_BUF, Extent.WHOLE, args=_READS_DST),
-                Access(_S, Buffer.DST_BUF, Extent.WHOLE, flags=_ACC, args=(int(ActFn.NORM_STATS),)),
+                Access(_S, Buffer.DST_BUF, Extent.WHOLE, flags=_ACC, args=(int(ActFn.NORM_STATS), int(ActFn.RMS_STATS))),
                 Access(_S, Buffer.NORM_TOTAL, Extent.WHOLE, args=_NORMS)),
                (Access(_S, Buffer.DST_BUF, Extent.WHOLE),),
                "_act", "act", PathClass.ACTIVATION, arg_enum=ActFn),

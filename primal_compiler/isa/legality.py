@@ -19,7 +19,7 @@ import numpy as np
 from primal_compiler.errors import InputError
 from primal_compiler.isa.descriptors import DESCRIPTORS
 from primal_compiler.isa.opcodes import (
-    ALL_PES, ARG_ENUM_MASK, CONTROLLER, NONE16, NONE32, RECORD, ActFn, BufKind, Flag, Opcode,
+    ALL_PES, ARG_ENUM_MASK, CONTROLLER, NONE16, NONE32, RECORD, SHARD_FNS, ActFn, BufKind, Flag, Opcode,
 )
 from primal_compiler.isa.stream import Section, Stream
 
@@ -164,16 +164,12 @@ def _record_checks(r: np.ndarray, meta: Mapping[str, Any], num_groups: int) -> I
                                        f"(0..{len(_ENUM_ARG[Opcode[o]]) - 1}) for {o}"
     act = op == Opcode.ACT
     fn, high = r["arg"] & ARG_ENUM_MASK[Opcode.ACT], r["arg"] >> 8
-    shard = np.isin(fn, _SHARD_FNS)
+    shard = np.isin(fn, [int(f) for f in SHARD_FNS])
     embed = (fn == ActFn.EMBED) & ((r["flags"] & Flag.PREFILL) != 0)
     yield "arg", act & (high != 0) & ~embed & ~shard, \
         lambda v, o: f"{v:#x}: only a prefill's EMBED keeps a position above bit 8 (and a norm its shard's elements)"
     yield "arg", act & shard & ((high == 0) | (r["count"] % np.maximum(high, 1) != 0)), \
         lambda v, o: f"{v:#x}: a norm or its statistics names its shard's elements above bit 8, dividing count"
-
-
-_SHARD_FNS = (int(ActFn.NORM_STATS), int(ActFn.RMSNORM), int(ActFn.LAYERNORM))
-"""ACT functions that carry their shard's elements per vector above bit 8."""
 
 
 def _record_problem(s: Stream, meta: Mapping[str, Any]) -> Problem | None:

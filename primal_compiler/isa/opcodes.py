@@ -53,7 +53,8 @@ class ActFn(IntEnum):
     RESIDUAL_ADD = 9
     ARGMAX = 10  # controller: next token from the logits
     BIAS = 11  # add the projection's bias to the column block held at a root hub
-    NORM_STATS = 12  # a hub shard's partial norm statistics (sum, sum of squares per vector); ACCUMULATE adds
+    NORM_STATS = 12  # a hub shard's LayerNorm statistics (sum, sum of squares per vector); ACCUMULATE adds
+    RMS_STATS = 13  # a hub shard's RMSNorm statistics (sum of squares per vector); ACCUMULATE adds
 
 
 class DmacOp(IntEnum):
@@ -152,7 +153,7 @@ class HiddenBuf(IntEnum):
     OUT = 4  # layer output
     LOGITS = 5
     RESID = 7  # residual copy received at ``mid`` or ``out``
-    STATS = 8  # a PE's partial norm statistics (sum, sum of squares) over the shards it holds, at psum_bits
+    STATS = 8  # a PE's partial norm statistics over the shards it holds (STATISTICS values), at psum_bits
     TOTAL = 9  # the statistics summed over every shard, at the norm hub and, broadcast, at each shard's PE
 
 
@@ -185,3 +186,11 @@ def hidden(kind: HiddenBuf, shard: int = 0) -> int:
     if not 0 <= shard < HIDDEN_SHARDS:
         raise ValueError(f"hub shard {shard} exceeds {HIDDEN_SHARDS - 1}")
     return buf(BufKind.HIDDEN, shard << 4 | int(kind))
+
+
+STATISTICS = {ActFn.RMS_STATS: 1, ActFn.NORM_STATS: 2}
+"""Values per vector each statistics function writes: an RMSNorm needs the sum of squares, a LayerNorm the
+sum too."""
+
+SHARD_FNS = (ActFn.RMS_STATS, ActFn.NORM_STATS, ActFn.RMSNORM, ActFn.LAYERNORM)
+"""ACT functions that work on one hub shard and carry its elements per vector in ``arg`` above bit 8."""

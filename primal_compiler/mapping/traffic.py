@@ -32,8 +32,9 @@ from enum import IntEnum
 
 import numpy as np
 
-from primal_compiler.ir.model import DecoderLayer, Linear, Model, Role
+from primal_compiler.ir.model import DecoderLayer, Linear, Model, NormKind, Role
 from primal_compiler.ir.tiles import ROLE_CODES, ROLE_INDEX, Part, TileTable
+from primal_compiler.isa.opcodes import STATISTICS, ActFn
 
 
 class FlowClass(IntEnum):
@@ -150,13 +151,13 @@ class _Builder:
         for role in (Role.Q, Role.K, Role.V, Role.QKV):
             if layer.linear(role) is not None:
                 self.matrix(role, lambda i: f"in:{i}")
-        self.norm("in")
+        self.norm("in", layer.norm)
         self.attention()
         self.matrix(Role.O, self.o_input)
         self.stage = "mid"
         self.roots_to(Role.O, "mid")
         self.shards_to("in", "mid")
-        self.norm("mid")
+        self.norm("mid", layer.norm)
         if layer.linear(Role.GATE) is not None:
             self.matrix(Role.GATE, lambda i: f"mid:{i}")
             self.matrix(Role.UP, lambda i: f"mid:{i}")
@@ -173,13 +174,14 @@ class _Builder:
         self.shards_to("mid", "out")
         return self.flows
 
-    def norm(self, hub: str) -> None:
-        """Each shard of ``hub`` sends its statistics to ``norm:<hub>``, which sends their sum back to every
-        shard (stage ``norm:<hub>``)."""
+    def norm(self, hub: str, kind: NormKind) -> None:
+        """Each shard of ``hub`` sends its statistics for a ``kind`` norm to ``norm:<hub>``, which sends their
+        sum back to every shard (stage ``norm:<hub>``)."""
         stage, self.stage = self.stage, f"norm:{hub}"
+        k = STATISTICS[STATS_FN[kind]]
         for i in range(shards(self.model.hidden_size, self.geo.rram_rows)):
-            self.add(f"{hub}:{i}", f"norm:{hub}", NORM_STATISTICS * self.psum, FlowClass.NORM, f"stats:{hub}:{i}")
-            self.add(f"norm:{hub}", f"{hub}:{i}", NORM_STATISTICS * self.psum, FlowClass.NORM)
+            self.add(f"{hub}:{i}", f"norm:{hub}", k * self.psum, FlowClass.NORM, f"stats:{hub}:{i}")
+            self.add(f"norm:{hub}", f"{hub}:{i}", k * self.psum, FlowClass.NORM)
         self.stage = stage
 
     def shards_to(self, src: str, dst: str) -> None:
@@ -204,9 +206,8 @@ class _Builder:
             self.add(f"root:{a}:{j}", f"root:{b}:{j}", n * self.act, FlowClass.RESIDUAL)
 
 
-NORM_STATISTICS = 2
-"""Values a shard's norm statistics hold per vector: the sum and the sum of squares of its elements (an
-RMSNorm needs only the second; both travel so one transfer serves LayerNorm too)."""
+STATS_FN = {NormKind.RMS: ActFn.RMS_STATS, NormKind.LAYER: ActFn.NORM_STATS}
+"""The statistics function of each norm kind (its values per vector: ``isa.opcodes.STATISTICS``)."""
 
 
 def shards(hidden_size: int, rows: int) -> int:
@@ -266,7 +267,7 @@ def _head_flows(model: Model, table: TileTable, rows: np.ndarray, geo) -> list[F
     transfers)."""
     b = _Builder(model, model.layers[-1], table, rows, geo, 0)
     b.matrix(Role.LM_HEAD, lambda i: f"in:{i}")
-    b.norm("in")
+    b.norm("in", model.norm)
     return b.flows
 
 

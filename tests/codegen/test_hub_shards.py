@@ -39,7 +39,7 @@ def test_no_pe_holds_more_than_one_shard_of_a_hidden_vector(sharded):
 def test_each_norm_sums_every_shards_statistics_before_any_shard_normalises(sharded):
     r = _decode(sharded)
     stream, layer0 = sharded.stream, r["layer"] == 0
-    stats = np.flatnonzero(layer0 & (r["op"] == Opcode.ACT) & ((r["arg"] & 0xFF) == ActFn.NORM_STATS))
+    stats = np.flatnonzero(layer0 & (r["op"] == Opcode.ACT) & ((r["arg"] & 0xFF) == ActFn.RMS_STATS))
     norms = np.flatnonzero(layer0 & (r["op"] == Opcode.ACT) & ((r["arg"] & 0xFF) == ActFn.RMSNORM))
     assert len(stats) == len(norms) == 2 * 4  # two norms a layer, four shards each
     assert sorted(((r["src_buf"][norms] & 0xFFF) >> 4).tolist()) == [0, 0, 1, 1, 2, 2, 3, 3]

@@ -12,7 +12,7 @@ from primal_compiler.errors import InputError
 from primal_compiler.isa.container import PROGRAM_FILE, load_program, save_program
 from primal_compiler.isa.legality import INTO_CT, ON_PE, ROUTED
 from primal_compiler.isa.opcodes import (
-    ALL_PES, CONTROLLER, NONE16, NONE32, RECORD, ActFn, BufKind, DmacOp, Flag, Opcode, ReduceOp,
+    ALL_PES, CONTROLLER, NONE16, NONE32, RECORD, SHARD_FNS, ActFn, BufKind, DmacOp, Flag, Opcode, ReduceOp,
 )
 from primal_compiler.isa.stream import Section, Stream
 from primal_compiler.isa.text import asm, disasm
@@ -154,7 +154,7 @@ def programs(draw):
         group = draw(st.integers(0, len(ptr) - 2)) if op in (Opcode.BCAST, Opcode.REDUCE) else NONE32
         enum = {Opcode.ACT: ActFn, Opcode.DMAC: DmacOp, Opcode.REDUCE: ReduceOp}.get(op)
         arg = int(draw(st.sampled_from(enum))) if enum else draw(u32)
-        if op == Opcode.ACT and arg in (ActFn.NORM_STATS, ActFn.RMSNORM, ActFn.LAYERNORM):
+        if op == Opcode.ACT and arg in SHARD_FNS:
             arg |= 1 << 8  # a shard of one element per vector divides every count
         dst_ct = draw(st.sampled_from([*range(num_cts)] if op in INTO_CT else [CONTROLLER, *range(num_cts)]
                                       if op in ROUTED else [NONE16, CONTROLLER, *range(num_cts)]))
