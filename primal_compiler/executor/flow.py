@@ -22,8 +22,9 @@ index, "program-order").
 * A multicast's copies cross their common prefix once (a copy that reaches a link its record already
   took, no later than it was taken, rides along); they then move independently. A reduction
   (``REDUCE`` in :func:`run`) combines at every router: one window per link from the earliest member's
-  head to the latest's tail, reserved at once when its record starts, and likewise on each member's
-  first injection port and on the destination's first ejection port.
+  head to the latest's tail, reserved at once when its record starts, and likewise on one injection
+  port of each member and one ejection port of the destination, whichever of the PE's ports is free
+  earliest.
 * A buffer keeps up to ``SLOTS`` packets (arrival, tail departure or -1 while waiting, flits,
   record); departed ones fold into one bound (arrival, departure) on later heads.
 
@@ -271,7 +272,15 @@ def run(until, j, t, heap, pool, wake, cal, buf, seen, enter, wait, link, link_o
         while moved:  # base only grows, past a reserved window each time: ends
             moved = False
             for k in range(w):
-                e = _fit(win_link[k], base + win_lo[k], win_hi[k] - win_lo[k])
+                row, length = win_link[k], win_hi[k] - win_lo[k]
+                e = _fit(row, base + win_lo[k], length)
+                if row >= cfg[INJ_BASE]:  # a local port: whichever of the PE's ports is free earliest
+                    first, ports = (cfg[INJ_BASE], cfg[K_IN]) if row < cfg[EJ_BASE] else (cfg[EJ_BASE], cfg[K_OUT])
+                    first += (row - first) // ports * ports
+                    for c in range(first, first + ports):
+                        ec = _fit(c, base + win_lo[k], length)
+                        if ec < e:
+                            e, win_link[k] = ec, c
                 if e > base + win_lo[k]:
                     base = e - win_lo[k]
                     moved = True

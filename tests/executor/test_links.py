@@ -143,3 +143,17 @@ def test_a_reduction_combines_each_flit_as_it_arrives(small_target, units, tail)
     rp = _replay(b, small_target, **{"router.dmac_units": units, "router.dmac_ops_per_cycle": 1})
     net = int(rp.transfers.net_cycles[0])
     assert int(rp.busy[0]) == net + (tail if tail is not None else 2048 - 256)
+
+
+@pytest.mark.parametrize("ports, waits", [(1, True), (2, False)])
+def test_a_reduction_ejects_through_whichever_port_is_free(small_target, ports, waits):
+    """Record 0 (PE 2 -> 3, 4096 B) holds PE 3's ejection port until its tail arrives at 260. Record 1, a
+    reduction of PEs 5 and 4 into PE 3 from the other side (no link in common), needs an ejection port at
+    PE 3 too: with one it waits for record 0's; with two it takes the free one and waits nowhere."""
+    b = StreamBuilder()
+    _send(b, 2, 3, 4096)
+    g = b.groups([2], [0, 0], [5, 4])
+    b.records(1, op=Opcode.REDUCE, ct=0, pe=5, group=g[0], dst_ct=0, dst_pe=3, nbytes=160)
+    rp = _replay(b, small_target, **{"router.ejection_ports": ports})
+    alone = 1 + 2 * 2 + 10  # dispatched at 1, two hops from PE 5, 10 flits (+1: the last flit's combine)
+    assert (rp.finish[1] > 256) if waits else (rp.finish[1] <= alone + 1)
