@@ -9,8 +9,8 @@ A head's cost at a domino is the byte-hops of one decode step's transfers
 between its roots and the two units (:func:`codegen.attention.unit_flows`:
 the query multicast and 1/``chunks`` of the append into K; the append and the
 softmax merge of V), in the better of the two orientations. A transfer inside
-one CT costs its XY hops; one between CTs its hops to the source CT's port
-(PE 0), over the package mesh and from the destination CT's port, as the
+one CT costs its XY hops; one between CTs its hops to the source CT's nearest
+port, over the package mesh and from the destination CT's nearest port, as the
 executor routes it (``docs/executor.md``, Network).
 
 Each pair pays its transfers in full. Where a domino holds several pairs
@@ -38,6 +38,7 @@ from primal_compiler.codegen.attention import unit_flows
 from primal_compiler.codegen.kvmap import KvMap, snake_routers
 from primal_compiler.codegen.routes import LayerRoutes
 from primal_compiler.errors import InputError
+from primal_compiler.executor.topology import port_pes
 from primal_compiler.mapping.lower import geometry, layer_templates
 
 if TYPE_CHECKING:
@@ -55,13 +56,17 @@ class Mesh:
     cols: int
     ct_x: np.ndarray  # int64, indexed by global CT
     ct_y: np.ndarray
+    ports: tuple[int, ...] = (0,)  # PEs of each CT's die-to-die ports (executor.topology.port_pes)
 
     def hops(self, a: tuple[int, int], ct: np.ndarray, pe: np.ndarray) -> np.ndarray:
-        """Hops from position ``a`` to every (``ct``, ``pe``): XY in one CT, else via both CTs' ports."""
+        """Hops from position ``a`` to every (``ct``, ``pe``): XY in one CT, else via the source CT's port
+        nearest ``a`` and the destination CT's port nearest the PE, as the executor routes them."""
         xy = lambda p, q: np.abs(p // self.cols - q // self.cols) + np.abs(p % self.cols - q % self.cols)  # noqa: E731
         actx, pe = int(a[0]), np.asarray(pe, dtype=np.int64)
         pkg = np.abs(self.ct_x[actx] - self.ct_x[ct]) + np.abs(self.ct_y[actx] - self.ct_y[ct])
-        return np.where(ct == actx, xy(a[1], pe), xy(a[1], 0) + pkg + xy(0, pe))
+        leave = min(xy(a[1], p) for p in self.ports)
+        enter = np.min(np.stack([xy(np.int64(p), pe) for p in self.ports]), axis=0)
+        return np.where(ct == actx, xy(a[1], pe), leave + pkg + enter)
 
 
 def dominoes(cts: np.ndarray, rows: int, cols: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -183,7 +188,8 @@ def near_map(program: Program, target: PrimalTarget, kv: KvMap, where: str) -> t
     model, layout = program.model, program.need_layout()
     geo, act_bytes = geometry(model, target), model.precision.activation_bits / 8
     x, y = layout.ct_xy(np.arange(layout.num_cts))
-    mesh = Mesh(target.ct.mesh_rows, target.ct.mesh_cols, np.asarray(x, np.int64), np.asarray(y, np.int64))
+    mesh = Mesh(target.ct.mesh_rows, target.ct.mesh_cols, np.asarray(x, np.int64), np.asarray(y, np.int64),
+                port_pes(target.ct.mesh_cols, target.d2d.ports_per_ct))
     ids, firsts = layer_templates(model)
     first_ct = [int(np.flatnonzero(layout.ct_layer == n)[0]) for n in range(model.num_layers)]
     solved = [_solve_layer(mesh, LayerRoutes(program, target, n, kv.context), model.layers[n],

@@ -24,7 +24,7 @@ from primal_compiler.executor.buffers import program_tiles, tile_shapes
 from primal_compiler.executor.control import Control, control
 from primal_compiler.executor.linkstate import WAIT_LIMIT
 from primal_compiler.executor.kernel import schedule
-from primal_compiler.executor.topology import Topology, local_ports
+from primal_compiler.executor.topology import Topology, local_ports, port_pes
 from primal_compiler.isa.opcodes import CONTROLLER, NONE16, Opcode
 from primal_compiler.isa.stream import Stream
 from primal_compiler.target.spec import PrimalTarget
@@ -101,6 +101,7 @@ def topology(meta: dict, target: PrimalTarget) -> Topology:
         mesh_bytes_per_cycle=r.link_bits_per_cycle / 8,
         d2d_bytes_per_cycle=target.d2d.bandwidth_bytes_per_s / target.system.clock_hz,
         terminal_cycles=r.injection_cycles + r.ejection_cycles,
+        ports=port_pes(int(meta["mesh_cols"]), target.d2d.ports_per_ct),
     )
 
 

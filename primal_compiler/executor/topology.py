@@ -1,13 +1,16 @@
 """Where transfers go: XY routes on each CT's PE mesh and on the package mesh of CTs.
 
 Positions are (CT, PE) with PE = row * mesh_cols + col; the controller (NMC)
-is ``CONTROLLER``. Every CT has one die-to-die port, at PE 0 (row 0, col 0,
-the hub position of the naive layout). A leg between PEs of one CT follows
-the dimension-order route of the target (``xy``: columns first, then rows)
-on that CT's mesh. A leg between CTs runs on the source CT's mesh to its
-port, over the die-to-die links of the package mesh (XY on the CT grid, CTs
-in snake order as the mapping placed them) and from the destination CT's port
-to the PE. The controller sits beside CT 0 and reaches it over one
+is ``CONTROLLER``. Every CT has ``d2d.ports_per_ct`` die-to-die ports, PEs of
+its north edge (row 0) at columns ``k x mesh_cols / ports`` (:func:`port_pes`;
+one port: PE 0, the hub position of the naive layout), where its mesh meets
+its package router. A leg between PEs of one CT follows the dimension-order
+route of the target (``xy``: columns first, then rows) on that CT's mesh. A
+leg between CTs runs on the source CT's mesh to the port nearest its source
+PE, over the die-to-die links of the package mesh (XY on the CT grid, CTs in
+snake order as the mapping placed them) and from the destination CT's port
+nearest its destination PE to that PE (the nearer port of a tie: the one of
+lower column). The controller sits beside CT 0 and reaches it over one
 controller link per direction.
 
 Link ids: mesh link ``((ct * P + node) * 4 + d)`` leaves ``node`` in direction
@@ -55,6 +58,7 @@ class Topology:
     mesh_bytes_per_cycle: float
     d2d_bytes_per_cycle: float
     terminal_cycles: int = 0  # a PE's injection plus ejection channel, added to every leg between PEs
+    ports: tuple[int, ...] = (0,)  # PEs of each CT's die-to-die ports (port_pes)
 
     @property
     def pes(self) -> int:
@@ -100,6 +104,21 @@ class Routes:
     latency: np.ndarray  # per leg: head latency in cycles (link latencies plus the terminal channels)
 
 
+def port_pes(mesh_cols: int, ports: int) -> tuple[int, ...]:
+    """The PEs of a CT's ``ports`` die-to-die ports: row 0, columns ``k x mesh_cols // ports``."""
+    return tuple(k * mesh_cols // ports for k in range(ports))
+
+
+def nearest_port(t: Topology, pe: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(port PE nearest each of ``pe``, its hops): XY distance on the CT mesh, ties to the lower column."""
+    pe = np.asarray(pe, dtype=np.int64)
+    ports = np.asarray(t.ports, dtype=np.int64)
+    c = t.mesh_cols
+    dist = np.abs(pe[:, None] % c - ports[None, :] % c) + np.abs(pe[:, None] // c - ports[None, :] // c)
+    k = np.argmin(dist, axis=1)
+    return ports[k], dist[np.arange(len(pe)), k]
+
+
 def route_legs(t: Topology, src_ct, src_pe, dst_ct, dst_pe) -> Routes:
     """Routes of legs (src_ct, src_pe) -> (dst_ct, dst_pe); ``CONTROLLER`` CTs allowed.
 
@@ -112,9 +131,10 @@ def route_legs(t: Topology, src_ct, src_pe, dst_ct, dst_pe) -> Routes:
     s_ctl, d_ctl = src_ct == CONTROLLER, dst_ct == CONTROLLER
     cross = (src_ct != dst_ct) | s_ctl | d_ctl
     c = t.mesh_cols
-    a_to = np.where(cross, 0, dst_pe)
-    a_h = np.where(s_ctl, 0, np.abs(src_pe % c - a_to % c) + np.abs(src_pe // c - a_to // c))
-    b_h = np.where(cross & ~d_ctl, dst_pe % c + dst_pe // c, 0)
+    s_port, s_hops = nearest_port(t, src_pe)
+    d_port, d_hops = nearest_port(t, dst_pe)
+    a_h = np.where(s_ctl, 0, np.where(cross, s_hops, np.abs(src_pe % c - dst_pe % c) + np.abs(src_pe // c - dst_pe // c)))
+    b_h = np.where(cross & ~d_ctl, d_hops, 0)
     px, py = t.ct_xy(np.where(s_ctl, 0, src_ct))
     qx, qy = t.ct_xy(np.where(d_ctl, 0, dst_ct))
     p_h = np.where(cross, np.abs(px - qx) + np.abs(py - qy), 0) + (cross & s_ctl) + (cross & d_ctl)
@@ -122,8 +142,8 @@ def route_legs(t: Topology, src_ct, src_pe, dst_ct, dst_pe) -> Routes:
     ptr = np.concatenate([[0], np.cumsum(rows)])
     link = np.empty(int(ptr[-1]), dtype=np.int32)
     off = np.empty(int(ptr[-1]), dtype=np.int32)
-    _walk(ptr, src_ct, src_pe, dst_ct, dst_pe, c, t.pes, t.package_cols, t.routing == "xy", t.hop_cycles,
-          t.d2d_cycles, t.d2d_base, t.ctl_link, CONTROLLER, link, off)
+    _walk(ptr, src_ct, src_pe, dst_ct, dst_pe, s_port, d_port, c, t.pes, t.package_cols, t.routing == "xy",
+          t.hop_cycles, t.d2d_cycles, t.d2d_base, t.ctl_link, CONTROLLER, link, off)
     terminal = np.where(rows > 0, t.terminal_cycles, 0)  # a PE's own channels: latency, no contention
     return Routes(ptr, link, off, a_h + b_h, p_h, (a_h + b_h) * t.hop_cycles + p_h * t.d2d_cycles + terminal)
 
@@ -159,7 +179,7 @@ def _grid(ct, pcols):  # pragma: no cover - compiled
 
 
 @njit(nogil=True)
-def _walk(ptr, sct, spe, dct, dpe, cols, pes, pcols, x_first, hop, d2d, d2d_base, ctl_link, ctl,
+def _walk(ptr, sct, spe, dct, dpe, sport, dport, cols, pes, pcols, x_first, hop, d2d, d2d_base, ctl_link, ctl,
           link, off):  # pragma: no cover - compiled
     """Fill ``link``/``off`` rows ptr[i]:ptr[i+1] with leg i's route (see the module docstring)."""
     for i in range(len(sct)):
@@ -167,7 +187,7 @@ def _walk(ptr, sct, spe, dct, dpe, cols, pes, pcols, x_first, hop, d2d, d2d_base
         s_ctl, d_ctl = sct[i] == ctl, dct[i] == ctl
         cross = s_ctl or d_ctl or sct[i] != dct[i]
         if not s_ctl:
-            to = 0 if cross else dpe[i]
+            to = sport[i] if cross else dpe[i]
             q, t = _steps(spe[i] % cols, spe[i] // cols, to % cols, to // cols, x_first, q, t, hop, 0, cols,
                           link, off, sct[i] * pes)
         if not cross:
@@ -181,7 +201,8 @@ def _walk(ptr, sct, spe, dct, dpe, cols, pes, pcols, x_first, hop, d2d, d2d_base
         if d_ctl:
             link[q], off[q] = ctl_link + 1, t
         else:
-            _steps(0, 0, dpe[i] % cols, dpe[i] // cols, x_first, q, t, hop, 0, cols, link, off, dct[i] * pes)
+            _steps(dport[i] % cols, dport[i] // cols, dpe[i] % cols, dpe[i] // cols, x_first, q, t, hop, 0, cols,
+                   link, off, dct[i] * pes)
 
 
 def local_ports(t: Topology, mesh_ids: np.ndarray, injection_ports: int,

@@ -251,6 +251,9 @@ class D2dSpec(Table):
     bandwidth_bytes_per_s: int = _f("bytes/s", "payload bandwidth of one CT-to-CT link per direction", gt=0, le=MAX_BYTES_PER_S)
     latency_cycles: int = _f("cycles", "one-way latency of a CT-to-CT link (PHY + adapter)", ge=1, le=MAX_CYCLES)
     energy_pj_per_bit: float = _f("pJ", "energy per bit crossing one CT-to-CT link", gt=0)
+    ports_per_ct: int = _f("count", "PEs where a CT's mesh meets its package router, along its north edge (row 0) at "
+                           "columns k x mesh_cols / ports; a transfer between CTs leaves and enters each CT's mesh "
+                           "at the port nearest its PE", ge=1, le=MAX_MESH_SIDE)
 
 
 @dataclass(frozen=True)
@@ -358,6 +361,9 @@ class PrimalTarget(TargetBase):
         if self.digital_base and not math.isclose(self.area.rram_um2, base, rel_tol=1e-6):
             yield "area.rram_um2", (f"{self.area.rram_um2:g} is not the all-digital base array's {self.base_sram_macros}"
                                     f" SRAM-DCIM macros x area.sram_um2 = {base:g}")
+        if self.d2d.ports_per_ct > self.ct.mesh_cols:
+            yield "d2d.ports_per_ct", (f"{self.d2d.ports_per_ct} ports do not fit the {self.ct.mesh_cols} PEs of a "
+                                       "CT's north edge (ct.mesh_cols)")
         need = -(-self.system.clock_hz // self.rram.adc_sample_rate_hz)  # ceil
         if self.rram.adc_latency_cycles < need:
             yield "rram.adc_latency_cycles", (

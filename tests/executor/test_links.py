@@ -157,3 +157,21 @@ def test_a_reduction_ejects_through_whichever_port_is_free(small_target, ports, 
     rp = _replay(b, small_target, **{"router.ejection_ports": ports})
     alone = 1 + 2 * 2 + 10  # dispatched at 1, two hops from PE 5, 10 flits (+1: the last flit's combine)
     assert (rp.finish[1] > 256) if waits else (rp.finish[1] <= alone + 1)
+
+
+@pytest.mark.parametrize("ports", [1, 2])
+def test_transfers_between_cts_leave_through_the_port_nearest_their_pe(small_target, ports):
+    """Two CTs side by side. PE 9 (row 1, column 1) and PE 13 (column 5) of CT 0 each send 4096 B to the
+    same PE of CT 1. With one port (PE 0) both climb to it through link 8 -> 0 (16 B a cycle): 512 cycles of
+    flits in a row, 532 in all. With two (PEs 0 and 4) PE 13 leaves through PE 4, so the legs share only
+    the package link, which takes each packet in 128 cycles (32 B a cycle): the second waits for the
+    first's, 128 + 268 = 396. Each leg's mesh hops are those to and from its nearest port."""
+    meta = {**META, "num_cts": 2, "package_cols": 2}
+    b = StreamBuilder()
+    for pe in (9, 13):
+        b.records(1, op=Opcode.UNICAST, ct=0, pe=pe, dst_ct=1, dst_pe=pe, nbytes=4096)
+    rp = replay(meta, {}, b.build(), with_overrides(small_target, {"d2d.ports_per_ct": ports}))
+    hops = rp.transfers.routes.mesh_hops.tolist()
+    assert hops == ([2 * 2, 2 * 6] if ports == 1 else [2 * 2, 2 * 2])  # 9 <-> 0: 2 hops; 13 <-> 0: 6, <-> 4: 2
+    last = int(rp.finish.max())
+    assert last == (532 if ports == 1 else 128 + 268)

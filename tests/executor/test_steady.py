@@ -55,7 +55,7 @@ def test_an_extended_generation_agrees_with_its_full_replay(case, replay_target)
     model = load_model(fixture(case))
     full = metrics(_replay(model, replay_target, GENERATE))
     _agree(full, metrics(_replay(model, replay_target, REPLAYED), generate=GENERATE))
-    if case == "gpt2_lora_cattn_r4_dynamo":  # its gaps move with the append chunk (2989 to 3009 cycles)
+    if case == "mistral_dynamo":  # its gaps move with the append chunk (3106 to 3112 cycles)
         assert full["itl_p99_s"] > full["itl_p50_s"]
 
 

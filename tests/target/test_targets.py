@@ -436,6 +436,7 @@ def test_overrides_change_values_and_hash_but_not_the_original():
         ({"router.flit_bits": 96}, "router.flit_bits", "does not divide link_bits_per_cycle 128"),
         ({"router.ejection_ports": 3}, "router.ejection_ports", "more than the router's 2 local ports"),
         ({"router.injection_ports": 0}, "router.injection_ports", "must be >= 1"),
+        ({"d2d.ports_per_ct": 33}, "d2d.ports_per_ct", "33 ports do not fit the 32 PEs of a CT's north edge"),
     ],
 )
 def test_bad_overrides(overrides, key, expected):
