@@ -75,6 +75,11 @@ class NormKind(StrEnum):
     LAYER = "layernorm"  # weight and bias
 
 
+NORM_STATISTICS = {NormKind.RMS: 1, NormKind.LAYER: 2}
+"""Sums a norm needs over its vector's elements: an RMSNorm the sum of squares, a LayerNorm the sum too (so a
+norm cut into shards gathers that many values per vector)."""
+
+
 class Activation(StrEnum):
     """The MLP activation; with GATE and UP it gates: ``act(x @ W_gate) * (x @ W_up)`` (SwiGLU, GeGLU)."""
 

@@ -16,6 +16,8 @@ from enum import IntEnum, IntFlag
 
 import numpy as np
 
+from primal_compiler.ir.model import NORM_STATISTICS, NormKind
+
 NONE16 = 0xFFFF
 NONE32 = 0xFFFFFFFF
 CONTROLLER = 0xFFFE  # ``ct`` / ``dst_ct`` value of the near-memory controller (NMC)
@@ -188,9 +190,11 @@ def hidden(kind: HiddenBuf, shard: int = 0) -> int:
     return buf(BufKind.HIDDEN, shard << 4 | int(kind))
 
 
-STATISTICS = {ActFn.RMS_STATS: 1, ActFn.NORM_STATS: 2}
-"""Values per vector each statistics function writes: an RMSNorm needs the sum of squares, a LayerNorm the
-sum too."""
+STATS_FN = {NormKind.RMS: ActFn.RMS_STATS, NormKind.LAYER: ActFn.NORM_STATS}
+"""The statistics function of each norm kind."""
+
+STATISTICS = {fn: NORM_STATISTICS[kind] for kind, fn in STATS_FN.items()}
+"""Values per vector each statistics function writes (``ir.model.NORM_STATISTICS``)."""
 
 SHARD_FNS = (ActFn.RMS_STATS, ActFn.NORM_STATS, ActFn.RMSNORM, ActFn.LAYERNORM)
 """ACT functions that work on one hub shard and carry its elements per vector in ``arg`` above bit 8."""

@@ -32,9 +32,8 @@ from enum import IntEnum
 
 import numpy as np
 
-from primal_compiler.ir.model import DecoderLayer, Linear, Model, NormKind, Role
+from primal_compiler.ir.model import NORM_STATISTICS, DecoderLayer, Linear, Model, NormKind, Role
 from primal_compiler.ir.tiles import ROLE_CODES, ROLE_INDEX, Part, TileTable
-from primal_compiler.isa.opcodes import STATISTICS, ActFn
 
 
 class FlowClass(IntEnum):
@@ -178,7 +177,7 @@ class _Builder:
         """Each shard of ``hub`` sends its statistics for a ``kind`` norm to ``norm:<hub>``, which sends their
         sum back to every shard (stage ``norm:<hub>``)."""
         stage, self.stage = self.stage, f"norm:{hub}"
-        k = STATISTICS[STATS_FN[kind]]
+        k = NORM_STATISTICS[kind]
         for i in range(shards(self.model.hidden_size, self.geo.rram_rows)):
             self.add(f"{hub}:{i}", f"norm:{hub}", k * self.psum, FlowClass.NORM, f"stats:{hub}:{i}")
             self.add(f"norm:{hub}", f"{hub}:{i}", k * self.psum, FlowClass.NORM)
@@ -206,8 +205,6 @@ class _Builder:
             self.add(f"root:{a}:{j}", f"root:{b}:{j}", n * self.act, FlowClass.RESIDUAL)
 
 
-STATS_FN = {NormKind.RMS: ActFn.RMS_STATS, NormKind.LAYER: ActFn.NORM_STATS}
-"""The statistics function of each norm kind (its values per vector: ``isa.opcodes.STATISTICS``)."""
 
 
 def shards(hidden_size: int, rows: int) -> int:
