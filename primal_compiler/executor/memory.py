@@ -24,7 +24,7 @@ from primal_compiler.errors import InputError
 from primal_compiler.executor.allocation import Allocation
 from primal_compiler.executor.buffers import Sizing, instances, kv_bytes, pe_keys
 from primal_compiler.executor.deps import Footprints
-from primal_compiler.ir.model import Precision
+from primal_compiler.ir.precision import Precision
 from primal_compiler.isa.opcodes import Opcode, buf_name
 
 if TYPE_CHECKING:

@@ -9,8 +9,9 @@ from __future__ import annotations
 from dataclasses import asdict
 
 from primal_compiler.ir.model import (
-    Activation, Attention, DecoderLayer, Linear, LoRA, Model, NormKind, Positional, Precision, Role, WeightQuant,
+    Activation, Attention, DecoderLayer, Linear, LoRA, Model, NormKind, Positional, Role, WeightQuant,
 )
+from primal_compiler.ir.precision import Precision
 
 
 def model_to_dict(model: Model) -> dict:

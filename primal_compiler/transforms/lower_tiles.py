@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from primal_compiler.ir.model import Precision
+from primal_compiler.ir.precision import Precision
 from primal_compiler.ir.tiles import Macro
 from primal_compiler.mapping.lower import geometry, lower_model, psum_bits
 from primal_compiler.ir.facts import Fact, facts
