@@ -22,11 +22,10 @@ from primal_compiler.codegen.routes import Leg, LayerRoutes
 from primal_compiler.ir.model import Activation, NormKind, Positional, Role
 from primal_compiler.ir.tiles import ROLE_INDEX, Macro, Part
 from primal_compiler.isa.opcodes import (
-    CONTROLLER, SHARD_FNS, STATS_FN, ActFn, BufKind, Flag, HiddenBuf, Opcode, ReduceOp, buf, hidden,
+    CONTROLLER, NORM_FN, SHARD_FNS, STATS_FN, ActFn, BufKind, Flag, HiddenBuf, Opcode, ReduceOp, buf, hidden,
 )
 from primal_compiler.mapping.traffic import FlowClass, shards
 
-NORM_FN = {NormKind.RMS: ActFn.RMSNORM, NormKind.LAYER: ActFn.LAYERNORM}
 MLP_FN = {Activation.GELU: ActFn.GELU, Activation.GELU_NEW: ActFn.GELU, Activation.RELU: ActFn.RELU,
           Activation.SILU: ActFn.SILU}
 NORMED = {HiddenBuf.X: HiddenBuf.X_NORM, HiddenBuf.MID: HiddenBuf.MID_NORM}

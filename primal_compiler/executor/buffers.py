@@ -120,8 +120,8 @@ def access_elements(records: np.ndarray, f: Footprints, s: Sizing) -> np.ndarray
     per = np.zeros(256, dtype=np.int64)
     for fn, k in STATISTICS.items():
         per[int(fn)] = k
-    sel = (op == Opcode.ACT) & stats  # a shard's statistics: STATISTICS values per vector of its elements
-    out[sel] = count[sel] // shard[sel] * np.maximum(per[arg[sel] & 0xFF], 1)
+    sel = (op == Opcode.ACT) & stats  # a shard's statistics, written or read: STATISTICS values per vector
+    out[sel] = count[sel] // shard[sel] * per[arg[sel] & 0xFF]
     key = f.ct * s.pes + np.where(f.ct == CONTROLLER, 0, f.pe)
     for smac, rows, cols in ((Opcode.SMAC_RRAM, s.rram_rows, s.rram_cols),
                              (Opcode.SMAC_SRAM, s.sram_rows, s.sram_cols)):

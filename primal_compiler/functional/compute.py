@@ -50,10 +50,9 @@ from primal_compiler.functional.machine import (
 )
 from primal_compiler.ir.model import Activation, Positional, Role
 from primal_compiler.ir.tiles import Part
-from primal_compiler.isa.opcodes import STATISTICS, ActFn, BufKind, DmacOp, Flag, HiddenBuf, buf_name, hidden
-
-STATS_FOR = {ActFn.RMSNORM: ActFn.RMS_STATS, ActFn.LAYERNORM: ActFn.NORM_STATS}
-"""The statistics each norm reads (``TOTAL``)."""
+from primal_compiler.isa.opcodes import (
+    STATISTICS, STATS_FN, ActFn, BufKind, DmacOp, Flag, HiddenBuf, buf_name, hidden,
+)
 
 
 def _input(m: Machine, r: tuple, width: int, consumed: bool = True) -> np.ndarray:
@@ -199,7 +198,7 @@ def _norm(m: Machine, r: tuple, fn: ActFn) -> None:
         raise m.fail(f"a norm of {buf_name(src)} has no parameters in layer {layer}")
     scale, bias = m.params.norms[(layer, which)]
     x, total = m.read(pos, src), m.read(pos, hidden(HiddenBuf.TOTAL))
-    if x.shape[1] != n or total.shape != (x.shape[0], STATISTICS[STATS_FOR[fn]]):
+    if x.shape[1] != n or total.shape != (x.shape[0], STATISTICS[fn]):
         raise m.fail(f"normalizes {n} elements with {buf_name(src)} of {x.shape[1]} and statistics {total.shape}")
     h, cut = m.model.hidden_size, slice(first, first + n)
     if fn == ActFn.RMSNORM:
@@ -266,7 +265,7 @@ def act(m: Machine, r: tuple) -> None:
         return _argmax(m, r)
     if fn in (ActFn.RMSNORM, ActFn.LAYERNORM):
         return _norm(m, r, ActFn(fn))
-    if fn in STATISTICS:
+    if fn in STATS_FN.values():
         return _norm_stats(m, r)
     pos = (r[CT], r[PE])
     if fn == ActFn.SWIGLU:

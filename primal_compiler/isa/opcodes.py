@@ -190,11 +190,15 @@ def hidden(kind: HiddenBuf, shard: int = 0) -> int:
     return buf(BufKind.HIDDEN, shard << 4 | int(kind))
 
 
-STATS_FN = {NormKind.RMS: ActFn.RMS_STATS, NormKind.LAYER: ActFn.NORM_STATS}
-"""The statistics function of each norm kind."""
+NORM_FN = {NormKind.RMS: ActFn.RMSNORM, NormKind.LAYER: ActFn.LAYERNORM}
+"""The function that normalises a shard with each norm kind."""
 
-STATISTICS = {fn: NORM_STATISTICS[kind] for kind, fn in STATS_FN.items()}
-"""Values per vector each statistics function writes (``ir.model.NORM_STATISTICS``)."""
+STATS_FN = {NormKind.RMS: ActFn.RMS_STATS, NormKind.LAYER: ActFn.NORM_STATS}
+"""The function that gathers a shard's statistics for each norm kind."""
+
+STATISTICS = {fn: NORM_STATISTICS[kind] for table in (STATS_FN, NORM_FN) for kind, fn in table.items()}
+"""Values per vector of the statistics a shard function writes (RMS_STATS, NORM_STATS) or reads (RMSNORM,
+LAYERNORM): ``ir.model.NORM_STATISTICS`` of its norm kind."""
 
 SHARD_FNS = (ActFn.RMS_STATS, ActFn.NORM_STATS, ActFn.RMSNORM, ActFn.LAYERNORM)
 """ACT functions that work on one hub shard and carry its elements per vector in ``arg`` above bit 8."""
