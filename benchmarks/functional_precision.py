@@ -60,7 +60,7 @@ SETTINGS = [
     ("LoRA 16, ADC 16", "hardware", 4, 16, IDEAL_ADC),
     ("input 6, ADC 16", "hardware", 4, 8, {**IDEAL_ADC, "rram.input_bits": 6, "sram.input_bits": 6}),
     ("base 8, LoRA 16, input 12, ADC 16", "hardware", 8, 16,
-     {**IDEAL_ADC, "rram.input_bits": 12, "rram.mvm_latency_cycles": 400, "sram.input_bits": 12,
+     {**IDEAL_ADC, "rram.input_bits": 12, "sram.input_bits": 12,
       "sram.mac_latency_cycles": 14}),
 ]
 

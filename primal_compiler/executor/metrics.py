@@ -213,8 +213,18 @@ def _energy(rp: Replay, span: tuple, st: Steady) -> dict:
         "static_by_domain_w": {k: v / window_s for k, v in domains.items()},
         "sram_macros": {"powered": int(rp.timeline.sram_on.sum()), "total": rp.topo.num_cts * rp.topo.pes},
         "scratchpads": {"kept_when_gated": int(rp.timeline.scratch_kept.sum()), "total": rp.topo.num_cts * rp.topo.pes},
+        "leakage": leakage_summary(rp),
         "prefill_energy_j": sum(pre_comp.values()),
     }
+
+
+def leakage_summary(rp: Replay) -> dict:
+    """At which temperature the leakage counts (``thermal.leakage_temperature``), the dies' steady temperatures
+    over the replay (degC) and the leakage's scale over its stated value there (executor/leakage.py)."""
+    tl = rp.timeline
+    return {"temperature": rp.target.thermal.leakage_temperature,
+            "die_c": {"max": float(tl.die_c.max()), "mean": float(tl.die_c.mean())},
+            "scale": {"max": float(tl.leak_scale.max()), "mean": float(tl.leak_scale.mean())}}
 
 
 def metrics(rp: Replay, request: int = 0, generate: int | None = None, where: str = "program",

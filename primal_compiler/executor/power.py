@@ -40,7 +40,9 @@ DOMAINS = ("rram_adc", "base_dcim", "sram_dcim", "router_dmac", "scratchpad")
 class Timeline:
     """State intervals of every CT: ``ct``, ``state``, ``[begin, end)`` cycles (end = replay end); ``sram_on``:
     per CT, its SRAM-DCIM macros not switched off (:func:`sram_powered`); ``scratch_kept``: per CT, the
-    scratchpads it retains while gated (:func:`scratchpads_kept`; every one until that is known)."""
+    scratchpads it retains while gated (:func:`scratchpads_kept`; every one until that is known);
+    ``leak_scale``: per CT, its leakage over the target's stated leakage, at ``die_c``, its die's temperature
+    (:mod:`.leakage`; ones at the reference temperature until that is known)."""
 
     ct: np.ndarray
     state: np.ndarray
@@ -48,6 +50,8 @@ class Timeline:
     end: np.ndarray
     sram_on: np.ndarray
     scratch_kept: np.ndarray
+    leak_scale: np.ndarray
+    die_c: np.ndarray
 
 
 def domain_leakage_w(target: PrimalTarget) -> dict[str, np.ndarray]:
@@ -70,9 +74,11 @@ def sram_powered(arrays: Mapping[str, np.ndarray], num_cts: int, pes_per_ct: int
     return np.full(num_cts, pes_per_ct, dtype=np.int64) - (0 if off is None else off.astype(np.int64))
 
 
-def timeline(records, start, finish, num_cts: int, end: int, sram_on: np.ndarray, pes_per_ct: int) -> Timeline:
+def timeline(records, start, finish, num_cts: int, end: int, sram_on: np.ndarray, pes_per_ct: int,
+             reference_c: float) -> Timeline:
     """Every CT's state intervals from the replayed ``PG_ON``/``PG_OFF`` records (``sram_on``: kept as is;
-    every scratchpad kept while gated until :func:`scratchpads_kept` says otherwise)."""
+    every scratchpad kept while gated until :func:`scratchpads_kept` says otherwise; leakage as stated, at
+    ``reference_c``)."""
     op = records["op"]
     off = np.flatnonzero(op == Opcode.PG_OFF)
     on = np.flatnonzero(op == Opcode.PG_ON)
@@ -95,7 +101,7 @@ def timeline(records, start, finish, num_cts: int, end: int, sram_on: np.ndarray
     nxt[last] = end
     keep = nxt > at
     return Timeline(ct[keep], state[keep].astype(np.int8), at[keep], nxt[keep], sram_on,
-                    np.full(num_cts, pes_per_ct, dtype=np.int64))
+                    np.full(num_cts, pes_per_ct, dtype=np.int64), np.ones(num_cts), np.full(num_cts, reference_c))
 
 
 def scratchpads_kept(tl: Timeline, target: PrimalTarget, pes_per_ct: int, kv_bytes: np.ndarray | None,
@@ -132,14 +138,15 @@ def state_cycles(tl: Timeline, begin: int, end: int, weight: np.ndarray | None =
 
 def static_energy_j(tl: Timeline, target: PrimalTarget, pes_per_ct: int, begin: int, end: int) -> dict[str, np.ndarray]:
     """Static joules within ``[begin, end)``: per domain, an array over STATES (the SRAM-DCIM domain's
-    switched-off macros count as gated)."""
-    seconds = state_cycles(tl, begin, end) / target.system.clock_hz * pes_per_ct
+    switched-off macros count as gated); each CT's at its ``leak_scale``."""
+    s = tl.leak_scale  # a CT's seconds weigh its leakage scale: "seconds" below are scaled seconds
+    seconds = state_cycles(tl, begin, end, s) / target.system.clock_hz * pes_per_ct
     out = {k: w * seconds for k, w in domain_leakage_w(target).items()}
-    kept = state_cycles(tl, begin, end, tl.sram_on.astype(np.float64)) / target.system.clock_hz
+    kept = state_cycles(tl, begin, end, tl.sram_on * s) / target.system.clock_hz
     off = float((seconds - kept).sum())  # macro-seconds of the switched-off macros, whatever their CT's state
     sram_off = off * _off_w(target.sram.leakage_uw, target)
     out["sram_dcim"] = domain_leakage_w(target)["sram_dcim"] * kept + np.array([0.0, 0.0, sram_off])
-    held = state_cycles(tl, begin, end, tl.scratch_kept.astype(np.float64))[GATED] / target.system.clock_hz
+    held = state_cycles(tl, begin, end, tl.scratch_kept * s)[GATED] / target.system.clock_hz
     out["scratchpad"][GATED] = (held * domain_leakage_w(target)["scratchpad"][GATED]
                                 + (seconds[GATED] - held) * _off_w(target.router.scratchpad_leakage_uw, target))
     return out
@@ -152,12 +159,13 @@ def _off_w(leakage_uw: float, target: PrimalTarget) -> float:
 
 def interval_watts(tl: Timeline, target: PrimalTarget, pes_per_ct: int) -> np.ndarray:
     """Static watts of the CT of every timeline interval in its state: all its domains, its switched-off
-    SRAM-DCIM macros at ``gated_leakage_fraction``."""
+    SRAM-DCIM macros at ``gated_leakage_fraction``, at the CT's ``leak_scale``."""
     leak = domain_leakage_w(target)
     others = sum((w for k, w in leak.items() if k not in ("sram_dcim", "scratchpad")), start=np.zeros(len(STATES)))
     on = tl.sram_on[tl.ct].astype(np.float64)
     held = np.where(tl.state == GATED, tl.scratch_kept[tl.ct], pes_per_ct).astype(np.float64)
     sram_off, pad_off = _off_w(target.sram.leakage_uw, target), _off_w(target.router.scratchpad_leakage_uw, target)
-    return (others[tl.state] * pes_per_ct + leak["sram_dcim"][tl.state] * on + (pes_per_ct - on) * sram_off
-            + leak["scratchpad"][tl.state] * held + (pes_per_ct - held) * pad_off)
+    return tl.leak_scale[tl.ct] * (others[tl.state] * pes_per_ct + leak["sram_dcim"][tl.state] * on
+                                   + (pes_per_ct - on) * sram_off + leak["scratchpad"][tl.state] * held
+                                   + (pes_per_ct - held) * pad_off)
 

@@ -19,7 +19,7 @@ from functools import cache
 import numpy as np
 
 from primal_compiler.errors import InputError
-from primal_compiler.executor import costs, deps, memory, power, transfers
+from primal_compiler.executor import costs, deps, leakage, memory, power, transfers
 from primal_compiler.executor.buffers import program_tiles, tile_shapes
 from primal_compiler.executor.control import Control, control
 from primal_compiler.executor.linkstate import WAIT_LIMIT
@@ -184,10 +184,11 @@ def replay(meta: dict, arrays: dict, stream: Stream, target: PrimalTarget, where
     mem = memory.occupancy(stream, prints, start, finish, ctx, meta, arrays) if "model_ir" in meta else None
     mark("memory")
     tl = power.timeline(stream.records, start, finish, topo.num_cts, end,
-                        power.sram_powered(arrays, topo.num_cts, topo.pes), topo.pes)
+                        power.sram_powered(arrays, topo.num_cts, topo.pes), topo.pes, target.thermal.leakage_reference_c)
     none = np.zeros(0, dtype=np.int64)
     tl = power.scratchpads_kept(tl, target, topo.pes, mem.kv_bytes if mem else None, mem.inst_pe if mem else none,
                                 mem.inst_begin if mem else none, mem.inst_end if mem else none)
+    tl = leakage.at_temperature(tl, stream.records, energy, end, topo, target, where)
     mark("power")
     return Replay(meta, arrays, stream, target, topo, ctx, ctl, ptr, pred, busy, unit, dispatch, start, finish, energy,
                   (n_mesh, n_other), tl, tuple(stages), LinkWait(wait, ejected, link_by, link_bound, link_mesh), mem,
@@ -207,14 +208,15 @@ def used_links(link: np.ndarray, num_links: int, mesh_links: int) -> tuple[np.nd
 
 
 ENERGY_UNITS = ("pJ", "uW")
-"""Units of the target keys that change energy and never time (with the power-gating leakage fractions)."""
+"""Units of the target keys that change energy and never time (with the power-gating leakage fractions and
+the thermal table, which sets the dies' temperature and so their leakage)."""
 
 
 def energy_only(key: str) -> bool:
     """Whether target key ``key`` (dotted) prices energy only: a replay's timing does not depend on it, so
     :func:`reprice` gives what a replay under a changed value gives."""
-    return _units().get(key) in ENERGY_UNITS or key in ("power_gating.gated_leakage_fraction",
-                                                        "power_gating.retained_leakage_fraction")
+    return (_units().get(key) in ENERGY_UNITS or key.startswith("thermal.")
+            or key in ("power_gating.gated_leakage_fraction", "power_gating.retained_leakage_fraction"))
 
 
 @cache
@@ -242,4 +244,5 @@ def reprice(rp: Replay, target: PrimalTarget) -> Replay:
     ctx = replace(rp.ctx, target=target)
     _, _, energy = costs.record_costs(ctx, "program")
     energy["links"] = costs.link_energy(ctx, *rp.links_crossed)
-    return replace(rp, target=target, ctx=ctx, energy_pj=energy)
+    tl = leakage.at_temperature(rp.timeline, rp.stream.records, energy, rp.end, rp.topo, target)
+    return replace(rp, target=target, ctx=ctx, energy_pj=energy, timeline=tl)

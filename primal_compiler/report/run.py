@@ -96,6 +96,11 @@ def render_run(report: dict) -> str:
     lines.append("power by component: " + ", ".join(
         f"{k} {v:.3f} W ({100 * v / total:.1f}%)" for k, v in m["power_breakdown_w"].items()))
     lines.append("power by state:     " + ", ".join(f"{k} {v:.3f} W" for k, v in m["power_by_state_w"].items()))
+    lk = m["leakage"]
+    at = (f"at the dies' steady temperature, {lk['die_c']['mean']:.1f} degC mean, {lk['die_c']['max']:.1f} max: "
+          f"x{lk['scale']['mean']:.2f} the stated leakage" if lk["temperature"] == "die"
+          else f"as stated, at {lk['die_c']['max']:.2f} degC (thermal.leakage_temperature = reference)")
+    lines.append(f"leakage {at}")
     bound = "instruction issue" if m["decode_issue_s"] >= 0.9 * m["itl_s"] else "the mesh and the macros"
     g = m["generation"]
     repeats = (f" ({g['replayed_steps']} replayed, {g['repeated_steps']} repeating the periodic last one)"

@@ -7,7 +7,8 @@ time (an energy constant by repricing the kept replays, any other by
 replaying the kept programs that the row reads). Where the seed's number
 lies between two evaluated points, false position (Illinois; the row taken
 as monotonic in the constant) finds the value to 0.5%, an integer key to
-its nearest integer. An energy constant, which moves energy affinely, is
+its nearest integer (whose row may then miss the seed's number by one step of
+the key: such a hit ranks after every one within the tolerance). An energy constant, which moves energy affinely, is
 also followed beyond its range (doubling or halving, up to 2**10, within
 the key's own rules), so an implausible requirement is still reported; any
 other constant only within its range. Per row, ``solve`` is the constant
@@ -114,7 +115,8 @@ def _solve_one(search: _Search, key: str, v0: float, rng: tuple[float, float], r
         if min(fa, fb) <= seed <= max(fa, fb):
             value, reached = _root(search, key, row, seed, a, fa, b, fb, integer)
             return {"constant": key, "value": value, "range": [rng[0], rng[1]], "plausible": rng[0] <= value <= rng[1],
-                    "reached": reached, "move": abs(value - v0) / (rng[1] - rng[0]), "evaluations": search.count}
+                    "reached": reached, "exact": abs(reached - seed) <= TOLERANCE * abs(seed),
+                    "move": abs(value - v0) / (rng[1] - rng[0]), "evaluations": search.count}
     return {"value": None}
 
 
@@ -166,9 +168,9 @@ def _root(search: _Search, key: str, row: int, seed: float, a: float, fa: float,
 
 
 def _choose(hits: list[dict[str, Any]], moved: bool, done: int, keys: int, evaluations: int) -> dict[str, Any]:
-    if hits:
-        best = min(hits, key=lambda h: (not h["plausible"], h["move"]))
-        return {k: v for k, v in best.items() if k != "move"}
+    if hits:  # a constant reaching the seed's number to TOLERANCE before one whose integer steps straddle it
+        best = min(hits, key=lambda h: (not h["plausible"], not h["exact"], h["move"]))
+        return {k: v for k, v in best.items() if k not in ("move", "exact")}
     if done < keys:
         why = (f"the search stopped at its time budget after {done} of {keys} constants ({evaluations} evaluations), "
                f"none of them reaching the seed's number")

@@ -43,7 +43,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from primal_compiler import compiled
-from primal_compiler.executor import power
+from primal_compiler.executor import leakage, power
 from primal_compiler.executor.metrics import metrics, window_energy_j
 from primal_compiler.executor.replay import Replay, replay
 from primal_compiler.ir.program import Program
@@ -128,12 +128,16 @@ def shape_costs(rp: Replay, batch: int, bucket: int, spec: str, history: int = 0
 
 def idle_watts(rp: Replay) -> float:
     """Static watts with every CT gated, keeping the SRAM-DCIM macros and scratchpads the replay's power
-    schedule keeps (``executor.power``)."""
+    schedule keeps (``executor.power``), at the dies' steady temperature under that power alone
+    (``executor.leakage``)."""
     tl = rp.timeline
     n = len(tl.sram_on)
+    stated = np.ones(n)
     idle = power.Timeline(np.arange(n), np.full(n, power.GATED, np.int8), np.zeros(n, np.int64),
-                          np.ones(n, np.int64), tl.sram_on, tl.scratch_kept)
-    return float(power.interval_watts(idle, rp.target, rp.topo.pes).sum())
+                          np.ones(n, np.int64), tl.sram_on, tl.scratch_kept, stated,
+                          np.full(n, rp.target.thermal.leakage_reference_c))
+    scale, _ = leakage.steady(np.zeros(n), power.interval_watts(idle, rp.target, rp.topo.pes), rp.topo, rp.target)
+    return float((power.interval_watts(idle, rp.target, rp.topo.pes) * scale).sum())
 
 
 class CostTable:

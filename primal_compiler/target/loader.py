@@ -300,6 +300,8 @@ def _range(raw: Any, value: Any, typ: type, meta: Mapping[str, Any], key: str, w
     low, high = (_coerce(v, typ, name, where) for v in raw)
     for v in (low, high):
         _check_rules(v, meta, name, where)
+    if low > high:
+        raise InputError(where, f"{name}: its low end {low} is above its high end {high}")
     if not low <= value <= high:
         stated = f"{name}" if where == value_where else f"{name} of {where}"
         raise InputError(value_where, f"{key}: {value} is outside its stated range {low}..{high} ({stated})")

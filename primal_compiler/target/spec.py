@@ -83,7 +83,7 @@ class RramSpec(Table):
     array_read_energy_pj: float = _f("pJ", "crossbar energy per cell per read pulse (one 1-bit-input x weight MAC slice)", gt=0)
     row_driver_energy_pj: float = _f("pJ", "word-line driver energy per activated row per read pulse", ge=0)
     shift_add_energy_pj_per_conversion: float = _f("pJ", "digital shift-and-add of one ADC result into the column accumulator", ge=0)
-    mvm_latency_cycles: int = _f("cycles", "cycles of one full MVM (all input bits, all row groups, all columns)", ge=1, le=MAX_CYCLES)
+    mvm_drain_cycles: int = _f("cycles", "cycles after an MVM's last conversion until its result leaves the column accumulators (mvm_latency_cycles = the ADC bound + this)", ge=0, le=MAX_CYCLES)
     leakage_uw: float = _f("uW", "static power of the macro periphery (ADCs, drivers, sample-and-hold); cells are non-volatile", ge=0)
 
     @property
@@ -104,6 +104,12 @@ class RramSpec(Table):
     def adc_bound_cycles(self) -> int:
         """Lower bound of an MVM set by the ADCs: every pulse converts every column."""
         return self.pulses_per_mvm * (self.cols // self.adcs_per_macro) * self.adc_latency_cycles
+
+    @property
+    def mvm_latency_cycles(self) -> int:
+        """Cycles of one full MVM (all input bits, all row groups, all columns): the ADC bound plus the
+        accumulator drain, derived so that the MVM time always follows ``adcs_per_macro``."""
+        return self.adc_bound_cycles + self.mvm_drain_cycles
 
     def _problems(self) -> Iterator[Problem]:
         if self.weight_bits % self.bits_per_cell:
@@ -126,13 +132,12 @@ class RramSpec(Table):
                 f"{self.adc_energy_pj_per_conversion} pJ disagrees with adc_power_uw / adc_sample_rate_hz"
                 f" = {implied:.6g} pJ (must match within 1%)"
             )
-        if not (self.weight_bits % self.bits_per_cell or self.input_bits % self.dac_bits
+        if (self.weight_bits % self.bits_per_cell or self.input_bits % self.dac_bits
                 or self.rows % self.rows_active_per_read or self.cols % self.adcs_per_macro):
-            if self.mvm_latency_cycles < self.adc_bound_cycles:
-                yield "mvm_latency_cycles", (
-                    f"{self.mvm_latency_cycles} is below the ADC bound {self.adc_bound_cycles}"
-                    " (pulses x columns per ADC x adc_latency_cycles)"
-                )
+            return
+        if self.mvm_latency_cycles > MAX_CYCLES:
+            yield "mvm_drain_cycles", (f"the MVM takes {self.mvm_latency_cycles:,} cycles (ADC bound "
+                                       f"{self.adc_bound_cycles:,} + drain), more than the {MAX_CYCLES:,} of any operation")
 
 
 @dataclass(frozen=True)
@@ -306,12 +311,15 @@ class ThermalSpec(Table):
     adc_offset_lsb_per_k: float = _f("LSB/K", "growth of every SAR ADC's offset per kelvin above its calibration temperature", ge=0, le=10)
     adc_calibration_c: float = _f("degC", "temperature at which the ADC offsets are trimmed to zero", ge=-40, le=125)
     model_min_c: float = _f("degC", "lowest die temperature the drift model holds for", ge=-273, le=500)
-    model_max_c: float = _f("degC", "highest die temperature the drift model holds for", ge=-273, le=500)
+    model_max_c: float = _f("degC", "highest die temperature the drift and leakage models hold for", ge=-273, le=500)
+    leakage_temperature: str = _f("enum", "at which temperature every leakage_uw key counts: each CT die's steady temperature under the replay's mean power (die), or the temperature the keys are stated at (reference)", choices=("die", "reference"))
+    leakage_reference_c: float = _f("degC", "temperature at which the target's leakage_uw keys are stated", ge=-273, le=500)
+    leakage_doubling_k: float = _f("K", "kelvins over which the devices' leakage doubles (leakage x 2^((T - leakage_reference_c) / this) at die temperature T)", gt=0, le=1000)
 
     def _problems(self) -> Iterator[Problem]:
         if self.model_min_c >= self.model_max_c:
             yield "model_max_c", f"{self.model_max_c:g} must be above model_min_c ({self.model_min_c:g})"
-        for key in ("ambient_c", "adc_calibration_c"):
+        for key in ("ambient_c", "adc_calibration_c", "leakage_reference_c"):
             value = getattr(self, key)
             if not self.model_min_c <= value <= self.model_max_c:
                 yield key, (f"{value:g} is outside the drift model's range {self.model_min_c:g}.."

@@ -4,12 +4,12 @@ The window is one of the run report's (``executor.metrics.phase_window``):
 decode (first token to last token, the window of ``power_w``) or prefill.
 Each CT's watts are its static power in its replayed power states
 (``executor.power.interval_watts`` over the window) plus the dynamic energy
-of the window's records over the window's length. A record's dynamic
-energy goes to the CT that issues it; a transfer to another CT (``dst_ct``)
-gives half to each end (a die-to-die link spends its energy in both PHYs;
-the CTs a package route passes through get none of it). Energy spent off the
-CT dies, the controller's issue energy and a controller-to-controller
-record, is reported apart (``offdie_w``). Every joule of the window lands
+of the window's records over the window's length, attributed to CTs as
+``executor.leakage.ct_dynamic_j`` says (a transfer to another CT gives half
+to each end). Energy spent off the CT dies, the controller's issue energy
+and a controller-to-controller record, is reported apart (``offdie_w``).
+The static power is at each die's leakage scale of the replay
+(``executor/leakage.py``: the whole replay's steady temperature). Every joule of the window lands
 in exactly one place, so the CT watts plus ``offdie_w`` equal the report's
 ``power_w`` for the same window (a test checks it).
 """
@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from primal_compiler.executor import power as xpower
+from primal_compiler.executor.leakage import ct_dynamic_j
 from primal_compiler.executor.metrics import phase_window
 
 if TYPE_CHECKING:
@@ -47,20 +48,7 @@ def drive(rp: Replay, phase: str = "decode", request: int = 0) -> Drive:
     if window_s <= 0:
         raise ValueError(f"the {phase} window of request {request} is empty")
     n = rp.topo.num_cts
-    r = rp.stream.records[rec]
-    src, dst = r["ct"].astype(np.int64), r["dst_ct"].astype(np.int64)
-    on_src, on_dst = src < n, (dst < n) & (dst != src)
-    dyn_j = np.zeros(n)
-    offdie_j = 0.0
-    for name, per_record in rp.energy_pj.items():
-        e = per_record[rec] * 1e-12
-        if name == "controller":
-            offdie_j += float(e.sum())
-            continue
-        share = np.where(on_src & on_dst, 0.5, 1.0) * e
-        np.add.at(dyn_j, src[on_src], share[on_src])
-        np.add.at(dyn_j, dst[on_dst], np.where(on_src, share, e)[on_dst])
-        offdie_j += float(e[~on_src & ~on_dst].sum())
+    dyn_j, offdie_j = ct_dynamic_j(rp.stream.records, rp.energy_pj, rec, n)
     tl = rp.timeline
     span = np.clip(np.minimum(tl.end, end) - np.maximum(tl.begin, begin), 0, None) / rp.target.system.clock_hz
     static_j = np.bincount(tl.ct, weights=span * xpower.interval_watts(tl, rp.target, rp.topo.pes), minlength=n)

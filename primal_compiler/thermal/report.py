@@ -19,7 +19,7 @@ import numpy as np
 
 from primal_compiler.thermal.adc import adc_offset_lsb
 from primal_compiler.thermal.drive import drive
-from primal_compiler.thermal.network import network
+from primal_compiler.executor.heat import network
 
 if TYPE_CHECKING:
     from primal_compiler.executor.replay import Replay

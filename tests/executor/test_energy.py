@@ -15,7 +15,9 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
+from primal_compiler.errors import InputError
 from primal_compiler.executor import power
+from primal_compiler.executor.heat import network
 from primal_compiler.executor.metrics import metrics
 from primal_compiler.executor.replay import replay
 from primal_compiler.target import load_target, with_overrides
@@ -136,8 +138,10 @@ def _dynamic_pj(rp, rec: list[int]) -> dict[str, float]:
     return e
 
 
-def _static_j(rp, begin: int, end: int) -> float:
-    """Leakage of every CT over [begin, end), its state following its PG_ON / PG_OFF records."""
+def _static_j(rp, begin: int, end: int, scale: np.ndarray | None = None) -> np.ndarray:
+    """Leakage of every CT over [begin, end), its state following its PG_ON / PG_OFF records, times its leakage
+    ``scale`` at temperature (default: the replay's)."""
+    scale = rp.timeline.leak_scale if scale is None else scale
     t, r = rp.target, rp.stream.records
     pg = t.power_gating
     digital = t.system.base_weight_array == "sram-dcim"
@@ -154,7 +158,7 @@ def _static_j(rp, begin: int, end: int) -> float:
                                                                              pg.gated_leakage_fraction))
     held = {(int(rp.arrays["tile_ct"][rp.arrays["tile_host"][i]]), int(rp.arrays["tile_pe"][i]))
             for i in range(len(rp.arrays["tile_macro"])) if rp.arrays["tile_macro"][i] == Macro.SRAM}
-    total = 0.0
+    total = np.zeros(rp.topo.num_cts)
     for ct in range(rp.topo.num_cts):
         lora = sum(1 for c, _ in held if c == ct) if pg.gate_unused_sram and gating else rp.topo.pes
         unused = (rp.topo.pes - lora) * sram_off  # watts of the macros holding no LoRA weight, in every state
@@ -172,7 +176,7 @@ def _static_j(rp, begin: int, end: int) -> float:
         events = [(at, i, active_ct if s == "active" else gated_ct) for at, i, s in events]
         for (at, _, watts), (nxt, _, _) in zip(events, events[1:] + [(rp.end, 0, 0.0)]):
             span = max(0, min(nxt, end) - max(at, begin))
-            total += watts * span / t.system.clock_hz
+            total[ct] += watts * scale[ct] * span / t.system.clock_hz
     return total
 
 
@@ -197,7 +201,7 @@ def test_a_scratchpad_is_kept_for_its_kv_and_for_a_buffer_live_across_the_gated_
     """CT 1 gated over [100, 200): PE 3's buffer lives across it, PE 4's ends before, PE 5 holds KV; CT 0 never
     gates, so its buffer over the same cycles keeps nothing."""
     tl = power.timeline(np.zeros(0, dtype=[("op", "u1"), ("ct", "u2")]), np.zeros(0, np.int64),
-                        np.zeros(0, np.int64), 2, 300, np.full(2, 8), 8)
+                        np.zeros(0, np.int64), 2, 300, np.full(2, 8), 8, 26.85)
     tl = replace(tl, ct=np.array([0, 1, 1, 1]), state=np.array([0, 0, 2, 0], np.int8),
                  begin=np.array([0, 0, 100, 200]), end=np.array([300, 100, 200, 300]))
     kv = np.zeros(16, np.int64)
@@ -233,7 +237,50 @@ def _check_by_hand(rp) -> None:
     assert by_hand["links"] > 0 and by_hand["rram_adc"] + by_hand["base_dcim"] > 0 and by_hand["wakeup"] >= 0
     for k, pj in by_hand.items():
         assert replayed_j[k] * tokens == pytest.approx(pj * 1e-12, rel=1e-9, abs=1e-18), k
-    assert replayed_j["static"] * tokens == pytest.approx(_static_j(rp, begin, end), rel=1e-9)
+    assert replayed_j["static"] * tokens == pytest.approx(_static_j(rp, begin, end).sum(), rel=1e-9)
+
+
+def test_the_leakage_is_at_the_dies_steady_temperature(replayed):
+    """Each CT's leakage scale is 2^((T - 300 K) / 12.9 K) at its die temperature T, and T is the RC network's
+    steady state under the CT's mean power over the replay: its records' energy by hand (an issuing CT pays,
+    a transfer to another CT splits it, the controller's issue is off the dies) plus its leakage by hand at T."""
+    rp = replayed
+    t, tl, n = rp.target, rp.timeline, rp.topo.num_cts
+    assert t.thermal.leakage_temperature == "die"
+    assert np.allclose(tl.leak_scale, 2.0 ** ((tl.die_c - 26.85) / 12.9), rtol=1e-12)
+    assert (tl.die_c > t.thermal.ambient_c).all() and (tl.leak_scale > 2.5).all()  # 45 degC ambient: x2.65 at least
+    r = rp.stream.records
+    dyn = np.zeros(n)
+    for name, pj in rp.energy_pj.items():
+        if name == "controller":
+            continue
+        for i in np.flatnonzero(pj):
+            src, dst, e = int(r["ct"][i]), int(r["dst_ct"][i]), float(pj[i]) * 1e-12
+            ends = [c for c in (src, dst) if c < n] if dst != src else [src] * (src < n)
+            for c in ends:
+                dyn[c] += e / len(ends)
+    seconds = rp.end / t.system.clock_hz
+    watts = (dyn + _static_j(rp, 0, rp.end)) / seconds
+    net = network(rp.topo, t)
+    assert np.allclose(net.ambient_c + net.steady_rise(watts)[:n], tl.die_c, atol=1e-4)
+
+
+def test_leakage_at_the_reference_temperature_takes_the_keys_as_stated(compiled):
+    program, meta, arrays = compiled
+    target = with_overrides(load_target("primal-7nm"), {"ct.mesh_rows": 8, "ct.mesh_cols": 8,
+                                                         "thermal.leakage_temperature": "reference"})
+    rp = replay(meta, arrays, program.stream, target)
+    assert (rp.timeline.leak_scale == 1).all() and (rp.timeline.die_c == 26.85).all()
+    _check_by_hand(rp)
+
+
+def test_a_die_past_the_models_range_is_refused(compiled):
+    """A heat sink 10^6 times weaker leaves the dies far above 125 degC: refused in one line."""
+    program, meta, arrays = compiled
+    target = with_overrides(load_target("primal-7nm"), {"ct.mesh_rows": 8, "ct.mesh_cols": 8,
+                                                         "thermal.convection_k_mm2_per_w": 1e9})
+    with pytest.raises(InputError, match=r"die would pass 125 degC \(thermal.model_max_c\)"):
+        replay(meta, arrays, program.stream, target)
 
 
 def test_the_energy_splits_sum_to_the_energy_per_token(replayed):

@@ -2,10 +2,12 @@
 
 The independent check is the full replay itself: every fixture family is compiled for 24 generated tokens
 (the 4-token KV chunks put the new token's K/V in six different chunks) and replayed record by record, and
-for 3 steps, extended to 24. The prefill and the first step agree exactly. The rest agrees within what the
-extension leaves out: where a step appends its K/V changes its time by up to 0.4% on these fixtures (the
-append's route crosses other links), so the mean ITL, tokens/s and energy agree within 1%, and the test
-also asserts that the full replays do vary, so that bound is exercised and not vacuous.
+for 3 steps, extended to 24. The prefill and the first step agree exactly in time. The rest agrees within
+what the extension leaves out: where a step appends its K/V changes its time by up to 0.4% on these
+fixtures (the append's route crosses other links), so the mean ITL, tokens/s and energy agree within 1%,
+and the test also asserts that the full replays do vary, so that bound is exercised and not vacuous. The
+prefill's energy agrees within 1% too: leakage is priced at the dies' steady temperature under the
+replay's mean power (executor/leakage.py), and 3 replayed steps are a different mean than 24.
 """
 
 from __future__ import annotations
@@ -26,8 +28,8 @@ from primal_compiler.frontend import load_model
 from tests.functional.conftest import fixture, replay_target  # noqa: F401  (replay_target: a fixture)
 
 GENERATE, REPLAYED, CONTEXT = 24, 3, 32
-EXACT = ("ttft_s", "itl_first_step_s", "prefill_energy_j")
-CLOSE = ("itl_s", "itl_p50_s", "itl_p99_s", "tokens_per_s", "energy_per_token_j", "tokens_per_j", "power_w")
+EXACT = ("ttft_s", "itl_first_step_s")
+CLOSE = ("prefill_energy_j", "itl_s", "itl_p50_s", "itl_p99_s", "tokens_per_s", "energy_per_token_j", "tokens_per_j", "power_w")
 CASES = ["llama_lora_qv_r4_torchscript", "mistral_dynamo", "gpt2_lora_cattn_r4_dynamo", "opt_dynamo"]
 
 

@@ -69,8 +69,7 @@ def test_stored_codes_bring_hardware_mode_closer_to_the_file_than_requantizing(m
     from primal_compiler.functional import params
 
     fine = with_overrides(load_target("primal-7nm"), {"rram.adc_bits": 14, "rram.input_bits": 12,
-                                                      "sram.input_bits": 12, "rram.mvm_latency_cycles": 4000,
-                                                      "sram.mac_latency_cycles": 14})
+                                                      "sram.input_bits": 12, "sram.mac_latency_cycles": 14})
     path = str(QUANTIZED / "llama_nbits4_sym.onnx")
     program = compile_for_replay(load_model(path), fine, 4, 1, "fast")
 

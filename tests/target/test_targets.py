@@ -114,7 +114,8 @@ def test_default_target_is_internally_consistent():
     t = load_target("primal-7nm")
     # 120 uW at 1 GS/s is 0.12 pJ per conversion.
     assert math.isclose(t.rram.adc_energy_pj_per_conversion, t.rram.adc_power_uw * 1e6 / t.rram.adc_sample_rate_hz)
-    assert t.rram.mvm_latency_cycles >= t.rram.adc_bound_cycles
+    # The MVM time is derived from the ADCs (8 input bits x 4 row groups x 8 columns per ADC) plus the drain.
+    assert (t.rram.adc_bound_cycles, t.rram.mvm_latency_cycles) == (256, 260)
     # Seed: RRAM-ACIM is 65.2% and SRAM-DCIM 15.8% of PE area.
     assert t.area.rram_um2 / t.area.pe_um2 == pytest.approx(0.652, abs=5e-4)
     assert t.area.sram_um2 / t.area.pe_um2 == pytest.approx(0.158, abs=5e-4)
@@ -278,7 +279,6 @@ def test_a_table_given_as_a_value(tmp_path):
         ("rram", "dac_bits", "dac_bits = 2", "must be 1 in bit-serial input mode"),
         ("rram", "adcs_per_macro", "adcs_per_macro = 48", "does not divide cols 256"),
         ("rram", "adc_energy_pj_per_conversion", "adc_energy_pj_per_conversion = 0.2", "disagrees with adc_power_uw"),
-        ("rram", "mvm_latency_cycles", "mvm_latency_cycles = 100", "below the ADC bound 256"),
         ("rram", "adc_latency_cycles", "adc_latency_cycles = 0", "must be >= 1"),
         ("sram", "columns_per_bank", "columns_per_bank = 4", "!= cols_bits 64"),
         ("router", "ports", "ports = 4", "must be >= 5"),
@@ -488,7 +488,7 @@ def test_units_are_in_key_names(cls):
     suffix = {"pJ": "pj", "uW": "uw", "um2": "um2", "cycles": "cycles", "bytes": "bytes", "bytes/s": "bytes_per_s",
               "Hz": "hz", "bits": "bits", "flits": "flits", "nm": "nm", "W": "w", "FLOP/s": "flop_per_s", "OP/s": "op_per_s",
               "degC": "c", "um": "um", "W/(m K)": "w_per_m_k", "J/(m3 K)": "j_per_m3_k", "K mm2/W": "k_mm2_per_w",
-              "J/(K mm2)": "j_per_k_mm2", "LSB/K": "lsb_per_k"}
+              "J/(K mm2)": "j_per_k_mm2", "LSB/K": "lsb_per_k", "K": "k"}
     for info in schema(cls):
         if info.unit in UNITLESS:
             continue
@@ -525,7 +525,7 @@ def test_every_integer_key_has_an_upper_bound(cls):
         ("rram", "rows", "rows = 1_000_000", "must be <= 4096"),
         ("rram", "adc_sample_rate_hz", "adc_sample_rate_hz = 1" + "0" * 400, "must be <= 1000000000000"),
         ("router", "scratchpad_bytes", "scratchpad_bytes = 1_099_511_627_776", "must be <= 16777216"),
-        ("rram", "mvm_latency_cycles", "mvm_latency_cycles = 9_223_372_036_854_775_807", "must be <= 1000000"),
+        ("rram", "mvm_drain_cycles", "mvm_drain_cycles = 9_223_372_036_854_775_807", "must be <= 1000000"),
     ],
 )
 def test_sizes_are_bounded_up_front(tmp_path, table, key, line, expected):
@@ -545,7 +545,7 @@ def test_a_model_too_large_for_any_package_is_refused_before_lowering(tmp_path):
     from primal_compiler.frontend import load_model
 
     path = _variant(tmp_path, 'extends = "primal-7nm"\nname = "dot"\n[rram]\nrows = 1\ncols = 1\n'
-                              "rows_active_per_read = 1\nadcs_per_macro = 1\nmvm_latency_cycles = 8\n", "dot.toml")
+                              "rows_active_per_read = 1\nrows_active_per_read_range = [1, 1]\nadcs_per_macro = 1\n", "dot.toml")
     with pytest.raises(InputError, match=r"llama2-70b: needs 69,499,617,280 PEs .* more than the 16,777,216 PEs"):
         compile_model(load_model("llama2-70b"), load_target(path), "lower-tiles")
 
@@ -599,6 +599,7 @@ def test_a_stated_range_is_loaded_beside_its_value_and_changes_no_hash(tmp_path)
     ("leakage_uw_range = [0.5]", "sram.leakage_uw_range: expected [low, high]"),
     ("leakage_uw_range = [-1.0, 10.0]", "sram.leakage_uw_range: "),
     ('leakage_uw_range = ["low", 10.0]', "sram.leakage_uw_range: expected a number"),
+    ("leakage_uw_range = [10.0, 0.5]", "sram.leakage_uw_range: its low end 10.0 is above its high end 0.5"),
 ])
 def test_a_bad_stated_range_is_one_line_naming_the_key(tmp_path, line, message):
     path = _variant(tmp_path, _replace_line(SEVEN_TEXT, "leakage_uw_range", line, "sram"))
@@ -630,3 +631,29 @@ def test_the_all_digital_reference_holds_the_base_tile_in_sram_macros():
 def test_an_all_digital_base_array_of_the_wrong_area_is_refused(tmp_path):
     path = _variant(tmp_path, 'extends = "digital-7nm"\nname = "x"\n[area]\nrram_um2 = 39120.0\n', "x.toml")
     _assert_one_line(_error(path), path, "area.rram_um2")
+
+
+def test_the_mvm_time_follows_the_adcs_per_macro():
+    """One ADC per crossbar converts all 256 columns of every pulse itself: 32x the ADC bound of 32 ADCs."""
+    t = load_target("primal-7nm")
+    one = with_overrides(t, {"rram.adcs_per_macro": 1})
+    assert one.rram.mvm_latency_cycles == 8 * 4 * 256 + 4
+    assert with_overrides(t, {"rram.mvm_drain_cycles": 0}).rram.mvm_latency_cycles == 256
+
+
+def test_a_typed_mvm_time_is_refused_since_it_is_derived(tmp_path):
+    path = _variant(tmp_path, SEVEN_TEXT.replace("[rram]\n", "[rram]\nmvm_latency_cycles = 260\n"))
+    _assert_one_line(_error(path), path, "rram.mvm_latency_cycles")
+
+
+def test_every_structural_assumption_states_a_range():
+    """Issue 49: the constants that decide the result carry a stated range, so ``--solve`` can try them."""
+    t = load_target("primal-7nm")
+    for key in ("system.clock_hz", "system.nmc_issue_cycles", "ct.sequencer_issue_cycles",
+                "rram.rows_active_per_read", "rram.adcs_per_macro", "rram.mvm_drain_cycles", "sram.mac_latency_cycles",
+                "router.link_bits_per_cycle", "router.hop_latency_cycles", "router.dmac_ops_per_cycle",
+                "router.scratchpad_bytes", "d2d.bandwidth_bytes_per_s", "d2d.latency_cycles", "d2d.ports_per_ct",
+                "act.rmsnorm_ops_per_element", "act.softmax_ops_per_element", "act.silu_ops_per_element",
+                "thermal.leakage_doubling_k"):
+        low, high = t.ranges[key]
+        assert low <= high, key

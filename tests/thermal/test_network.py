@@ -9,7 +9,7 @@ import pytest
 
 from primal_compiler.executor.replay import topology
 from primal_compiler.target import load_target
-from primal_compiler.thermal.network import network
+from primal_compiler.executor.heat import network
 
 
 @pytest.fixture(scope="module")

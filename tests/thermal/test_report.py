@@ -9,7 +9,7 @@ import pytest
 
 from primal_compiler.target import with_overrides
 from primal_compiler.thermal.drive import drive
-from primal_compiler.thermal.network import network
+from primal_compiler.executor.heat import network
 from primal_compiler.thermal.report import render_thermal, thermal_report
 
 
