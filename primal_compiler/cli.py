@@ -200,10 +200,10 @@ def cmd_targets(args) -> None:
     from primal_compiler.target import bundled_targets, validate_all
 
     paths = bundled_targets()
-    bad = 0
+    bad, width = 0, max(map(len, paths), default=0)
     for name, ok, message in validate_all():
         bad += not ok
-        print(f"{name:<14} {'ok' if ok else 'INVALID':<8} {paths.get(name, '')}" + ("" if ok else f"  {message}"))
+        print(f"{name:<{width}} {'ok' if ok else 'INVALID':<8} {paths.get(name, '')}" + ("" if ok else f"  {message}"))
     if bad:
         raise SystemExit(2)
 
@@ -292,7 +292,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_family_args(sp)
     sp.set_defaults(func=cmd_run, defaults={dest: sp.get_default(dest) for _, dest in COST_ONLY + FUNCTIONAL_ONLY})
 
-    sp = sub.add_parser("reproduce", help="the seed's result table: ours (replayed), the seed's, the ratio")
+    sp = sub.add_parser("reproduce", help="the seed's result table: ours (replayed), the seed's design read literally, the seed's")
     sp.add_argument("--model", default="llama2-13b")
     sp.add_argument("--lora", default="q,v:8")
     sp.add_argument("--target", default="primal-7nm")

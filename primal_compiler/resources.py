@@ -20,5 +20,5 @@ def data_dir(kind: str) -> Path:
 
 
 def bundled(kind: str) -> dict[str, Path]:
-    """Bundled ``kind`` files by name (file stem), sorted."""
-    return {p.stem: p for p in sorted(data_dir(kind).glob("*.toml"))}
+    """Bundled ``kind`` files by name (file stem), sorted by name."""
+    return {p.stem: p for p in sorted(data_dir(kind).glob("*.toml"), key=lambda p: p.stem)}

@@ -11,7 +11,16 @@ at positions ``prompt``, ``prompt + 1``, ...). With a ``history`` of h tokens
 K/V are already in its KV slots, computed on its adapter) the prompt takes
 positions h .. h + prompt - 1, the decode steps follow from h + prompt, and
 the prefill's EMBED carries h in ``arg`` above bit 8 (docs/isa.md). Every phase (the prefill and
-each decode step) ends with the controller's ARGMAX. Each layer is
+each decode step) ends with the controller's ARGMAX.
+
+LoRA residency: by default the adapter's weights stay in the SRAM-DCIM macros for the whole request
+(written once in ``adapter:r``; again only when the next request's adapter differs). With ``reprogram``
+(``codegen{lora_residency=per-token}``, the seed's SRPG: "while CT_n computes layer n, the SRAM of
+CT_n+1 is rewritten in the background with the next layer's LoRA weights") the macros hold weights only
+while they are used: every pass (a prefill chunk, a decode step of a pass) starts with a rewrite of every
+non-zero LoRA tile from the controller and a barrier (:data:`~primal_compiler.isa.opcodes.REPROGRAM`), which ``srpg`` pipelines (layer
+n's writes after layer n-1 of the same pass starts, the barrier dropped); ``adapter:r`` then holds the
+MASKs alone. Each layer is
 emb/hand-off, norm + Q/K/V, attention, O + residual + MLP; records of a layer
 template are built once and shifted to every layer using it.
 """
@@ -28,7 +37,7 @@ from primal_compiler.codegen.block import Block, shifted
 from primal_compiler.codegen.layer import LayerEmitter, offsets
 from primal_compiler.codegen.routes import LayerRoutes
 from primal_compiler.ir.tiles import Macro
-from primal_compiler.isa.opcodes import CONTROLLER, NONE16, ActFn, BufKind, Flag, HiddenBuf, Opcode, buf, hidden
+from primal_compiler.isa.opcodes import CONTROLLER, NONE16, REPROGRAM, ActFn, BufKind, Flag, HiddenBuf, Opcode, buf, hidden
 from primal_compiler.isa.stream import Section, Stream
 from primal_compiler.mapping.lower import layer_templates
 from primal_compiler.mapping.lower import geometry
@@ -86,8 +95,10 @@ class _Out:
 
 
 class ProgramEmitter:
-    def __init__(self, program: Program, target: PrimalTarget, history: int = 0) -> None:
+    def __init__(self, program: Program, target: PrimalTarget, history: int = 0, reprogram: bool = False) -> None:
         self.p, self.target, self.history = program, target, history
+        self.reprogram = reprogram  # LoRA weights rewritten at every pass (module docstring)
+        self.adapter_id = 0  # the adapter of the request being emitted
         self.model, self.kv = program.model, program.need_kv()
         self.geo = geometry(program.model, target)
         self.geo_pes = target.ct.pes
@@ -142,6 +153,8 @@ class ProgramEmitter:
         then one ARGMAX per range of ``decide`` (the passes whose next tokens it picks); with ``decide``
         empty (a prompt chunk that is not the last), the layers only: no LM head, no ARGMAX."""
         batch, L = len(seqs), self.model.num_layers
+        if self.reprogram:
+            out.put(self.reprogram_block(), flags=flags)
         for n in range(L + 1 if decide else L):
             tp = self.templates[self.template_of[n]]
             shift = self._first_ct(n) - tp.first_ct
@@ -163,8 +176,8 @@ class ProgramEmitter:
         out.put(tail, flags=flags)
 
     def adapter(self, out: _Out, barrier: int, adapter: int = 0) -> None:
-        """MASK the all-zero LoRA blocks, CONFIG the others with ``adapter``'s weights (into slot 0), then a
-        barrier."""
+        """MASK the all-zero LoRA blocks, CONFIG the others with ``adapter``'s weights (into slot 0; when the
+        program reprograms at every pass, each pass does instead), then a barrier."""
         t = self.p.need_tiles()
         sram = np.flatnonzero(t.macro == Macro.SRAM)
         ct, pe = t.ct[t.host[sram]], t.pe[sram]
@@ -172,16 +185,32 @@ class ProgramEmitter:
         b = Block()
         if zero.any():
             b.add_columns(int(zero.sum()), op=Opcode.MASK, ct=ct[zero], pe=pe[zero], arg=1, layer=t.layer[sram][zero])
-        keep = ~zero
-        b.add_columns(int(keep.sum()), op=Opcode.CONFIG, ct=CONTROLLER, pe=0, dst_ct=ct[keep], dst_pe=pe[keep],
-                      dst_buf=buf(BufKind.SRAM, 0), nbytes=t.bytes[sram][keep], arg=adapter << 16,
-                      layer=t.layer[sram][keep], flags=Flag.D2D)
+        if not self.reprogram:
+            self._configs(b, adapter)
         b.add(op=Opcode.SYNC, ct=CONTROLLER, pe=0, arg=barrier)
         out.put(b)
 
+    def _configs(self, b: Block, adapter: int) -> None:
+        """A CONFIG from the controller of every LoRA tile that is not all zero, with ``adapter``'s weights:
+        zero blocks are neither written nor computed."""
+        t = self.p.need_tiles()
+        sram = np.flatnonzero(t.macro == Macro.SRAM)
+        keep = sram[t.zero[sram] != 1]
+        b.add_columns(len(keep), op=Opcode.CONFIG, ct=CONTROLLER, pe=0, dst_ct=t.ct[t.host[keep]], dst_pe=t.pe[keep],
+                      dst_buf=buf(BufKind.SRAM, 0), nbytes=t.bytes[keep], arg=adapter << 16, layer=t.layer[keep],
+                      flags=Flag.D2D)
+
+    def reprogram_block(self) -> Block:
+        """A pass's LoRA reprogramming, serial: every layer's CONFIG, then a barrier (:data:`~primal_compiler.isa.opcodes.REPROGRAM`) no
+        layer of the pass passes before every write lands; ``srpg`` pipelines it."""
+        b = Block()
+        self._configs(b, self.adapter_id)
+        b.add(op=Opcode.SYNC, ct=CONTROLLER, pe=0, arg=REPROGRAM)
+        return b
+
 
 def emit_stream(program: Program, target: PrimalTarget, prompt: int, requests: tuple[int, ...], steps: int = 1,
-                pipeline: bool = True, prefill_chunk: int = 0, history: int = 0) -> Stream:
+                pipeline: bool = True, prefill_chunk: int = 0, history: int = 0, reprogram: bool = False) -> Stream:
     """The instruction stream of ``requests`` (adapter id per request) on a placed program with a KV map.
 
     ``pipeline`` (batch > 1): each decode step runs one pass per sequence through the layers (records
@@ -189,14 +218,16 @@ def emit_stream(program: Program, target: PrimalTarget, prompt: int, requests: t
     different sequences at once and a sequence's next step starts when its own token is known; the
     prefill stays one pass of every sequence's prompt, ending with one ARGMAX per sequence. Off, one
     pass carries every sequence (records of ``batch`` vectors, one ARGMAX per step). ``history``: tokens
-    each request's conversation already holds in the KV cache (module docstring).
+    each request's conversation already holds in the KV cache (module docstring). ``reprogram``: every
+    pass rewrites the LoRA weights (module docstring).
     """
-    em = ProgramEmitter(program, target, history)
+    has_lora = bool((program.need_tiles().macro == Macro.SRAM).any())
+    em = ProgramEmitter(program, target, history, reprogram and has_lora)
     out = _Out()
     batch = program.need_kv().batch
     passes = decode_passes(batch, pipeline)
-    has_lora = bool((program.need_tiles().macro == Macro.SRAM).any())
     for r, adapter in enumerate(requests):
+        em.adapter_id = adapter
         if has_lora and (r == 0 or adapter != requests[r - 1]):
             start = out.length
             em.adapter(out, barrier=r, adapter=adapter)
@@ -225,7 +256,8 @@ def decode_passes(batch: int, pipeline: bool) -> list[range]:
 def prefill_pass(program: Program, target: PrimalTarget, start: int, tokens: int, pipeline: bool,
                  history: int = 0) -> Stream:
     """One prefill pass alone (no sections): ``tokens`` tokens of every sequence from position ``start``,
-    the LM head and each decode pass's ARGMAX included, as the last chunk of a prompt."""
+    the LM head and each decode pass's ARGMAX included, as the last chunk of a prompt (LoRA writes, which
+    take no scratchpad, left out)."""
     em = ProgramEmitter(program, target, history)
     out = _Out()
     batch = program.need_kv().batch

@@ -11,7 +11,9 @@ stream and inserts PG_ON before and PG_OFF after each window. Gated CTs keep
 SRAM weights and scratchpads (the KV cache). :func:`pipeline_configs` moves
 the CONFIG and MASK records of layer n >= 1 from a request's adapter section
 to just after the first record of layer n - 1 in its prefill, so only layer
-0's adapter load stays ahead of the barrier.
+0's adapter load stays ahead of the barrier; a program that rewrites its LoRA
+weights at every pass (codegen's ``lora_residency = per-token``) gets each
+pass's writes pipelined the same way within the pass, its barrier dropped.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from __future__ import annotations
 import numpy as np
 
 from primal_compiler.arrays import distinct
-from primal_compiler.isa.opcodes import ALL_PES, CONTROLLER, NONE16, NONE32, Opcode, empty, step_ends
+from primal_compiler.isa.opcodes import ALL_PES, CONTROLLER, NONE16, NONE32, REPROGRAM, Opcode, empty, step_ends
 from primal_compiler.isa.stream import Section, Stream
 
 
@@ -85,7 +87,10 @@ def _reorder(stream: Stream, key: np.ndarray, extra: np.ndarray | None = None, e
 
 
 def pipeline_configs(stream: Stream) -> Stream:
-    """CONFIG/MASK of layer n >= 1 of each adapter section moved into the prefill after layer n-1 starts."""
+    """CONFIG/MASK of layer n >= 1 of each adapter section moved into the prefill after layer n-1 starts; a
+    pass's reprogramming (its CONFIGs before a ``REPROGRAM`` barrier) pipelined into the pass the same way,
+    its barrier dropped."""
+    stream = _pipeline_passes(stream)
     rec = stream.records
     key = np.arange(len(stream), dtype=np.float64)
     by_name = {s.name: s for s in stream.sections}
@@ -104,6 +109,39 @@ def pipeline_configs(stream: Stream) -> Stream:
         anchor = np.where(layers[at] == want, pre.start + first[at], pre.start)
         key[s.start + np.flatnonzero(move)] = anchor + 0.5
     return _reorder(stream, key)
+
+
+def _pipeline_passes(stream: Stream) -> Stream:
+    """Each pass's CONFIGs of layer n >= 1 moved after the first record of layer n - 1 of the same pass (the
+    records after its ``REPROGRAM`` barrier, up to the next), layer 0's left ahead; the barriers dropped."""
+    rec = stream.records
+    barrier = (rec["op"] == Opcode.SYNC) & (rec["arg"] == REPROGRAM)
+    if not barrier.any():
+        return stream
+    in_adapter = np.zeros(len(stream), dtype=bool)
+    for s in stream.sections:
+        in_adapter[s.start : s.stop] |= s.name.startswith("adapter:")
+    config = (rec["op"] == Opcode.CONFIG) & ~in_adapter
+    after = np.cumsum(barrier)  # barriers at or before each record: a pass's records follow its barrier
+    pas = after + config  # a pass's CONFIGs precede its barrier
+    layer = rec["layer"].astype(np.int64)
+    slots = int(layer[layer != NONE16].max(initial=0)) + 2
+    body = np.flatnonzero(~config & ~barrier & (layer != NONE16))
+    slot, first = np.unique(pas[body] * slots + layer[body], return_index=True)
+    cfg = np.flatnonzero(config & (layer >= 1) & (layer != NONE16))
+    want = pas[cfg] * slots + layer[cfg] - 1
+    at = np.minimum(np.searchsorted(slot, want), max(len(slot) - 1, 0))
+    found = (slot[at] == want) if len(slot) else np.zeros(len(cfg), bool)
+    key = (np.cumsum(~barrier) - 1).astype(np.float64)  # positions once the barriers are gone
+    key[cfg[found]] = key[body[first[at[found]]]] + 0.5
+    return _reorder(_without(stream, barrier), key[~barrier])
+
+
+def _without(stream: Stream, drop: np.ndarray) -> Stream:
+    """``stream`` without the records ``drop`` marks (none of them in a multicast group); sections shrink."""
+    kept_before = np.concatenate([[0], np.cumsum(~drop)])
+    sections = tuple(Section(s.name, int(kept_before[s.start]), int(kept_before[s.stop])) for s in stream.sections)
+    return Stream(stream.records[~drop], stream.group_ptr, stream.group_ct, stream.group_pe, sections)
 
 
 def windows(stream: Stream, num_layers: int, per_step: bool = True) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

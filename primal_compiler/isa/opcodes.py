@@ -22,6 +22,7 @@ NONE16 = 0xFFFF
 NONE32 = 0xFFFFFFFF
 CONTROLLER = 0xFFFE  # ``ct`` / ``dst_ct`` value of the near-memory controller (NMC)
 ALL_PES = 0xFFFF  # ``pe`` value of a whole-CT instruction (power gating)
+REPROGRAM = 0xFFFFFFFE  # ``SYNC`` barrier id of a pass's LoRA reprogramming (an adapter load's is its request's index)
 
 
 class Opcode(IntEnum):

@@ -90,6 +90,10 @@ class Codegen(Pass):
     memory: str = option("report", choices=("report", "strict"))
     # Tokens of each request's conversation already in the KV cache before its prompt (context save).
     history: int = option(0, 0, CONTEXT_RANGE[1] - 2)
+    # Where LoRA weights live: "resident" in the SRAM-DCIM macros for the whole request (loaded once, again when
+    # the adapter changes), or "per-token": rewritten from the controller at every pass, each layer's in the
+    # background of the previous layer once srpg pipelines it (the seed's SRPG; codegen/emit.py).
+    lora_residency: str = option("resident", choices=("resident", "per-token"))
     workload_options = {"prompt": "prompt", "steps": "steps", "generate": "generate", "prefill_chunk": "prefill_chunk",
                         "memory": "memory"}
 
@@ -140,7 +144,8 @@ class Codegen(Pass):
         requests = parse_requests(self.requests)
 
         def emit(chunk: int) -> Stream:
-            return emit_stream(program, target, prompt, requests, self.steps, self.pipeline, chunk, self.history)
+            return emit_stream(program, target, prompt, requests, self.steps, self.pipeline, chunk, self.history,
+                               self.lora_residency == "per-token")
 
         fitted, chunk = None, min(self.prefill_chunk or prompt, prompt)
         if self.memory == "strict":
@@ -154,7 +159,8 @@ class Codegen(Pass):
             "records": len(stream), "groups": stream.num_groups, "bytes": stream.nbytes, "prompt": prompt,
             "steps": self.steps, "generate": self.generate or self.steps, "pipeline": self.pipeline,
             "prefill_chunk": chunk,
-            "history": self.history, "sections": {s.name: s.stop - s.start for s in stream.sections},
+            "history": self.history, "lora_residency": self.lora_residency,
+            "sections": {s.name: s.stop - s.start for s in stream.sections},
             "opcodes": {op.name: int(ops[op]) for op in Opcode if ops[op]},
         }
         if fitted:

@@ -9,7 +9,8 @@ import numpy as np
 
 from primal_compiler.codegen.power import gate, pipeline_configs
 from primal_compiler.ir.tiles import lora_macros
-from primal_compiler.isa.opcodes import Opcode
+from primal_compiler.errors import InputError
+from primal_compiler.isa.opcodes import REPROGRAM, Opcode
 from primal_compiler.ir.facts import Fact, facts
 from primal_compiler.passmgr import Pass, option
 
@@ -31,7 +32,9 @@ class Srpg(Pass):
     for the ablations. With ``gating`` and the target's
     ``power_gating.gate_unused_sram``, every SRAM-DCIM macro that holds no LoRA
     weight stays switched off (``pg_sram_off``, per CT). See
-    :mod:`primal_compiler.codegen.power`.
+    :mod:`primal_compiler.codegen.power`. A program whose LoRA weights stay
+    resident cannot be gated by a target that does not retain SRAM (its weights
+    would be lost): refused, naming both choices.
     """
 
     name = "srpg"
@@ -46,6 +49,13 @@ class Srpg(Pass):
 
     def run(self, program: Program, target: PrimalTarget) -> Program:
         stream = program.need_stream()
+        ops = stream.records["op"]
+        resident = (ops == Opcode.CONFIG).any() and not ((ops == Opcode.SYNC) & (stream.records["arg"] == REPROGRAM)).any()
+        if self.gating and resident and not target.power_gating.retain_sram:
+            raise InputError(f"pass {self.name}", "LoRA weights kept resident in SRAM-DCIM (codegen{lora_residency="
+                                                  "resident}) are lost when a CT is gated without "
+                                                  "power_gating.retain_sram: rewrite them at every pass "
+                                                  "(codegen{lora_residency=per-token}), retain SRAM, or gating=false")
         if self.pipeline_config:
             stream = pipeline_configs(stream)
         num_cts, pes = program.need_layout().num_cts, target.ct.mesh_rows * target.ct.mesh_cols

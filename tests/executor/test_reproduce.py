@@ -22,7 +22,8 @@ def rows():
 def test_rows_pair_ours_with_the_seed(rows):
     assert len(rows) >= 15
     for r in rows:
-        assert set(r) == {"metric", "ours", "seed", "ratio", "note"}
+        assert set(r) == {"metric", "ours", "reading", "seed", "ratio", "note"}
+        assert r["reading"] is not None
         if r["seed"] is None:  # the GPU baseline family: the seed has no such figure
             assert "baseline family" in r["note"] and r["ratio"] is None
             continue
@@ -50,12 +51,32 @@ def test_ablations_move_the_way_the_mechanism_says(rows):
     assert mixed > 1
 
 
+def test_the_reading_rewrites_lora_every_token_so_zero_blocks_and_pipelining_matter(rows):
+    """The reading (primal-7nm-seed, codegen{lora_residency=per-token}) moves the rows that follow from
+    reprogramming; with the adapters resident, skipping zero blocks gains nothing (no write to skip)."""
+    by = {r["metric"]: r for r in rows}
+    skip = next(r for k, r in by.items() if k.startswith("zero-LoRA-block skipping"))
+    assert skip["ours"] == 0 and skip["reading"] > 0.005
+    cut = by["pipelined LoRA reconfiguration: TTFT cut"]
+    assert cut["reading"] > cut["ours"]
+    share = by["SRAM-DCIM share of power (decode)"]
+    assert share["reading"] > 5 * share["ours"]  # every token's writes, and every SRAM macro kept powered
+    assert by["ITL PRIMAL (ms)"]["reading"] > by["ITL PRIMAL (ms)"]["ours"]  # central issue, per-token writes
+
+
+def test_a_study_without_a_reading_has_none(capsys):
+    from dataclasses import replace
+
+    rows = reproduce(replace(TINY, reading_target=""))
+    assert all(r["reading"] is None for r in rows)
+
+
 def test_cli_json_rows(capsys):
     args = ["reproduce", "--model", "tiny-llama", "--context", "64", "--batch8-context", "32",
             "-p", "lower-tiles,blocking,zcurve-order", "--json"]
     assert main(args) == 0
     rows = json.loads(capsys.readouterr().out)
-    assert {"metric", "ours", "seed", "ratio", "note"} == set(rows[0])
+    assert {"metric", "ours", "reading", "seed", "ratio", "note"} == set(rows[0])
 
 
 def test_no_constant_of_the_default_target_is_fitted():
