@@ -74,7 +74,7 @@ def cmd_compile(args) -> None:
 
 def _generation(generate: int | None, replayed: int | None) -> tuple[int, int]:
     """The workload's ``steps`` and ``generate`` for ``--generate`` and ``--replay-steps`` (codegen's defaults)."""
-    from primal_compiler.transforms.codegen import DEFAULT_GENERATE, DEFAULT_REPLAYED
+    from primal_compiler.passmgr import DEFAULT_GENERATE, DEFAULT_REPLAYED
 
     generate = generate or DEFAULT_GENERATE
     return min(generate, replayed or DEFAULT_REPLAYED), generate
@@ -210,9 +210,8 @@ def cmd_targets(args) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     from primal_compiler.argtypes import float_arg, int_arg, layout_rules_arg, option_arg, path_arg, pipeline_arg
-    from primal_compiler.transforms.codegen import DEFAULT_GENERATE, DEFAULT_REPLAYED, MAX_GENERATE
     from primal_compiler.baselines.command import add_family_args
-    from primal_compiler.passmgr import CONTEXT_RANGE
+    from primal_compiler.passmgr import CONTEXT_RANGE, DEFAULT_GENERATE, DEFAULT_REPLAYED, MAX_GENERATE
 
     p = Parser(prog="primal", description="PRIMAL mapping compiler and cost simulator")
     p.add_argument("--debug", action="store_true", help="print the traceback of an internal error")

@@ -91,3 +91,13 @@ def test_inspect_names_norm_activation_and_positions(capsys):
     assert main(["inspect", "gpt2", "--json"]) == 0
     info = json.loads(capsys.readouterr().out)
     assert info["activation"] == "gelu_new" and info["positional"] == "learned" and info["embed_scale"] == 1.0
+
+
+def test_help_imports_none_of_the_compiler():
+    """``primal --help`` and every verb's ``--help`` answer before the heavy imports (issue 54): building the
+    parser loads no pass, no executor, no ONNX and no numba."""
+    code = ("import sys\nfrom primal_compiler.cli import build_parser\nbuild_parser()\n"
+            "heavy = [m for m in ('onnx', 'numba', 'ortools', 'scipy', 'primal_compiler.transforms', "
+            "'primal_compiler.executor.replay') if m in sys.modules]\nprint(heavy)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"

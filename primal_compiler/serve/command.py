@@ -7,7 +7,7 @@ import json
 import sys
 
 from primal_compiler.errors import InputError
-from primal_compiler.serve.costs import SEED_ZERO_FRACTION, Policy
+from primal_compiler.serve import SEED_ZERO_FRACTION
 
 #: ``primal trace --think``'s default: mean seconds between a conversation's turns.
 THINK_S = 30.0
@@ -15,6 +15,7 @@ THINK_S = 30.0
 
 def cmd_serve(args) -> None:
     from primal_compiler.argtypes import unused
+    from primal_compiler.serve.costs import Policy
     from primal_compiler.serve.report import render_serve
 
     if args.force and args.perfetto is None:

@@ -42,6 +42,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from primal_compiler.serve import SEED_ZERO_FRACTION
 from primal_compiler import compiled
 from primal_compiler.executor import leakage, power
 from primal_compiler.executor.metrics import metrics, window_energy_j
@@ -53,7 +54,6 @@ from primal_compiler.target.spec import PrimalTarget
 from primal_compiler.transforms.kv_ring import KvRing
 from primal_compiler.transforms.lora_sparsity import LoraSparsity
 
-SEED_ZERO_FRACTION = 0.245  # seed: ~35% of LoRA delta matrices are >70% sparse -> 0.35 x 0.7 of blocks all zero
 
 
 @dataclass(frozen=True)

@@ -15,9 +15,22 @@ progress), :mod:`~primal_compiler.sweep.plot` (Pareto front, sensitivity) and
 :mod:`~primal_compiler.sweep.command` (``primal sweep``). See ``docs/sweep.md``.
 """
 
-from primal_compiler.sweep.runner import SweepResult, run_sweep
-from primal_compiler.sweep.load import load_spec, spec_from_dict
-from primal_compiler.sweep.spec import Point, SweepSpec
-from primal_compiler.sweep.store import ResultStore
+from importlib import import_module
+from typing import Any
 
-__all__ = ["Point", "ResultStore", "SweepResult", "SweepSpec", "load_spec", "run_sweep", "spec_from_dict"]
+#: The most points a spec may expand to unless the caller raises it (``primal sweep --max-points N``):
+#: a sweep expands its spec twice before the first point runs, ~0.1-0.2 ms and ~1 KiB a point each time.
+MAX_POINTS = 100_000
+
+#: Each public name and the module that defines it, imported when first used (PEP 562), so that registering
+#: ``primal sweep`` on the command line imports none of the compiler.
+_WHERE = {"Point": "spec", "SweepSpec": "spec", "ResultStore": "store", "SweepResult": "runner", "run_sweep": "runner",
+          "load_spec": "load", "spec_from_dict": "load"}
+
+__all__ = sorted(_WHERE)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _WHERE:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(import_module(f"{__name__}.{_WHERE[name]}"), name)

@@ -17,7 +17,7 @@ from __future__ import annotations
 import argparse
 
 from primal_compiler.errors import InputError
-from primal_compiler.sweep.load import MAX_POINTS
+from primal_compiler.sweep import MAX_POINTS
 
 #: The Pareto plot's default axes (``--x``, ``--y``).
 X_DEFAULT, Y_DEFAULT = "tokens_per_s", "tokens_per_j"

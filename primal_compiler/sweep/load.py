@@ -39,14 +39,11 @@ from typing import Any
 
 from primal_compiler.errors import InputError
 from primal_compiler.inputs import read_toml
+from primal_compiler.sweep import MAX_POINTS
 from primal_compiler.sweep.metrics import DEFAULT_METRICS, check_metric
 from primal_compiler.sweep.spec import (
     DEFAULTS, FIELDS, GA_EXECUTORS, SWEEP_KEYS, Grid, SweepSpec, _coerce_option, _kind, _target_ref, resolve,
 )
-
-#: The most points a spec may expand to unless the caller raises it (``primal sweep --max-points N``):
-#: a sweep expands its spec twice before the first point runs, ~0.1-0.2 ms and ~1 KiB a point each time.
-MAX_POINTS = 100_000
 
 
 def load_spec(path: str | Path, max_points: int = MAX_POINTS) -> SweepSpec:

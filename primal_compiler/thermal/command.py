@@ -8,7 +8,7 @@ import json
 import sys
 from pathlib import Path
 
-from primal_compiler.thermal.drive import PHASES
+from primal_compiler.thermal import PHASES
 
 
 def cmd_thermal(args) -> None:

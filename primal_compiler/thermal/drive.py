@@ -28,7 +28,6 @@ from primal_compiler.executor.metrics import phase_window
 if TYPE_CHECKING:
     from primal_compiler.executor.replay import Replay
 
-PHASES = ("decode", "prefill")
 
 
 @dataclass(frozen=True, eq=False)

@@ -14,7 +14,7 @@ from primal_compiler.errors import InputError
 from primal_compiler.isa.opcodes import HIDDEN_SHARDS, Opcode
 from primal_compiler.ir.facts import Fact, facts
 from primal_compiler.mapping.traffic import shards
-from primal_compiler.passmgr import CONTEXT_RANGE, Pass, option
+from primal_compiler.passmgr import CONTEXT_RANGE, MAX_GENERATE, Pass, option
 
 if TYPE_CHECKING:
     from primal_compiler.ir.program import Program
@@ -26,12 +26,6 @@ if TYPE_CHECKING:
 #: already a stream of several GiB. Adapter ids are labels compared for equality; 16 bits are plenty.
 MAX_REQUESTS = 64
 MAX_ADAPTER_ID = 0xFFFF
-#: Tokens one sequence may generate: a million, far past any context; each costs one repeat of a replayed step.
-MAX_GENERATE = 1 << 20
-#: What ``primal run`` and ``primal compile`` generate per sequence by default, from how many decode steps in the
-#: stream: the first step follows the prefill, the second and third show the decode settled (periodic,
-#: executor/steady.py), and the 61 repeats make the means the steady state's.
-DEFAULT_GENERATE, DEFAULT_REPLAYED = 64, 3
 
 
 def parse_requests(text: str) -> tuple[int, ...]:
