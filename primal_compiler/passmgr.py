@@ -51,12 +51,9 @@ OPTION_TYPES = (bool, int, float, str, tuple[str, ...])
 #: Ranges several passes share, so their options agree. Context in tokens: 128 Ki, the longest context of
 #: current open LLMs (Llama 3.1, Mistral Large 2); the KV capacity check of kv-ring bounds it further per target.
 CONTEXT_RANGE = (1, 131_072)
-#: Tokens one sequence may generate: a million, far past any context; each costs one repeat of a replayed step.
-MAX_GENERATE = 1 << 20
-#: What ``primal run`` and ``primal compile`` generate per sequence by default, from how many decode steps in the
-#: stream: the first step follows the prefill, the second and third show the decode settled (periodic,
-#: executor/steady.py), and the 61 repeats make the means the steady state's.
-DEFAULT_GENERATE, DEFAULT_REPLAYED = 64, 3
+#: Tokens a sequence may generate (a million, past any context) and, by default, generates from decode steps replayed:
+#: the first follows the prefill, two more show the decode settled (executor/steady.py), 61 repeats take it on.
+MAX_GENERATE, DEFAULT_GENERATE, DEFAULT_REPLAYED = 1 << 20, 64, 3
 #: Seeds: the unsigned 32-bit range numpy's generators and Python's ``random`` both take.
 SEED_RANGE = (0, 2**32 - 1)
 
