@@ -170,7 +170,11 @@ class ProgramEmitter:
             return
         vocab = self.model.vocab_size
         tail = Block()  # the LM head's roots sent their logits to the controller (LayerEmitter.post)
+        capped = self.model.logit_scale != 1.0 or self.model.logit_softcap > 0
         for d in decide:
+            if capped:  # the model's logit scale and soft-cap, before the pick
+                tail.add(op=Opcode.ACT, ct=CONTROLLER, pe=0, src_buf=hidden(HiddenBuf.LOGITS),
+                         dst_buf=hidden(HiddenBuf.LOGITS), count=vocab * len(d), arg=ActFn.LOGIT_CAP, layer=L)
             tail.add(op=Opcode.ACT, ct=CONTROLLER, pe=0, src_buf=hidden(HiddenBuf.LOGITS),
                      dst_buf=buf(BufKind.TOKEN, d.start), count=vocab * len(d), arg=ActFn.ARGMAX, layer=L)
         out.put(tail, flags=flags)

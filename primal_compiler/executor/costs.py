@@ -200,7 +200,8 @@ def _act(c: Ctx, rec):
     fn = c.records["arg"][rec].astype(np.int64) & ARG_ENUM_MASK[Opcode.ACT]
     ops = c.records["count"][rec].astype(np.int64) * act_ops(c.target)[fn]
     on_ctl = ct == CONTROLLER
-    ctl = c.controller_unit + (fn == ActFn.ARGMAX)  # the NMC's embedding lookup and its argmax are two units
+    # the NMC's embedding lookup and its logits path (the logits' cap, the argmax) are two units
+    ctl = c.controller_unit + np.isin(fn, (ActFn.ARGMAX, ActFn.LOGIT_CAP))
     unit = np.where(on_ctl, ctl, c.unit(DMAC_UNIT, np.where(on_ctl, 0, ct), np.where(on_ctl, 0, pe)))
     energy = ops * r.dmac_energy_pj_per_op
     return _ceil(ops, r.dmac_macs_per_cycle), unit, {"router_dmac": np.where(on_ctl, 0.0, energy),

@@ -103,17 +103,18 @@ def embed_scale(g: GraphIndex, gather: int) -> tuple[float, int | None]:
 
 
 def check_accounted(dec, layers: list, lm_head, norm_regions: list[set[int]], norm_params: set[str],
-                    embed_nodes: set[int]) -> None:
+                    embed_nodes: set[int], logit_nodes: set[int]) -> None:
     """Refuse (:class:`PatternError` naming the node) the first node of the hidden-state path no pattern explains.
 
-    ``norm_regions`` are the nodes of every norm, ``norm_params`` the scale and bias tensors read for them.
+    ``norm_regions`` are the nodes of every norm, ``norm_params`` the scale and bias tensors read for them,
+    ``logit_nodes`` the logits' scale and soft-cap after the LM head (``onnx_logits``).
     """
     g = dec.g
     start = min(embed_nodes)
     down, _ = g.forward(g.nodes[start].output, frozenset())
     up, _ = g.backward([lm_head.x], frozenset())
     after, _ = g.forward(g.nodes[lm_head.node].output, frozenset())  # to the logits (soft-capping, ...)
-    path = ((down & up) | after) - set(dec.owner) - embed_nodes - _lora_scales(dec)
+    path = ((down & up) | after) - set(dec.owner) - embed_nodes - _lora_scales(dec) - logit_nodes
     in_norm = set().union(*norm_regions) if norm_regions else set()
     attn_of, score_side = {}, {}
     for n, layer in enumerate(layers):
@@ -234,9 +235,10 @@ def _is_const(g: GraphIndex, name: str) -> bool:
 
 
 def _bias_adds(dec) -> set[int]:
-    """The Add of a constant right after each projection (its bias), through layout ops."""
+    """The Add of a constant right after each projection read with a bias (a vector of its outputs), through
+    layout ops; a projection without one leaves its Add to be refused."""
     g, out = dec.g, set()
-    for p in dec.projections:
+    for p in (p for p in dec.projections if p.bias):
         tensor = g.nodes[p.node].output[0]
         for _ in range(8):
             users = [i for i in g.consumers.get(tensor, ()) if g.nodes[i].op_type not in ("Shape", "Size")]

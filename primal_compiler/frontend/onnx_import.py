@@ -71,6 +71,7 @@ from primal_compiler.frontend.onnx_check import read_onnx
 from primal_compiler.frontend.onnx_decoder import Decoder, Layer, g_name
 from primal_compiler.frontend.onnx_graph import GraphIndex, PatternError, Weight, attr
 from primal_compiler.frontend.onnx_guard import check_accounted, embed_scale, folded_positions, refuse_experts
+from primal_compiler.frontend.onnx_logits import logit_tail
 from primal_compiler.frontend.onnx_mlp import assign_mlp
 from primal_compiler.frontend.onnx_alibi import alibi_slopes
 from primal_compiler.frontend.onnx_params import (
@@ -202,7 +203,8 @@ def _recognise(model: onnx.ModelProto, path: Path) -> Recognised:
     scale, scale_node = embed_scale(g, embed[0])
     norm_params = {x for r in norms.values() for x in (r.weight, r.bias) if x is not None}
     embed_nodes = {embed[0]} | ({scale_node} if scale_node is not None else set())
-    check_accounted(dec, layers, lm_head, norm_regions, norm_params, embed_nodes)
+    logit_scale, softcap, logit_nodes = logit_tail(g, lm_head.node, lm_head.bias)
+    check_accounted(dec, layers, lm_head, norm_regions, norm_params, embed_nodes, logit_nodes)
     turned = rotated_layers(g, dec, layers) if positional == Positional.ROPE else [True] * len(layers)
     ir_layers = tuple(_to_ir(i, layer, rope) for (i, layer), rope in zip(enumerate(layers), turned))
     tied = tied_head(g, emb_table, lm_head.weight)
@@ -230,6 +232,8 @@ def _recognise(model: onnx.ModelProto, path: Path) -> Recognised:
             embed_norm=embed_norm is not None,
             norm_bias=norm_bias(norms, final_norm),
             embed_scale=scale,
+            logit_scale=logit_scale,
+            logit_softcap=softcap,
             weight_quant=weight_formats(g.quant, [p.weight for x in layers for p in x.projections] + [lm_head.weight]),
         )
     except InputError as exc:  # a size over the IR's limits, reported against the file

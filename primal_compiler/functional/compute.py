@@ -292,6 +292,8 @@ def act(m: Machine, r: tuple) -> None:
     elif fn == ActFn.SOFTMAX:
         e = np.exp(x - x.max(axis=-1, keepdims=True))
         y = e / e.sum(axis=-1, keepdims=True)
+    elif fn == ActFn.LOGIT_CAP:
+        y = ops.logit_cap(x, m.model.logit_scale, m.model.logit_softcap)
     else:
         raise m.fail(f"no functional semantics for ActFn {fn}")
     m.write(pos, r[DST_BUF], y.astype(np.float32))

@@ -60,6 +60,15 @@ def activation(kind: Activation, x: np.ndarray) -> np.ndarray:
     return silu(x)
 
 
+def logit_cap(x: np.ndarray, scale: float, cap: float) -> np.ndarray:
+    """Logits times ``scale``, then ``cap * tanh(x / cap)`` when ``cap`` > 0, in float32 as exporters compute
+    them (the scale and 1/cap folded into one factor, as one multiply)."""
+    x = x.astype(np.float32)
+    if cap <= 0:
+        return x * np.float32(scale)
+    return np.float32(cap) * np.tanh(x * np.float32(scale / cap))
+
+
 def inverse_frequencies(theta: float, head_dim: int) -> np.ndarray:
     """``theta ** (-2i / head_dim)`` for i < head_dim/2, in float32 as Hugging Face computes them."""
     exponent = np.arange(0, head_dim, 2, dtype=np.float32) / np.float32(head_dim)

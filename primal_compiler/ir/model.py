@@ -270,6 +270,10 @@ class Model:
     alibi_slopes: tuple[float, ...] = ()  # ALiBi: one slope per query head, as the file computes them
     embed_norm: bool = False  # the token embeddings pass a norm of the model's kind before the first layer (Bloom)
     norm_bias: bool = True  # LayerNorms add a bias (False: scale only, MPT); RMSNorm never has one
+    # The logits are multiplied by logit_scale (Cohere, Granite), then soft-capped, cap * tanh(x / cap), when
+    # logit_softcap > 0 (Gemma 2): the controller's ACT LOGIT_CAP before its ARGMAX
+    logit_scale: float = 1.0
+    logit_softcap: float = 0.0
 
     def __post_init__(self) -> None:
         if not self.layers:
@@ -299,6 +303,10 @@ class Model:
             raise ValueError(f"model {self.name!r}: rope_attention_scale must be positive and finite")
         if not (math.isfinite(self.embed_scale) and self.embed_scale > 0):
             raise ValueError(f"model {self.name!r}: embed_scale must be positive and finite, got {self.embed_scale}")
+        if not (math.isfinite(self.logit_scale) and self.logit_scale > 0 and math.isfinite(self.logit_softcap)
+                and self.logit_softcap >= 0):
+            raise ValueError(f"model {self.name!r}: logit_scale must be positive and logit_softcap non-negative, "
+                             f"both finite, got {self.logit_scale} and {self.logit_softcap}")
         self._check_sizes()
 
     def _check_sizes(self) -> None:

@@ -58,6 +58,7 @@ class ActFn(IntEnum):
     BIAS = 11  # add the projection's bias to the column block held at a root hub
     NORM_STATS = 12  # a hub shard's LayerNorm statistics (sum, sum of squares per vector); ACCUMULATE adds
     RMS_STATS = 13  # a hub shard's RMSNorm statistics (sum of squares per vector); ACCUMULATE adds
+    LOGIT_CAP = 14  # controller: the logits times the model's logit_scale, soft-capped (cap * tanh(x / cap))
 
 
 class DmacOp(IntEnum):

@@ -38,6 +38,7 @@ def inspect_model(model, target: PrimalTarget, program: Program | None = None) -
         "rope_attention_scale": model.rope_attention_scale,
         "nope_layers": [layer.index for layer in model.layers if not layer.rope],
         "embed_scale": model.embed_scale, "tie_word_embeddings": model.tie_word_embeddings,
+        "logit_scale": model.logit_scale, "logit_softcap": model.logit_softcap,
         "base_params": model.base_params, "lora_params": model.lora_params,
         "lora_targets": [r.value for r in model.lora_targets],
         "precision": {f.name: getattr(p, f.name) for f in fields(p)},
@@ -151,7 +152,9 @@ def render_inspect(info: dict) -> str:
            if info["positional"] == "rope" else "")
         + (f" (slopes {info['alibi_slopes'][0]:g} .. {info['alibi_slopes'][-1]:g})" if info["alibi_slopes"] else "")
         + (f", embeddings scaled by {info['embed_scale']:g}" if info["embed_scale"] != 1.0 else "")
-        + (f", embeddings normed by a {info['norm']}" if info["embed_norm"] else ""),
+        + (f", embeddings normed by a {info['norm']}" if info["embed_norm"] else "")
+        + (f", logits scaled by {info['logit_scale']:g}" if info["logit_scale"] != 1.0 else "")
+        + (f", logits soft-capped at {info['logit_softcap']:g}" if info["logit_softcap"] else ""),
         f"  parameters: base {info['base_params']:,}  LoRA {info['lora_params']:,} "
         f"on {','.join(info['lora_targets']) or 'none'}",
         f"  precision: base {p['base_weight_bits']}b, LoRA {p['lora_weight_bits']}b, "

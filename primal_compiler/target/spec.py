@@ -247,6 +247,7 @@ class ActSpec(Table):
     bias_ops_per_element: int = _f("count", "add the projection bias to a column block", ge=1, le=1024)
     norm_stats_ops_per_element: int = _f("count", "a hub shard's LayerNorm statistics: sum and sum of squares", ge=1, le=1024)
     rms_stats_ops_per_element: int = _f("count", "a hub shard's RMSNorm statistics: sum of squares", ge=1, le=1024)
+    logit_cap_ops_per_element: int = _f("count", "controller: a logit times the model's logit_scale, soft-capped (divide, tanh, multiply)", ge=1, le=1024)
 
 
 @dataclass(frozen=True)
