@@ -103,8 +103,10 @@ def embed_scale(g: GraphIndex, gather: int) -> tuple[float, int | None]:
 
 
 def check_accounted(dec, layers: list, lm_head, norm_regions: list[set[int]], norm_params: set[str],
-                    embed_nodes: set[int], logit_nodes: set[int]) -> None:
-    """Refuse (:class:`PatternError` naming the node) the first node of the hidden-state path no pattern explains.
+                    embed_nodes: set[int], logit_nodes: set[int]) -> float:
+    """Refuse (:class:`PatternError` naming the node) the first node of the hidden-state path no pattern explains;
+    return the scale of the attention scores when every layer scales them by one constant other than
+    1/sqrt(head_dim) (Gemma's ``query_pre_attn_scalar``), else 0. Layers that differ are refused.
 
     ``norm_regions`` are the nodes of every norm, ``norm_params`` the scale and bias tensors read for them,
     ``logit_nodes`` the logits' scale and soft-cap after the LM head (``onnx_logits``).
@@ -159,6 +161,7 @@ def check_accounted(dec, layers: list, lm_head, norm_regions: list[set[int]], no
             if i not in verified:
                 _constant_multiplier(g, node, i, label, norm_params if i in in_norm else None, attn_of, score_side,
                                      product, place, slack)
+    custom = {}  # layer -> its scale, where it is not 1/sqrt(head_dim)
     for n, layer in enumerate(layers):
         softmax = g.nodes[layer.core.anchor]
         want = 1 / math.sqrt(layer.head_dim)
@@ -167,8 +170,20 @@ def check_accounted(dec, layers: list, lm_head, norm_regions: list[set[int]], no
             product[n] = want if scale is None else float(scale)
         got = product[n]
         if got is not None and not math.isclose(got, want, rel_tol=slack[n]):
-            raise PatternError(f"unsupported attention scale in layer {n} at node {softmax.name or layer.core.anchor}"
-                               f": scores are scaled by {got:.6g}, not 1/sqrt(head_dim) = {want:.6g}")
+            if not (math.isfinite(got) and got > 0):
+                raise PatternError(f"unsupported attention scale in layer {n} at node "
+                                   f"{softmax.name or layer.core.anchor}: scores are scaled by {got:.6g}")
+            custom[n] = got
+    if not custom:
+        return 0.0
+    first = min(custom)
+    other = next((n for n in range(len(layers)) if n not in custom or not math.isclose(
+        custom[n], custom[first], rel_tol=slack[n] + slack[first])), None)
+    if other is not None:
+        was = f"{custom[other]:.6g}" if other in custom else "1/sqrt(head_dim)"
+        raise PatternError(f"unsupported attention scale: layer {first} scales its scores by {custom[first]:.6g}, "
+                           f"layer {other} by {was} (the replay takes one scale for every layer)")
+    return custom[first]
 
 
 def _constant_multiplier(g, node, i, label, norm_params, attn_of, score_side, product, where, slack) -> None:

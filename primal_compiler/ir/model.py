@@ -274,6 +274,7 @@ class Model:
     # logit_softcap > 0 (Gemma 2): the controller's ACT LOGIT_CAP before its ARGMAX
     logit_scale: float = 1.0
     logit_softcap: float = 0.0
+    attention_scale: float = 0.0  # attention scores' scale (Gemma's query_pre_attn_scalar ** -0.5); 0: 1/sqrt(head_dim)
 
     def __post_init__(self) -> None:
         if not self.layers:
@@ -307,6 +308,8 @@ class Model:
                 and self.logit_softcap >= 0):
             raise ValueError(f"model {self.name!r}: logit_scale must be positive and logit_softcap non-negative, "
                              f"both finite, got {self.logit_scale} and {self.logit_softcap}")
+        if not (math.isfinite(self.attention_scale) and self.attention_scale >= 0):
+            raise ValueError(f"model {self.name!r}: attention_scale must be finite and >= 0, got {self.attention_scale}")
         self._check_sizes()
 
     def _check_sizes(self) -> None:
@@ -375,6 +378,11 @@ class Model:
     @property
     def lora_params(self) -> int:
         return sum(layer.lora_params for layer in self.layers)
+
+    @property
+    def score_scale(self) -> float:
+        """What attention scores are multiplied by: ``attention_scale``, or 1/sqrt(head_dim) when it is 0."""
+        return self.attention_scale or 1.0 / math.sqrt(self.layers[0].attention.head_dim)
 
     @property
     def lora_targets(self) -> tuple[Role, ...]:

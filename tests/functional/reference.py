@@ -85,7 +85,7 @@ def dense_greedy(model, params, prompt: list[int], generate: int, window: int) -
             group = att.num_heads // att.num_kv_heads
             o = []
             for head in range(att.num_heads):
-                s = keys[:, head // group] @ q[head] / math.sqrt(att.head_dim)
+                s = keys[:, head // group] @ q[head] * model.score_scale
                 p = np.exp(s - s.max())
                 o.append(p @ values[:, head // group] / p.sum())
             h = h + _linear(params, (n, Role.O), np.concatenate(o))
