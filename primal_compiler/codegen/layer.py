@@ -27,7 +27,7 @@ from primal_compiler.isa.opcodes import (
 from primal_compiler.mapping.traffic import FlowClass, shards
 
 MLP_FN = {Activation.GELU: ActFn.GELU, Activation.GELU_NEW: ActFn.GELU, Activation.RELU: ActFn.RELU,
-          Activation.SILU: ActFn.SILU}
+          Activation.RELU_SQUARED: ActFn.RELU_SQUARED, Activation.SILU: ActFn.SILU}
 NORMED = {HiddenBuf.X: HiddenBuf.X_NORM, HiddenBuf.MID: HiddenBuf.MID_NORM}
 
 

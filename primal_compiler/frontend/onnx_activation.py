@@ -35,6 +35,7 @@ REFERENCE = {
     Activation.GELU: lambda x: 0.5 * x * (1.0 + _erf(x / math.sqrt(2.0))),
     Activation.GELU_NEW: _gelu_tanh,
     Activation.RELU: lambda x: np.maximum(x, 0.0),
+    Activation.RELU_SQUARED: lambda x: np.maximum(x, 0.0) ** 2,
 }
 TOLERANCE = 1e-5  # float32 constants hold 7 digits; the GELU forms differ by up to 5e-4 on the probe
 _BINARY = {"Add": np.add, "Sub": np.subtract, "Mul": np.multiply, "Div": np.divide, "Pow": np.power}

@@ -289,8 +289,8 @@ class Decoder(HeadGeometry):
         ops = {n.op_type for n in found}
         if "Sigmoid" in ops or "Swish" in ops:
             return Activation.SILU
-        if "Relu" in ops:
-            return Activation.RELU
+        if "Relu" in ops:  # squared when the Relu's output is multiplied or raised (verify_activation checks it)
+            return Activation.RELU_SQUARED if ops & {"Mul", "Pow"} else Activation.RELU
         for n in found:
             if n.op_type == "Gelu":
                 return Activation.GELU_NEW if attr(n, "approximate", b"none") in (b"tanh", "tanh") else Activation.GELU

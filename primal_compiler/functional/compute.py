@@ -280,8 +280,9 @@ def act(m: Machine, r: tuple) -> None:
         if other.shape != x.shape:
             raise m.fail(f"adds {buf_name(r[SRC_BUF])} {x.shape} to {buf_name(r[DST_BUF])} {other.shape}")
         y = x + other
-    elif fn in (ActFn.SILU, ActFn.GELU, ActFn.RELU):
-        kind = {ActFn.SILU: Activation.SILU, ActFn.RELU: Activation.RELU, ActFn.GELU: Activation.GELU}[ActFn(fn)]
+    elif fn in (ActFn.SILU, ActFn.GELU, ActFn.RELU, ActFn.RELU_SQUARED):
+        kind = {ActFn.SILU: Activation.SILU, ActFn.RELU: Activation.RELU, ActFn.GELU: Activation.GELU,
+                ActFn.RELU_SQUARED: Activation.RELU_SQUARED}[ActFn(fn)]
         if fn == ActFn.GELU and m.model.layers[r[LAYER]].activation == Activation.GELU_NEW:
             kind = Activation.GELU_NEW
         y = ops.activation(kind, x)

@@ -49,9 +49,12 @@ def silu(x: np.ndarray) -> np.ndarray:
 
 
 def activation(kind: Activation, x: np.ndarray) -> np.ndarray:
-    """The MLP activation ``kind`` (GELU / gelu_new / ReLU / SiLU), of an ungated MLP or of a gated one's gate."""
+    """The MLP activation ``kind`` (GELU / gelu_new / ReLU / squared ReLU / SiLU), of an ungated MLP or of a gated
+    one's gate."""
     if kind == Activation.RELU:
         return np.maximum(x, 0).astype(np.float32)
+    if kind == Activation.RELU_SQUARED:
+        return np.square(np.maximum(x, 0)).astype(np.float32)
     if kind == Activation.GELU_NEW:
         inner = math.sqrt(2.0 / math.pi) * (x + 0.044715 * x**3)
         return (0.5 * x * (1.0 + np.tanh(inner))).astype(np.float32)

@@ -88,6 +88,7 @@ class Activation(StrEnum):
     GELU = "gelu"  # erf form
     GELU_NEW = "gelu_new"  # tanh approximation (gelu_pytorch_tanh)
     RELU = "relu"
+    RELU_SQUARED = "relu_squared"  # relu(x)^2 (Nemotron, Primer)
 
 
 class Positional(StrEnum):

@@ -59,6 +59,7 @@ class ActFn(IntEnum):
     NORM_STATS = 12  # a hub shard's LayerNorm statistics (sum, sum of squares per vector); ACCUMULATE adds
     RMS_STATS = 13  # a hub shard's RMSNorm statistics (sum of squares per vector); ACCUMULATE adds
     LOGIT_CAP = 14  # controller: the logits times the model's logit_scale, soft-capped (cap * tanh(x / cap))
+    RELU_SQUARED = 15  # relu(x)^2
 
 
 class DmacOp(IntEnum):

@@ -239,6 +239,7 @@ class ActSpec(Table):
     silu_ops_per_element: int = _f("count", "x * sigmoid(x) by piecewise approximation", ge=1, le=1024)
     gelu_ops_per_element: int = _f("count", "tanh approximation of GELU", ge=1, le=1024)
     relu_ops_per_element: int = _f("count", "max(x, 0)", ge=1, le=1024)
+    relu_squared_ops_per_element: int = _f("count", "max(x, 0)^2: a compare and a multiply", ge=1, le=1024)
     swiglu_ops_per_element: int = _f("count", "silu(gate) * up", ge=1, le=1024)
     rope_ops_per_element: int = _f("count", "rotation: two multiplies and an add against a sin/cos table", ge=1, le=1024)
     softmax_ops_per_element: int = _f("count", "max, exp, sum, divide", ge=1, le=1024)

@@ -106,7 +106,6 @@ def test_llama3_frequencies_are_read_not_rederived(tmp_path):
     ("swiglu", {"extra": "unknown_op"}, r"unsupported node unknown_sin \(Sin\) in the decoder"),
     ("swiglu", {"extra": "stream_tanh"}, r"node stream_tanh \(Tanh\) outside an MLP activation"),
     ("swiglu", {"extra": "rope_factor"}, r"RoPE scaling at node cos_scaled \(Mul of the Cos table by 1\.1"),
-    ("relu_squared", {}, r"MLP activation in layer 0 at node l0_relu \(Relu\): it does not compute relu"),
     ("swiglu", {"extra": "two_tables"}, r"RoPE at node cos \(Cos\): it depends on 2 different inverse-frequency"),
     ("quick_gelu", {}, r"MLP activation in layer 0 at node l0_kx \(Mul\): it does not compute silu \(off by 0\.14"),
 ])
@@ -186,6 +185,19 @@ def test_an_attention_scale_other_than_the_head_size_s_is_read_and_replayed(tmp_
     assert info["verdict"] == "OK" and info["relative_error"] < 1e-5, info
     plain = load_model(save(tmp_path))
     assert plain.attention_scale == 0 and plain.score_scale == pytest.approx(1 / math.sqrt(8))
+
+
+def test_a_squared_relu_mlp_is_read_and_replayed(tmp_path):
+    """Nemotron's relu(x)^2 (a Relu multiplied by itself): the layers' activation, and the replay matches
+    onnxruntime (it was refused as 'not relu' before)."""
+    pytest.importorskip("onnxruntime")
+    from primal_compiler.report.check import check_onnx
+    from primal_compiler.target import load_primal_target
+
+    path = save(tmp_path, "relu_squared")
+    assert {layer.activation for layer in load_model(path).layers} == {Activation.RELU_SQUARED}
+    info = check_onnx(path, load_primal_target("primal-7nm"))
+    assert info["verdict"] == "OK" and info["relative_error"] < 1e-5, info
 
 
 def test_layers_that_scale_their_scores_differently_are_refused(tmp_path):
