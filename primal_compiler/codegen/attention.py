@@ -61,11 +61,12 @@ def causal_pairs(chunks: np.ndarray, chunk_tokens: int, start: int, tokens: int)
 
 class AttentionEmitter:
     def __init__(self, routes: LayerRoutes, layer: DecoderLayer, kv: KvMap, geo, act_bytes: float,
-                 alibi: bool = False) -> None:
+                 alibi: bool = False, softcap_ops: int = 0) -> None:
         self.r, self.ir, self.kv, self.geo, self.act_bytes = routes, layer, kv, geo, act_bytes
         attn = layer.attention
         self.hd, self.grp = attn.head_dim, attn.num_heads // attn.num_kv_heads
-        self.score_macs = self.hd + (1 if alibi else 0)  # ALiBi: one more per score, slope x key position
+        # ALiBi: one more per score, slope x key position; a soft-cap: its operations on every score
+        self.score_macs = self.hd + (1 if alibi else 0) + softcap_ops
 
     def emit(self, start: int, tokens: int, seqs: range) -> Block:
         """Records of sequences ``seqs`` for queries at positions ``start .. start+tokens-1``.

@@ -119,7 +119,8 @@ class ProgramEmitter:
         attn = None
         if layer < self.model.num_layers:
             attn = AttentionEmitter(routes, self.model.layers[layer], self.kv, self.geo, self.act_bytes,
-                                    alibi=bool(self.model.alibi_slopes))
+                                    alibi=bool(self.model.alibi_slopes),
+                                    softcap_ops=self.target.act.attn_softcap_ops_per_element if self.model.attn_softcap else 0)
         return _Template(routes, pre, post, attn, self._first_ct(layer), embed_norm)
 
     def hub(self, layer: int, name: str) -> tuple[int, int]:

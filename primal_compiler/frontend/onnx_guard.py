@@ -37,6 +37,7 @@ import numpy as np
 
 from primal_compiler.frontend.onnx_activation import activation_start, verify_activation
 from primal_compiler.frontend.onnx_graph import HALF_EPS, TRANSPARENT, GraphIndex, PatternError, attr
+from primal_compiler.frontend.onnx_softcap import attention_softcap
 from primal_compiler.frontend.onnx_params import feeds_root
 
 #: Ops a recognised pattern may contain on the hidden-state path (besides the projections).
@@ -103,10 +104,11 @@ def embed_scale(g: GraphIndex, gather: int) -> tuple[float, int | None]:
 
 
 def check_accounted(dec, layers: list, lm_head, norm_regions: list[set[int]], norm_params: set[str],
-                    embed_nodes: set[int], logit_nodes: set[int]) -> float:
+                    embed_nodes: set[int], logit_nodes: set[int]) -> tuple[float, float]:
     """Refuse (:class:`PatternError` naming the node) the first node of the hidden-state path no pattern explains;
     return the scale of the attention scores when every layer scales them by one constant other than
-    1/sqrt(head_dim) (Gemma's ``query_pre_attn_scalar``), else 0. Layers that differ are refused.
+    1/sqrt(head_dim) (Gemma's ``query_pre_attn_scalar``), else 0, and their soft-cap (``onnx_softcap``), else
+    0. Layers that differ are refused.
 
     ``norm_regions`` are the nodes of every norm, ``norm_params`` the scale and bias tensors read for them,
     ``logit_nodes`` the logits' scale and soft-cap after the LM head (``onnx_logits``).
@@ -124,6 +126,8 @@ def check_accounted(dec, layers: list, lm_head, norm_regions: list[set[int]], no
             attn_of[i] = n
         softmax = g.nodes[layer.core.anchor]
         score_side[n] = g.backward([softmax.input[0]], dec.barriers)[0] if softmax.op_type == "Softmax" else set()
+    softcap, cap_nodes = attention_softcap(g, dec.barriers, score_side)
+    path -= cap_nodes
     verified = set().union(*(_activation(dec, n, layer) for n, layer in enumerate(layers)))
     product: dict[int, float | None] = {n: 1.0 for n in range(len(layers))}  # None: the runtime's default
     slack = dict.fromkeys(product, 1e-5)  # relative: float32's digits, plus each half-precision factor's rounding
@@ -175,7 +179,7 @@ def check_accounted(dec, layers: list, lm_head, norm_regions: list[set[int]], no
                                    f"{softmax.name or layer.core.anchor}: scores are scaled by {got:.6g}")
             custom[n] = got
     if not custom:
-        return 0.0
+        return 0.0, softcap
     first = min(custom)
     other = next((n for n in range(len(layers)) if n not in custom or not math.isclose(
         custom[n], custom[first], rel_tol=slack[n] + slack[first])), None)
@@ -183,7 +187,7 @@ def check_accounted(dec, layers: list, lm_head, norm_regions: list[set[int]], no
         was = f"{custom[other]:.6g}" if other in custom else "1/sqrt(head_dim)"
         raise PatternError(f"unsupported attention scale: layer {first} scales its scores by {custom[first]:.6g}, "
                            f"layer {other} by {was} (the replay takes one scale for every layer)")
-    return custom[first]
+    return custom[first], softcap
 
 
 def _constant_multiplier(g, node, i, label, norm_params, attn_of, score_side, product, where, slack) -> None:

@@ -204,7 +204,7 @@ def _recognise(model: onnx.ModelProto, path: Path) -> Recognised:
     norm_params = {x for r in norms.values() for x in (r.weight, r.bias) if x is not None}
     embed_nodes = {embed[0]} | ({scale_node} if scale_node is not None else set())
     logit_scale, softcap, logit_nodes = logit_tail(g, lm_head.node, lm_head.bias)
-    score_scale = check_accounted(dec, layers, lm_head, norm_regions, norm_params, embed_nodes, logit_nodes)
+    score_scale, attn_cap = check_accounted(dec, layers, lm_head, norm_regions, norm_params, embed_nodes, logit_nodes)
     turned = rotated_layers(g, dec, layers) if positional == Positional.ROPE else [True] * len(layers)
     ir_layers = tuple(_to_ir(i, layer, rope) for (i, layer), rope in zip(enumerate(layers), turned))
     tied = tied_head(g, emb_table, lm_head.weight)
@@ -235,6 +235,7 @@ def _recognise(model: onnx.ModelProto, path: Path) -> Recognised:
             logit_scale=logit_scale,
             logit_softcap=softcap,
             attention_scale=score_scale,
+            attn_softcap=attn_cap,
             weight_quant=weight_formats(g.quant, [p.weight for x in layers for p in x.projections] + [lm_head.weight]),
         )
     except InputError as exc:  # a size over the IR's limits, reported against the file

@@ -108,7 +108,8 @@ def dmac(m: Machine, r: tuple) -> None:
             raise m.fail(f"queries of {src.shape[1]} elements, the KV group needs {grp * hd}")
         keys, key_pos, _ = m.kv_slot(pos, slot, 0, layer)
         live = ops.live_keys(m.step_positions(), key_pos, m.kv.context)
-        s = ops.scores(src[:, : grp * hd].reshape(t, grp, hd), keys, live, m.model.attention_scale)
+        s = ops.scores(src[:, : grp * hd].reshape(t, grp, hd), keys, live, m.model.attention_scale,
+                       m.model.attn_softcap)
         if m.model.alibi_slopes:  # ALiBi: slope_h * key position, the group's heads from its QVEC index
             g = r[SRC_BUF] & 0xFFF
             slopes = np.array(m.model.alibi_slopes[g * grp : (g + 1) * grp], np.float32)

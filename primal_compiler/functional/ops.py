@@ -98,12 +98,14 @@ def live_keys(q_pos: np.ndarray, k_pos: np.ndarray, window: int) -> np.ndarray:
     return (k_pos[None, :] >= 0) & (k_pos[None, :] <= q_pos[:, None]) & (k_pos[None, :] > q_pos[:, None] - window)
 
 
-def scores(q: np.ndarray, k: np.ndarray, live: np.ndarray, scale: float = 0.0) -> np.ndarray:
+def scores(q: np.ndarray, k: np.ndarray, live: np.ndarray, scale: float = 0.0, cap: float = 0.0) -> np.ndarray:
     """Scores (T x heads x C) of queries q (T x heads x hd) against keys k (C x hd), times ``scale`` (0: over
-    sqrt(hd), the model's default); keys a query does not attend (``live``, T x C, from :func:`live_keys`)
-    score ``-inf``."""
+    sqrt(hd), the model's default), then soft-capped, ``cap * tanh(s / cap)``, when ``cap`` > 0; keys a query
+    does not attend (``live``, T x C, from :func:`live_keys`) score ``-inf``."""
     dot = np.einsum("thd,cd->thc", q, k)
     s = dot * np.float32(scale) if scale else dot / np.float32(math.sqrt(q.shape[-1]))
+    if cap:
+        s = np.float32(cap) * np.tanh(s / np.float32(cap))
     return np.where(live[:, None, :], s, -np.inf).astype(np.float32)
 
 

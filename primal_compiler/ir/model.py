@@ -276,6 +276,7 @@ class Model:
     logit_scale: float = 1.0
     logit_softcap: float = 0.0
     attention_scale: float = 0.0  # attention scores' scale (Gemma's query_pre_attn_scalar ** -0.5); 0: 1/sqrt(head_dim)
+    attn_softcap: float = 0.0  # scaled scores soft-capped, cap * tanh(s / cap), before the softmax (Gemma 2); 0: none
 
     def __post_init__(self) -> None:
         if not self.layers:
@@ -301,16 +302,12 @@ class Model:
         if (self.positional == Positional.ALIBI) != bool(self.alibi_slopes) or self.alibi_slopes and (
                 len(self.alibi_slopes) != heads or not all(math.isfinite(f) for f in self.alibi_slopes)):
             raise ValueError(f"model {self.name!r}: ALiBi positions need {heads} finite alibi_slopes, and only they")
-        if not (math.isfinite(self.rope_attention_scale) and self.rope_attention_scale > 0):
-            raise ValueError(f"model {self.name!r}: rope_attention_scale must be positive and finite")
-        if not (math.isfinite(self.embed_scale) and self.embed_scale > 0):
-            raise ValueError(f"model {self.name!r}: embed_scale must be positive and finite, got {self.embed_scale}")
-        if not (math.isfinite(self.logit_scale) and self.logit_scale > 0 and math.isfinite(self.logit_softcap)
-                and self.logit_softcap >= 0):
-            raise ValueError(f"model {self.name!r}: logit_scale must be positive and logit_softcap non-negative, "
-                             f"both finite, got {self.logit_scale} and {self.logit_softcap}")
-        if not (math.isfinite(self.attention_scale) and self.attention_scale >= 0):
-            raise ValueError(f"model {self.name!r}: attention_scale must be finite and >= 0, got {self.attention_scale}")
+        for key, least in (("rope_attention_scale", 0.0), ("embed_scale", 0.0), ("logit_scale", 0.0),
+                           ("logit_softcap", -1.0), ("attention_scale", -1.0), ("attn_softcap", -1.0)):
+            value = getattr(self, key)  # scales positive, caps (and the attention scale, 0: the default) >= 0
+            if not (math.isfinite(value) and value > least and value >= 0):
+                raise ValueError(f"model {self.name!r}: {key} must be finite and {'>' if least == 0 else '>='} 0, "
+                                 f"got {value}")
         self._check_sizes()
 
     def _check_sizes(self) -> None:

@@ -243,6 +243,7 @@ class ActSpec(Table):
     swiglu_ops_per_element: int = _f("count", "silu(gate) * up", ge=1, le=1024)
     rope_ops_per_element: int = _f("count", "rotation: two multiplies and an add against a sin/cos table", ge=1, le=1024)
     softmax_ops_per_element: int = _f("count", "max, exp, sum, divide", ge=1, le=1024)
+    attn_softcap_ops_per_element: int = _f("count", "an attention score soft-capped (divide, tanh, multiply), on the QK DMACs", ge=1, le=1024)
     residual_add_ops_per_element: int = _f("count", "one add", ge=1, le=1024)
     argmax_ops_per_element: int = _f("count", "controller: one compare per logit", ge=1, le=1024)
     bias_ops_per_element: int = _f("count", "add the projection bias to a column block", ge=1, le=1024)

@@ -23,7 +23,7 @@ from onnx import TensorProto, helper, numpy_helper
 MLPS = ("swiglu", "fused_split", "fused_slice", "geglu_tanh", "geglu_erf", "gelu_op_tanh", "gelu_op_erf",
         "quick_gelu", "relu_squared")
 EXTRAS = (None, "residual_scale", "residual_shift", "unknown_op", "stream_tanh", "softcap", "attn_scale",
-          "rope_factor", "two_tables", "yarn")
+          "rope_factor", "two_tables", "yarn", "attn_softcap")
 
 
 def llama3_inv_freq(head_dim: int, theta: float = 500000.0, factor: float = 8.0, low: float = 1.0,
@@ -193,6 +193,9 @@ def family_decoder(mlp: str = "swiglu", *, layers: int = 2, hidden: int = 32, he
         scaled = node("Mul", [scores, const(p + "scale", 1 / math.sqrt(hd))], p + "ss")
         if extra == "attn_scale":
             scaled = node("Mul", [scaled, const(p + "scale2", 0.5)], p + "ss2")
+        if extra == "attn_softcap":  # Gemma 2: cap * tanh(scores / cap)
+            capped = node("Tanh", [node("Div", [scaled, const(p + "acap", 2.0)], p + "acd")], p + "act")
+            scaled = node("Mul", [capped, p + "acap"], p + "acm")
         probs = node("Softmax", [node("Add", [scaled, mask_s], p + "sm")], p + "p", axis=-1)
         a = node("MatMul", [probs, repeat(vh, p + "v")], p + "a")
         a = node("Reshape", [node("Transpose", [a], p + "at", perm=perm), merge_shape], p + "am")

@@ -200,6 +200,48 @@ def test_a_squared_relu_mlp_is_read_and_replayed(tmp_path):
     assert info["verdict"] == "OK" and info["relative_error"] < 1e-5, info
 
 
+def test_soft_capped_attention_scores_are_read_and_replayed(tmp_path):
+    """Gemma 2's attention soft-cap (scores divided by 2, Tanh, multiplied by 2, before the softmax): the
+    model's attn_softcap, charged act.attn_softcap_ops_per_element more per score on the QK DMACs, and the
+    replay matches onnxruntime (a Tanh there was refused before)."""
+    pytest.importorskip("onnxruntime")
+    from primal_compiler.api import compile_model
+    from primal_compiler.isa.opcodes import DmacOp, Opcode
+    from primal_compiler.report.check import check_onnx
+    from primal_compiler.target import load_primal_target
+
+    path = save(tmp_path, extra="attn_softcap", attn_std=1.0)
+    model = load_model(path)
+    assert model.attn_softcap == pytest.approx(2.0) and model.attention_scale == 0
+    target = load_primal_target("primal-7nm")
+    info = check_onnx(path, target)
+    assert info["verdict"] == "OK" and info["relative_error"] < 1e-5, info
+    counts = []
+    for m in (model, load_model(save(tmp_path))):
+        stream = compile_model(m, target, "lower-tiles,blocking,zcurve-order,kv-ring{context=64},codegen").stream
+        qk = stream.records[(stream.records["op"] == Opcode.DMAC) & ((stream.records["arg"] & 0xFF) == DmacOp.QK)]
+        counts.append(int(qk["count"].astype(int).sum()))
+    assert counts[0] * 8 == counts[1] * (8 + target.act.attn_softcap_ops_per_element)  # head size 8 per score
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"l0_acap": 3.0}, r"Tanh on the attention scores of layer 0 at node l0_act: not a soft-cap"),
+])
+def test_a_tanh_on_the_scores_that_is_not_a_soft_cap_is_refused(tmp_path, change, message):
+    model = family_decoder(extra="attn_softcap")
+    for t in model.graph.initializer:
+        if t.name in change:  # the Div and the Mul share the constant: give the Mul its own
+            model.graph.initializer.append(onnx.numpy_helper.from_array(np.asarray(change[t.name], np.float32),
+                                                                        t.name + "_mul"))
+    for node in model.graph.node:
+        if node.name == "l0_acm":
+            node.input[1] = "l0_acap_mul"
+    path = tmp_path / "notcap.onnx"
+    onnx.save(model, str(path))
+    with pytest.raises(InputError, match=message):
+        load_model(str(path))
+
+
 def test_layers_that_scale_their_scores_differently_are_refused(tmp_path):
     model = family_decoder(extra="attn_scale")
     for t in model.graph.initializer:

@@ -86,6 +86,8 @@ def dense_greedy(model, params, prompt: list[int], generate: int, window: int) -
             o = []
             for head in range(att.num_heads):
                 s = keys[:, head // group] @ q[head] * model.score_scale
+                if model.attn_softcap:
+                    s = model.attn_softcap * np.tanh(s / model.attn_softcap)
                 p = np.exp(s - s.max())
                 o.append(p @ values[:, head // group] / p.sum())
             h = h + _linear(params, (n, Role.O), np.concatenate(o))
