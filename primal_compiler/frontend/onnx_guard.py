@@ -111,7 +111,8 @@ def check_accounted(dec, layers: list, lm_head, norm_regions: list[set[int]], no
     0. Layers that differ are refused.
 
     ``norm_regions`` are the nodes of every norm, ``norm_params`` the scale and bias tensors read for them,
-    ``logit_nodes`` the logits' scale and soft-cap after the LM head (``onnx_logits``).
+    ``logit_nodes`` nodes other recognisers explain: the logits' scale and soft-cap after the LM head
+    (``onnx_logits``), the residual branches' multiplier (``onnx_branches``).
     """
     g = dec.g
     start = min(embed_nodes)

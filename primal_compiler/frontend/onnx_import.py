@@ -67,6 +67,7 @@ from pathlib import Path
 import onnx
 
 from primal_compiler.errors import InputError, one_line
+from primal_compiler.frontend.onnx_branches import branch_multiplier
 from primal_compiler.frontend.onnx_check import read_onnx
 from primal_compiler.frontend.onnx_decoder import Decoder, Layer, g_name
 from primal_compiler.frontend.onnx_graph import GraphIndex, PatternError, Weight, attr
@@ -204,7 +205,9 @@ def _recognise(model: onnx.ModelProto, path: Path) -> Recognised:
     norm_params = {x for r in norms.values() for x in (r.weight, r.bias) if x is not None}
     embed_nodes = {embed[0]} | ({scale_node} if scale_node is not None else set())
     logit_scale, softcap, logit_nodes = logit_tail(g, lm_head.node, lm_head.bias)
-    score_scale, attn_cap = check_accounted(dec, layers, lm_head, norm_regions, norm_params, embed_nodes, logit_nodes)
+    branch, branch_nodes = branch_multiplier(g, layers)
+    score_scale, attn_cap = check_accounted(dec, layers, lm_head, norm_regions, norm_params, embed_nodes,
+                                            logit_nodes | branch_nodes)
     turned = rotated_layers(g, dec, layers) if positional == Positional.ROPE else [True] * len(layers)
     ir_layers = tuple(_to_ir(i, layer, rope) for (i, layer), rope in zip(enumerate(layers), turned))
     tied = tied_head(g, emb_table, lm_head.weight)
@@ -236,6 +239,7 @@ def _recognise(model: onnx.ModelProto, path: Path) -> Recognised:
             logit_softcap=softcap,
             attention_scale=score_scale,
             attn_softcap=attn_cap,
+            residual_multiplier=branch,
             weight_quant=weight_formats(g.quant, [p.weight for x in layers for p in x.projections] + [lm_head.weight]),
         )
     except InputError as exc:  # a size over the IR's limits, reported against the file

@@ -280,7 +280,8 @@ def act(m: Machine, r: tuple) -> None:
         other = m.read(pos, r[DST_BUF])
         if other.shape != x.shape:
             raise m.fail(f"adds {buf_name(r[SRC_BUF])} {x.shape} to {buf_name(r[DST_BUF])} {other.shape}")
-        y = x + other
+        branch = m.model.residual_multiplier  # the branch (dst: the O or down roots' blocks) times Granite's
+        y = x + (other * np.float32(branch) if branch != 1.0 else other)
     elif fn in (ActFn.SILU, ActFn.GELU, ActFn.RELU, ActFn.RELU_SQUARED):
         kind = {ActFn.SILU: Activation.SILU, ActFn.RELU: Activation.RELU, ActFn.GELU: Activation.GELU,
                 ActFn.RELU_SQUARED: Activation.RELU_SQUARED}[ActFn(fn)]

@@ -277,6 +277,7 @@ class Model:
     logit_softcap: float = 0.0
     attention_scale: float = 0.0  # attention scores' scale (Gemma's query_pre_attn_scalar ** -0.5); 0: 1/sqrt(head_dim)
     attn_softcap: float = 0.0  # scaled scores soft-capped, cap * tanh(s / cap), before the softmax (Gemma 2); 0: none
+    residual_multiplier: float = 1.0  # every attention and MLP output times it before its residual add (Granite)
 
     def __post_init__(self) -> None:
         if not self.layers:
@@ -303,7 +304,8 @@ class Model:
                 len(self.alibi_slopes) != heads or not all(math.isfinite(f) for f in self.alibi_slopes)):
             raise ValueError(f"model {self.name!r}: ALiBi positions need {heads} finite alibi_slopes, and only they")
         for key, least in (("rope_attention_scale", 0.0), ("embed_scale", 0.0), ("logit_scale", 0.0),
-                           ("logit_softcap", -1.0), ("attention_scale", -1.0), ("attn_softcap", -1.0)):
+                           ("logit_softcap", -1.0), ("attention_scale", -1.0), ("attn_softcap", -1.0),
+                           ("residual_multiplier", 0.0)):
             value = getattr(self, key)  # scales positive, caps (and the attention scale, 0: the default) >= 0
             if not (math.isfinite(value) and value > least and value >= 0):
                 raise ValueError(f"model {self.name!r}: {key} must be finite and {'>' if least == 0 else '>='} 0, "

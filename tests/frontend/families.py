@@ -23,7 +23,7 @@ from onnx import TensorProto, helper, numpy_helper
 MLPS = ("swiglu", "fused_split", "fused_slice", "geglu_tanh", "geglu_erf", "gelu_op_tanh", "gelu_op_erf",
         "quick_gelu", "relu_squared")
 EXTRAS = (None, "residual_scale", "residual_shift", "unknown_op", "stream_tanh", "softcap", "attn_scale",
-          "rope_factor", "two_tables", "yarn", "attn_softcap")
+          "rope_factor", "two_tables", "yarn", "attn_softcap", "branch_scale")
 
 
 def llama3_inv_freq(head_dim: int, theta: float = 500000.0, factor: float = 8.0, low: float = 1.0,
@@ -199,7 +199,10 @@ def family_decoder(mlp: str = "swiglu", *, layers: int = 2, hidden: int = 32, he
         probs = node("Softmax", [node("Add", [scaled, mask_s], p + "sm")], p + "p", axis=-1)
         a = node("MatMul", [probs, repeat(vh, p + "v")], p + "a")
         a = node("Reshape", [node("Transpose", [a], p + "at", perm=perm), merge_shape], p + "am")
-        h = node("Add", [h, node("MatMul", [a, rand(p + "Wo", hidden, hidden, std=attn_std)], p + "o")], p + "h1")
+        o = node("MatMul", [a, rand(p + "Wo", hidden, hidden, std=attn_std)], p + "o")
+        if extra == "branch_scale":  # Granite's residual_multiplier on the attention branch
+            o = node("Mul", [o, const(p + "bm1", 0.4)], p + "bo")
+        h = node("Add", [h, o], p + "h1")
         y = {None: lambda: norm(h, p + "n2"), "shared": lambda: x, "two": lambda: norm(h_in, p + "n2")}[parallel]()
         if mlp.startswith("fused"):
             gu = node("MatMul", [y, rand(p + "Wgu", hidden, 2 * inter, std=mlp_std)], p + "gu")
@@ -218,7 +221,10 @@ def family_decoder(mlp: str = "swiglu", *, layers: int = 2, hidden: int = 32, he
             g = node("MatMul", [y, rand(p + "Wg", hidden, inter, std=mlp_std)], p + "g")
             u = node("MatMul", [y, rand(p + "Wu", hidden, inter, std=mlp_std)], p + "u")
         m = node("Mul", [act(g, p), u], p + "m")
-        h = node("Add", [h, node("MatMul", [m, rand(p + "Wd", inter, hidden, std=mlp_std)], p + "d")], p + "h2")
+        d = node("MatMul", [m, rand(p + "Wd", inter, hidden, std=mlp_std)], p + "d")
+        if extra == "branch_scale":  # ... and on the MLP branch
+            d = node("Mul", [d, const(p + "bm2", 0.4)], p + "bd")
+        h = node("Add", [h, d], p + "h2")
         if extra == "residual_scale" and i == 0:
             h = node("Mul", [h, const("rs", 0.9)], "residual_scale")
         if extra == "residual_shift" and i == 0:

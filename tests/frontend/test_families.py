@@ -242,6 +242,34 @@ def test_a_tanh_on_the_scores_that_is_not_a_soft_cap_is_refused(tmp_path, change
         load_model(str(path))
 
 
+def test_a_multiplier_on_every_residual_branch_is_read_and_replayed(tmp_path):
+    """Granite's residual_multiplier (each attention and MLP output times 0.4 before its residual add): the
+    model's residual_multiplier, and the replay matches onnxruntime (refused before)."""
+    pytest.importorskip("onnxruntime")
+    from primal_compiler.report.check import check_onnx
+    from primal_compiler.target import load_primal_target
+
+    path = save(tmp_path, extra="branch_scale")
+    assert load_model(path).residual_multiplier == pytest.approx(0.4)
+    info = check_onnx(path, load_primal_target("primal-7nm"))
+    assert info["verdict"] == "OK" and info["relative_error"] < 1e-5, info
+    assert load_model(save(tmp_path)).residual_multiplier == 1.0
+
+
+def test_branches_multiplied_differently_are_refused(tmp_path):
+    model = family_decoder(extra="branch_scale")
+    for t in model.graph.initializer:
+        if t.name == "l1_bm2":
+            t.CopyFrom(onnx.numpy_helper.from_array(np.asarray(0.5, np.float32), t.name))
+    path = tmp_path / "branches.onnx"
+    onnx.save(model, str(path))
+    with pytest.raises(InputError) as err:
+        load_model(str(path))
+    assert err.value.problem == ("unsupported residual multiplier: the attention branch of layer 0 is multiplied by "
+                                 "0.4, the MLP branch of layer 1 by 0.5 (the replay takes one multiplier for every "
+                                 "branch)")
+
+
 def test_layers_that_scale_their_scores_differently_are_refused(tmp_path):
     model = family_decoder(extra="attn_scale")
     for t in model.graph.initializer:

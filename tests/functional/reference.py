@@ -90,13 +90,14 @@ def dense_greedy(model, params, prompt: list[int], generate: int, window: int) -
                     s = model.attn_softcap * np.tanh(s / model.attn_softcap)
                 p = np.exp(s - s.max())
                 o.append(p @ values[:, head // group] / p.sum())
-            h = h + _linear(params, (n, Role.O), np.concatenate(o))
+            h = h + model.residual_multiplier * _linear(params, (n, Role.O), np.concatenate(o))
             m = _norm(model, params, (n, 1), h)
             if layer.linear(Role.GATE) is not None:
                 mid = _act(layer.activation, _linear(params, (n, Role.GATE), m)) * _linear(params, (n, Role.UP), m)
-                h = h + _linear(params, (n, Role.DOWN), mid)
+                h = h + model.residual_multiplier * _linear(params, (n, Role.DOWN), mid)
             else:
-                h = h + _linear(params, (n, Role.FC2), _act(layer.activation, _linear(params, (n, Role.FC1), m)))
+                h = h + model.residual_multiplier * _linear(params, (n, Role.FC2),
+                                                            _act(layer.activation, _linear(params, (n, Role.FC1), m)))
         if pos >= len(prompt) - 1:
             logits = _linear(params, (model.num_layers, Role.LM_HEAD), _norm(model, params, (model.num_layers, 0), h))
             out.append(logits)
