@@ -42,12 +42,11 @@ def _multiplier(g: GraphIndex, tensor: str) -> tuple[int | None, float]:
         if len(users) != 1:
             return None, 1.0
         i, node = users[0], g.nodes[users[0]]
-        if node.op_type in ("Mul", "Div") and len(node.input) == 2:
-            k = 1 if node.input[0] == tensor else 0
-            value = g.scalar(node.input[k])
-            if value is None or not (math.isfinite(value) and value > 0) or (node.op_type == "Div" and k == 0):
+        if node.op_type in ("Mul", "Div"):
+            value = g.factor(node, tensor)
+            if value is None or not (math.isfinite(value) and value > 0):
                 return None, 1.0
-            return i, (value if node.op_type == "Mul" else 1.0 / value)
+            return i, value
         if node.op_type not in TRANSPARENT and not _own_add(g, node, tensor):
             return None, 1.0
         tensor = node.output[0]

@@ -184,6 +184,18 @@ class GraphIndex:
             return None
         return float(value.reshape(-1)[0])
 
+    def factor(self, node: onnx.NodeProto, tensor: str | None = None) -> float | None:
+        """What a ``Mul`` or ``Div`` multiplies ``tensor`` (default: its input that is not a scalar) by: the other
+        input's scalar, or its inverse for a ``Div`` by it; None when that is not a scalar, the scalar is the
+        dividend, or it divides by zero."""
+        if node.op_type not in ("Mul", "Div") or len(node.input) != 2:
+            return None
+        k = (1 if node.input[0] == tensor else 0) if tensor is not None else int(self.scalar(node.input[1]) is not None)
+        value = self.scalar(node.input[k])
+        if value is None or (node.op_type == "Div" and (k == 0 or value == 0)):
+            return None
+        return value if node.op_type == "Mul" else 1.0 / value
+
     def tail_ints(self, name: str, count: int) -> list[int | None]:
         """The last ``count`` entries of a shape vector; None where not constant."""
         known = self._tail(name, count, 0)

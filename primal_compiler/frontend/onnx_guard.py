@@ -91,15 +91,12 @@ def embed_scale(g: GraphIndex, gather: int) -> tuple[float, int | None]:
         if node.op_type in TRANSPARENT:
             tensor = node.output[0]
             continue
-        if node.op_type not in ("Mul", "Div"):
-            return 1.0, None
-        other = node.input[1] if node.input[0] == tensor else node.input[0]
-        value = g.scalar(other)
-        if value is None or (node.op_type == "Div" and other != node.input[1]):
+        value = g.factor(node, tensor)
+        if value is None:
             return 1.0, None
         if not (math.isfinite(value) and value > 0):
             raise PatternError(f"unsupported embedding scale {value:g} at node {node.name or users[0]}")
-        return (value if node.op_type == "Mul" else 1.0 / value), users[0]
+        return value, users[0]
     return 1.0, None
 
 

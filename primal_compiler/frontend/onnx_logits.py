@@ -35,13 +35,11 @@ def logit_tail(g: GraphIndex, head_node: int, head_bias: bool) -> tuple[float, f
                 raise PatternError(f"unsupported {label}: a second soft-cap of the logits")
             capped = True
         elif node.op_type in ("Mul", "Div"):
-            other = node.input[1] if node.input[0] == tensor else node.input[0]
-            value = g.scalar(other)
-            if value is None or (node.op_type == "Div" and other != node.input[1]):
+            value = g.factor(node, tensor)
+            if value is None:
                 break  # not a scale: check_accounted names it
             if not (math.isfinite(value) and value > 0):
                 raise PatternError(f"unsupported {label}: the logits multiplied by {value:g}, not a positive scale")
-            value = value if node.op_type == "Mul" else 1.0 / value
             if capped and not cap:
                 cap = value
             elif cap:

@@ -54,14 +54,8 @@ def attention_softcap(g: GraphIndex, barriers: frozenset[int], score_side: dict[
 
 def _factor(g: GraphIndex, i: int) -> float | None:
     """What node ``i`` multiplies its other input by, when it is a Mul or a Div by a positive scalar."""
-    node = g.nodes[i]
-    if node.op_type not in ("Mul", "Div") or len(node.input) != 2:
-        return None
-    k = 1 if g.scalar(node.input[1]) is not None else 0
-    value = g.scalar(node.input[k])
-    if value is None or not (math.isfinite(value) and value > 0) or (node.op_type == "Div" and k == 0):
-        return None
-    return value if node.op_type == "Mul" else 1.0 / value
+    value = g.factor(g.nodes[i])
+    return value if value is not None and math.isfinite(value) and value > 0 else None
 
 
 def _name(g: GraphIndex, i: int) -> str:

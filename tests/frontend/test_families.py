@@ -22,6 +22,34 @@ def save(tmp_path, mlp: str = "swiglu", **kw) -> str:
     return str(path)
 
 
+def replays_exactly(path: str) -> None:
+    """``primal check``: the functional replay of the file at ``path`` matches onnxruntime to 1e-5."""
+    pytest.importorskip("onnxruntime")
+    from primal_compiler.report.check import check_onnx
+    from primal_compiler.target import load_primal_target
+
+    info = check_onnx(path, load_primal_target("primal-7nm"))
+    assert info["verdict"] == "OK" and info["relative_error"] < 1e-5, info
+
+
+def with_constant(model: onnx.ModelProto, name: str, value: float) -> onnx.ModelProto:
+    """``model`` with the float32 initializer ``name`` set to ``value``."""
+    for t in model.graph.initializer:
+        if t.name == name:
+            t.CopyFrom(onnx.numpy_helper.from_array(np.asarray(value, np.float32), t.name))
+    return model
+
+
+def refusal(tmp_path, model: onnx.ModelProto) -> str:
+    """The one-line problem reading ``model`` is refused with."""
+    path = tmp_path / "refused.onnx"
+    onnx.save(model, str(path))
+    with pytest.raises(InputError) as err:
+        load_model(str(path))
+    assert "\n" not in str(err.value)
+    return err.value.problem
+
+
 def mlp_shapes(model) -> list[tuple[Role, int, int]]:
     return [(lin.role, lin.in_features, lin.out_features) for lin in model.layers[0].linears
             if lin.role in (Role.GATE, Role.UP, Role.DOWN, Role.FC1, Role.FC2)]
@@ -157,32 +185,23 @@ def test_a_positionless_layer_is_not_rotated(tmp_path, kw):
 def test_gemma2_logit_soft_capping_is_read_and_replayed(tmp_path):
     """Gemma 2's final soft-capping (Div by 30, Tanh, Mul by 30 after the LM head): read as the model's
     logit_softcap, and ``primal check`` finds the replay matching onnxruntime (it was refused before)."""
-    pytest.importorskip("onnxruntime")
-    from primal_compiler.report.check import check_onnx
+    from primal_compiler.report.inspect import inspect_model, render_inspect
     from primal_compiler.target import load_primal_target
 
     path = save(tmp_path, extra="softcap")
     model = load_model(path)
     assert (model.logit_scale, model.logit_softcap) == (pytest.approx(1.0), pytest.approx(30.0))
-    from primal_compiler.report.inspect import inspect_model, render_inspect
-
     assert "logits soft-capped at 30" in render_inspect(inspect_model(model, load_primal_target("primal-7nm")))
-    info = check_onnx(path, load_primal_target("primal-7nm"))
-    assert info["verdict"] == "OK" and info["relative_error"] < 1e-5, info
+    replays_exactly(path)
 
 
 def test_an_attention_scale_other_than_the_head_size_s_is_read_and_replayed(tmp_path):
     """Scores scaled by 0.5/sqrt(head_dim) in every layer (Gemma's query_pre_attn_scalar is such a scale): read
     as the model's attention_scale, and the replay matches onnxruntime (it was refused before)."""
-    pytest.importorskip("onnxruntime")
-    from primal_compiler.report.check import check_onnx
-    from primal_compiler.target import load_primal_target
-
     path = save(tmp_path, extra="attn_scale", attn_std=1.0)
     model = load_model(path)
     assert model.attention_scale == pytest.approx(0.5 / math.sqrt(8)) == pytest.approx(model.score_scale)
-    info = check_onnx(path, load_primal_target("primal-7nm"))
-    assert info["verdict"] == "OK" and info["relative_error"] < 1e-5, info
+    replays_exactly(path)
     plain = load_model(save(tmp_path))
     assert plain.attention_scale == 0 and plain.score_scale == pytest.approx(1 / math.sqrt(8))
 
@@ -190,32 +209,24 @@ def test_an_attention_scale_other_than_the_head_size_s_is_read_and_replayed(tmp_
 def test_a_squared_relu_mlp_is_read_and_replayed(tmp_path):
     """Nemotron's relu(x)^2 (a Relu multiplied by itself): the layers' activation, and the replay matches
     onnxruntime (it was refused as 'not relu' before)."""
-    pytest.importorskip("onnxruntime")
-    from primal_compiler.report.check import check_onnx
-    from primal_compiler.target import load_primal_target
-
     path = save(tmp_path, "relu_squared")
     assert {layer.activation for layer in load_model(path).layers} == {Activation.RELU_SQUARED}
-    info = check_onnx(path, load_primal_target("primal-7nm"))
-    assert info["verdict"] == "OK" and info["relative_error"] < 1e-5, info
+    replays_exactly(path)
 
 
 def test_soft_capped_attention_scores_are_read_and_replayed(tmp_path):
     """Gemma 2's attention soft-cap (scores divided by 2, Tanh, multiplied by 2, before the softmax): the
     model's attn_softcap, charged act.attn_softcap_ops_per_element more per score on the QK DMACs, and the
     replay matches onnxruntime (a Tanh there was refused before)."""
-    pytest.importorskip("onnxruntime")
     from primal_compiler.api import compile_model
     from primal_compiler.isa.opcodes import DmacOp, Opcode
-    from primal_compiler.report.check import check_onnx
     from primal_compiler.target import load_primal_target
 
     path = save(tmp_path, extra="attn_softcap", attn_std=1.0)
     model = load_model(path)
     assert model.attn_softcap == pytest.approx(2.0) and model.attention_scale == 0
     target = load_primal_target("primal-7nm")
-    info = check_onnx(path, target)
-    assert info["verdict"] == "OK" and info["relative_error"] < 1e-5, info
+    replays_exactly(path)
     counts = []
     for m in (model, load_model(save(tmp_path))):
         stream = compile_model(m, target, "lower-tiles,blocking,zcurve-order,kv-ring{context=64},codegen").stream
@@ -245,41 +256,20 @@ def test_a_tanh_on_the_scores_that_is_not_a_soft_cap_is_refused(tmp_path, change
 def test_a_multiplier_on_every_residual_branch_is_read_and_replayed(tmp_path):
     """Granite's residual_multiplier (each attention and MLP output times 0.4 before its residual add): the
     model's residual_multiplier, and the replay matches onnxruntime (refused before)."""
-    pytest.importorskip("onnxruntime")
-    from primal_compiler.report.check import check_onnx
-    from primal_compiler.target import load_primal_target
-
     path = save(tmp_path, extra="branch_scale")
     assert load_model(path).residual_multiplier == pytest.approx(0.4)
-    info = check_onnx(path, load_primal_target("primal-7nm"))
-    assert info["verdict"] == "OK" and info["relative_error"] < 1e-5, info
+    replays_exactly(path)
     assert load_model(save(tmp_path)).residual_multiplier == 1.0
 
 
 def test_branches_multiplied_differently_are_refused(tmp_path):
-    model = family_decoder(extra="branch_scale")
-    for t in model.graph.initializer:
-        if t.name == "l1_bm2":
-            t.CopyFrom(onnx.numpy_helper.from_array(np.asarray(0.5, np.float32), t.name))
-    path = tmp_path / "branches.onnx"
-    onnx.save(model, str(path))
-    with pytest.raises(InputError) as err:
-        load_model(str(path))
-    assert err.value.problem == ("unsupported residual multiplier: the attention branch of layer 0 is multiplied by "
+    assert refusal(tmp_path, with_constant(family_decoder(extra="branch_scale"), "l1_bm2", 0.5)) == ("unsupported residual multiplier: the attention branch of layer 0 is multiplied by "
                                  "0.4, the MLP branch of layer 1 by 0.5 (the replay takes one multiplier for every "
                                  "branch)")
 
 
 def test_layers_that_scale_their_scores_differently_are_refused(tmp_path):
-    model = family_decoder(extra="attn_scale")
-    for t in model.graph.initializer:
-        if t.name == "l1_scale2":
-            t.CopyFrom(onnx.numpy_helper.from_array(np.asarray(0.25, np.float32), t.name))
-    path = tmp_path / "differ.onnx"
-    onnx.save(model, str(path))
-    with pytest.raises(InputError) as err:
-        load_model(str(path))
-    assert err.value.problem == ("unsupported attention scale: layer 0 scales its scores by 0.176777, layer 1 by "
+    assert refusal(tmp_path, with_constant(family_decoder(extra="attn_scale"), "l1_scale2", 0.25)) == ("unsupported attention scale: layer 0 scales its scores by 0.176777, layer 1 by "
                                  "0.0883883 (the replay takes one scale for every layer)")
 
 
