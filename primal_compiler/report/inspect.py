@@ -39,6 +39,8 @@ def inspect_model(model, target: PrimalTarget, program: Program | None = None) -
         "nope_layers": [layer.index for layer in model.layers if not layer.rope],
         "embed_scale": model.embed_scale, "tie_word_embeddings": model.tie_word_embeddings,
         "logit_scale": model.logit_scale, "logit_softcap": model.logit_softcap,
+        "attention_scale": model.attention_scale, "attn_softcap": model.attn_softcap,
+        "residual_multiplier": model.residual_multiplier,
         "base_params": model.base_params, "lora_params": model.lora_params,
         "lora_targets": [r.value for r in model.lora_targets],
         "precision": {f.name: getattr(p, f.name) for f in fields(p)},
@@ -154,7 +156,11 @@ def render_inspect(info: dict) -> str:
         + (f", embeddings scaled by {info['embed_scale']:g}" if info["embed_scale"] != 1.0 else "")
         + (f", embeddings normed by a {info['norm']}" if info["embed_norm"] else "")
         + (f", logits scaled by {info['logit_scale']:g}" if info["logit_scale"] != 1.0 else "")
-        + (f", logits soft-capped at {info['logit_softcap']:g}" if info["logit_softcap"] else ""),
+        + (f", logits soft-capped at {info['logit_softcap']:g}" if info["logit_softcap"] else "")
+        + (f", attention scores scaled by {info['attention_scale']:g}" if info["attention_scale"] else "")
+        + (f", attention scores soft-capped at {info['attn_softcap']:g}" if info["attn_softcap"] else "")
+        + (f", residual branches multiplied by {info['residual_multiplier']:g}"
+           if info["residual_multiplier"] != 1.0 else ""),
         f"  parameters: base {info['base_params']:,}  LoRA {info['lora_params']:,} "
         f"on {','.join(info['lora_targets']) or 'none'}",
         f"  precision: base {p['base_weight_bits']}b, LoRA {p['lora_weight_bits']}b, "

@@ -222,10 +222,13 @@ def test_soft_capped_attention_scores_are_read_and_replayed(tmp_path):
     from primal_compiler.isa.opcodes import DmacOp, Opcode
     from primal_compiler.target import load_primal_target
 
+    from primal_compiler.report.inspect import inspect_model, render_inspect
+
     path = save(tmp_path, extra="attn_softcap", attn_std=1.0)
     model = load_model(path)
     assert model.attn_softcap == pytest.approx(2.0) and model.attention_scale == 0
     target = load_primal_target("primal-7nm")
+    assert "attention scores soft-capped at 2" in render_inspect(inspect_model(model, target))
     replays_exactly(path)
     counts = []
     for m in (model, load_model(save(tmp_path))):
@@ -256,8 +259,13 @@ def test_a_tanh_on_the_scores_that_is_not_a_soft_cap_is_refused(tmp_path, change
 def test_a_multiplier_on_every_residual_branch_is_read_and_replayed(tmp_path):
     """Granite's residual_multiplier (each attention and MLP output times 0.4 before its residual add): the
     model's residual_multiplier, and the replay matches onnxruntime (refused before)."""
+    from primal_compiler.report.inspect import inspect_model, render_inspect
+    from primal_compiler.target import load_primal_target
+
     path = save(tmp_path, extra="branch_scale")
     assert load_model(path).residual_multiplier == pytest.approx(0.4)
+    shown = render_inspect(inspect_model(load_model(path), load_primal_target("primal-7nm")))
+    assert "residual branches multiplied by 0.4" in shown
     replays_exactly(path)
     assert load_model(save(tmp_path)).residual_multiplier == 1.0
 
