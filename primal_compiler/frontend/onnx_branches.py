@@ -37,20 +37,27 @@ def branch_multiplier(g: GraphIndex, layers: list) -> tuple[float, set[int]]:
 
 def _multiplier(g: GraphIndex, tensor: str) -> tuple[int | None, float]:
     """(the Mul/Div node, its factor) right after the projection output ``tensor``; (None, 1.0) without one."""
+    i, into = after_projection(g, tensor)
+    if i is None or g.nodes[i].op_type not in ("Mul", "Div"):
+        return None, 1.0
+    value = g.factor(g.nodes[i], into)
+    if value is None or not (math.isfinite(value) and value > 0):
+        return None, 1.0
+    return i, value
+
+
+def after_projection(g: GraphIndex, tensor: str) -> tuple[int | None, str]:
+    """(the first node that a projection's output ``tensor`` reaches past its own layout ops and the Adds of
+    its bias and LoRA, the tensor it reads there); (None, tensor) where the output forks or runs too far."""
     for _ in range(STEPS):
         users = [i for i in g.consumers.get(tensor, ()) if g.nodes[i].op_type not in ("Shape", "Size")]
         if len(users) != 1:
-            return None, 1.0
-        i, node = users[0], g.nodes[users[0]]
-        if node.op_type in ("Mul", "Div"):
-            value = g.factor(node, tensor)
-            if value is None or not (math.isfinite(value) and value > 0):
-                return None, 1.0
-            return i, value
+            return None, tensor
+        node = g.nodes[users[0]]
         if node.op_type not in TRANSPARENT and not _own_add(g, node, tensor):
-            return None, 1.0
+            return users[0], tensor
         tensor = node.output[0]
-    return None, 1.0
+    return None, tensor
 
 
 def _own_add(g: GraphIndex, node, tensor: str) -> bool:

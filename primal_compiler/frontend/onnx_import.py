@@ -69,6 +69,7 @@ import onnx
 from primal_compiler.errors import InputError, one_line
 from primal_compiler.frontend.onnx_branches import branch_multiplier
 from primal_compiler.frontend.onnx_check import read_onnx
+from primal_compiler.frontend.onnx_clip import qkv_clip
 from primal_compiler.frontend.onnx_decoder import Decoder, Layer, g_name
 from primal_compiler.frontend.onnx_graph import GraphIndex, PatternError, Weight, attr
 from primal_compiler.frontend.onnx_guard import check_accounted, embed_scale, folded_positions, refuse_experts
@@ -206,8 +207,9 @@ def _recognise(model: onnx.ModelProto, path: Path) -> Recognised:
     embed_nodes = {embed[0]} | ({scale_node} if scale_node is not None else set())
     logit_scale, softcap, logit_nodes = logit_tail(g, lm_head.node, lm_head.bias)
     branch, branch_nodes = branch_multiplier(g, layers)
+    clip, clip_nodes = qkv_clip(g, layers)
     score_scale, attn_cap = check_accounted(dec, layers, lm_head, norm_regions, norm_params, embed_nodes,
-                                            logit_nodes | branch_nodes)
+                                            logit_nodes | branch_nodes | clip_nodes)
     turned = rotated_layers(g, dec, layers) if positional == Positional.ROPE else [True] * len(layers)
     ir_layers = tuple(_to_ir(i, layer, rope) for (i, layer), rope in zip(enumerate(layers), turned))
     tied = tied_head(g, emb_table, lm_head.weight)
@@ -240,6 +242,7 @@ def _recognise(model: onnx.ModelProto, path: Path) -> Recognised:
             attention_scale=score_scale,
             attn_softcap=attn_cap,
             residual_multiplier=branch,
+            qkv_clip=clip,
             weight_quant=weight_formats(g.quant, [p.weight for x in layers for p in x.projections] + [lm_head.weight]),
         )
     except InputError as exc:  # a size over the IR's limits, reported against the file

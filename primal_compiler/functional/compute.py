@@ -297,6 +297,8 @@ def act(m: Machine, r: tuple) -> None:
         y = e / e.sum(axis=-1, keepdims=True)
     elif fn == ActFn.LOGIT_CAP:
         y = ops.logit_cap(x, m.model.logit_scale, m.model.logit_softcap)
+    elif fn == ActFn.CLIP:
+        y = np.clip(x, -np.float32(m.model.qkv_clip), np.float32(m.model.qkv_clip))
     else:
         raise m.fail(f"no functional semantics for ActFn {fn}")
     m.write(pos, r[DST_BUF], y.astype(np.float32))

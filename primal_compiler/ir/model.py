@@ -278,6 +278,7 @@ class Model:
     attention_scale: float = 0.0  # attention scores' scale (Gemma's query_pre_attn_scalar ** -0.5); 0: 1/sqrt(head_dim)
     attn_softcap: float = 0.0  # scaled scores soft-capped, cap * tanh(s / cap), before the softmax (Gemma 2); 0: none
     residual_multiplier: float = 1.0  # every attention and MLP output times it before its residual add (Granite)
+    qkv_clip: float = 0.0  # queries, keys and values clamped to [-clip, clip] after their projection (OLMo); 0: none
 
     def __post_init__(self) -> None:
         if not self.layers:
@@ -305,7 +306,7 @@ class Model:
             raise ValueError(f"model {self.name!r}: ALiBi positions need {heads} finite alibi_slopes, and only they")
         for key, least in (("rope_attention_scale", 0.0), ("embed_scale", 0.0), ("logit_scale", 0.0),
                            ("logit_softcap", -1.0), ("attention_scale", -1.0), ("attn_softcap", -1.0),
-                           ("residual_multiplier", 0.0)):
+                           ("residual_multiplier", 0.0), ("qkv_clip", -1.0)):
             value = getattr(self, key)  # scales positive, caps (and the attention scale, 0: the default) >= 0
             if not (math.isfinite(value) and value > least and value >= 0):
                 raise ValueError(f"model {self.name!r}: {key} must be finite and {'>' if least == 0 else '>='} 0, "

@@ -60,6 +60,7 @@ class ActFn(IntEnum):
     RMS_STATS = 13  # a hub shard's RMSNorm statistics (sum of squares per vector); ACCUMULATE adds
     LOGIT_CAP = 14  # controller: the logits times the model's logit_scale, soft-capped (cap * tanh(x / cap))
     RELU_SQUARED = 15  # relu(x)^2
+    CLIP = 16  # a q, k or v root's block clamped to the model's [-qkv_clip, qkv_clip]
 
 
 class DmacOp(IntEnum):

@@ -40,7 +40,7 @@ def inspect_model(model, target: PrimalTarget, program: Program | None = None) -
         "embed_scale": model.embed_scale, "tie_word_embeddings": model.tie_word_embeddings,
         "logit_scale": model.logit_scale, "logit_softcap": model.logit_softcap,
         "attention_scale": model.attention_scale, "attn_softcap": model.attn_softcap,
-        "residual_multiplier": model.residual_multiplier,
+        "residual_multiplier": model.residual_multiplier, "qkv_clip": model.qkv_clip,
         "base_params": model.base_params, "lora_params": model.lora_params,
         "lora_targets": [r.value for r in model.lora_targets],
         "precision": {f.name: getattr(p, f.name) for f in fields(p)},
@@ -160,7 +160,8 @@ def render_inspect(info: dict) -> str:
         + (f", attention scores scaled by {info['attention_scale']:g}" if info["attention_scale"] else "")
         + (f", attention scores soft-capped at {info['attn_softcap']:g}" if info["attn_softcap"] else "")
         + (f", residual branches multiplied by {info['residual_multiplier']:g}"
-           if info["residual_multiplier"] != 1.0 else ""),
+           if info["residual_multiplier"] != 1.0 else "")
+        + (f", q/k/v clamped to +-{info['qkv_clip']:g}" if info["qkv_clip"] else ""),
         f"  parameters: base {info['base_params']:,}  LoRA {info['lora_params']:,} "
         f"on {','.join(info['lora_targets']) or 'none'}",
         f"  precision: base {p['base_weight_bits']}b, LoRA {p['lora_weight_bits']}b, "

@@ -23,7 +23,7 @@ from onnx import TensorProto, helper, numpy_helper
 MLPS = ("swiglu", "fused_split", "fused_slice", "geglu_tanh", "geglu_erf", "gelu_op_tanh", "gelu_op_erf",
         "quick_gelu", "relu_squared")
 EXTRAS = (None, "residual_scale", "residual_shift", "unknown_op", "stream_tanh", "softcap", "attn_scale",
-          "rope_factor", "two_tables", "yarn", "attn_softcap", "branch_scale")
+          "rope_factor", "two_tables", "yarn", "attn_softcap", "branch_scale", "clip_qkv")
 
 
 def llama3_inv_freq(head_dim: int, theta: float = 500000.0, factor: float = 8.0, low: float = 1.0,
@@ -182,6 +182,9 @@ def family_decoder(mlp: str = "swiglu", *, layers: int = 2, hidden: int = 32, he
                 lb = node("MatMul", [la, rand(p + r + "B", lora_qv, out, std=0.02)], p + r + "lb")
                 return node("Add", [y, node("Mul", [lb, const(p + r + "ls", 2.0)], p + r + "lbs")], p + r + "lora")
             q, v = adapter(q, "q", hidden), adapter(v, "v", kv_heads * hd)
+        if extra == "clip_qkv":  # OLMo: queries, keys and values clamped to [-0.5, 0.5]
+            lo, hi = const(p + "clo", -0.5), const(p + "chi", 0.5)
+            q, k, v = (node("Clip", [t, lo, hi], p + "clip_" + w) for t, w in ((q, "q"), (k, "k"), (v, "v")))
         perm = [0, 2, 1, 3]
         qh = node("Transpose", [node("Reshape", [q, split_shape], p + "qr")], p + "qt", perm=perm)
         kh = node("Transpose", [node("Reshape", [k, kv_shape], p + "kr")], p + "kt", perm=perm)

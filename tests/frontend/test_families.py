@@ -270,6 +270,31 @@ def test_a_multiplier_on_every_residual_branch_is_read_and_replayed(tmp_path):
     assert load_model(save(tmp_path)).residual_multiplier == 1.0
 
 
+def test_clamped_queries_keys_and_values_are_read_and_replayed(tmp_path):
+    """OLMo's clip_qkv (every q, k and v projection clamped to [-0.5, 0.5]): the model's qkv_clip, an ACT CLIP
+    at every q, k and v root, and the replay matches onnxruntime (a Clip was an unknown node before)."""
+    from primal_compiler.api import compile_model
+    from primal_compiler.isa.opcodes import ActFn, Opcode
+    from primal_compiler.target import load_primal_target
+
+    path = save(tmp_path, extra="clip_qkv", attn_std=1.0)
+    model = load_model(path)
+    assert model.qkv_clip == pytest.approx(0.5)
+    from primal_compiler.report.inspect import inspect_model, render_inspect
+
+    assert "q/k/v clamped to +-0.5" in render_inspect(inspect_model(model, load_primal_target("primal-7nm")))
+    stream = compile_model(model, load_primal_target("primal-7nm"),
+                           "lower-tiles,blocking,zcurve-order,kv-ring{context=64},codegen").stream
+    clips = (stream.records["op"] == Opcode.ACT) & ((stream.records["arg"] & 0xFF) == ActFn.CLIP)
+    assert clips.sum() > 0
+    replays_exactly(path)
+
+
+def test_a_clamp_that_is_not_symmetric_is_refused(tmp_path):
+    problem = refusal(tmp_path, with_constant(family_decoder(extra="clip_qkv"), "l0_clo", -0.25))
+    assert problem == "unsupported Clip at node l0_clip_q after a q/k/v projection: bounds -0.25 and 0.5, not -c and c"
+
+
 def test_branches_multiplied_differently_are_refused(tmp_path):
     assert refusal(tmp_path, with_constant(family_decoder(extra="branch_scale"), "l1_bm2", 0.5)) == ("unsupported residual multiplier: the attention branch of layer 0 is multiplied by "
                                  "0.4, the MLP branch of layer 1 by 0.5 (the replay takes one multiplier for every "
