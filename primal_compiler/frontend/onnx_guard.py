@@ -70,6 +70,17 @@ def refuse_experts(g: GraphIndex) -> None:
                                "mixture-of-experts models are not supported yet")
 
 
+def refuse_quantized_activations(g: GraphIndex) -> None:
+    """Static int8 activations (ONNX Runtime's ``quantize_static`` in QDQ format: a ``QuantizeLinear`` on a
+    computed tensor, to a calibrated scale) are refused as such, naming the node, before any pattern is sought
+    (the quantized constants would otherwise be refused as whatever pattern they first break)."""
+    for i, node in enumerate(g.nodes):
+        if node.op_type == "QuantizeLinear" and node.input and g.constant_tensor(node.input[0]) is None:
+            raise PatternError(f"static int8 activations: node {node.name or '#' + str(i)} (QuantizeLinear) quantizes "
+                               f"the computed tensor {node.input[0]!r} to a calibrated scale; quantized activations are "
+                               "not read yet (weights quantized as stored are, and dynamic int8)")
+
+
 def folded_positions(g: GraphIndex, x: str, hidden: int):
     """The constant a static-shape export adds to the token embedding for its positions (``wpe[arange(S)]``
     folded into ``[1.., S, hidden]``, S > 1), or None: a broadcast ``[hidden]`` vector is no position table."""

@@ -72,7 +72,9 @@ from primal_compiler.frontend.onnx_check import read_onnx
 from primal_compiler.frontend.onnx_clip import qkv_clip
 from primal_compiler.frontend.onnx_decoder import Decoder, Layer, g_name
 from primal_compiler.frontend.onnx_graph import GraphIndex, PatternError, Weight, attr
-from primal_compiler.frontend.onnx_guard import check_accounted, embed_scale, folded_positions, refuse_experts
+from primal_compiler.frontend.onnx_guard import (
+    check_accounted, embed_scale, folded_positions, refuse_experts, refuse_quantized_activations,
+)
 from primal_compiler.frontend.onnx_logits import logit_tail
 from primal_compiler.frontend.onnx_mlp import assign_mlp
 from primal_compiler.frontend.onnx_alibi import alibi_slopes
@@ -141,6 +143,7 @@ def _recognise(model: onnx.ModelProto, path: Path) -> Recognised:
         model = onnx.inliner.inline_local_functions(model)
     g = GraphIndex(model, path.parent, dequantize_graph(model))
     refuse_experts(g)
+    refuse_quantized_activations(g)
     projections = pair_lora(g, find_weight_matmuls(g))
     if not projections:
         raise PatternError("no decoder layers found (no MatMul/Gemm with a weight initializer)")

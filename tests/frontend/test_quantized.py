@@ -236,7 +236,8 @@ def _gidx(model):
      "node node_linear_Q4: MatMulNBits input 'val_43_Q4' has 512 elements, K=64, N=32, bits=4, block_size=32 "
      "need 1024"),
     ("llama_qdq4_asym", _float8_codes, "DequantizeLinear of FLOAT8E4M3FN codes is not supported"),
-    ("llama_qdq4_asym", _activation_qdq, "unsupported node act_quant (QuantizeLinear)"),
+    ("llama_qdq4_asym", _activation_qdq, "static int8 activations: node act_quant (QuantizeLinear) quantizes the "
+                                         "computed tensor"),
 ])
 def test_an_unsupported_quantization_is_one_line_naming_the_node(tmp_path, name, edit, problem):
     path = _edited(tmp_path, name, edit)
@@ -288,3 +289,31 @@ def test_quantized_weights_in_external_data_decode_and_a_missing_file_is_named(t
     assert load_onnx(path).weight_quant == (FORMATS["llama_dynamic_int8"],)  # shapes need no weight bytes
     with pytest.raises(InputError, match=r"initializer '.*' is in external data file 'ext.data', which is absent"):
         load_onnx_weights(path)
+
+
+def test_a_quantize_static_export_is_refused_as_static_activations(tmp_path):
+    """ONNX Runtime's quantize_static (QDQ, int8 activations and weights) on the family decoder: refused naming
+    a QuantizeLinear of an activation, not whatever pattern its quantized constants break first (it was
+    refused as an unsupported RoPE before)."""
+    pytest.importorskip("onnxruntime")
+    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
+
+    from tests.frontend.families import family_decoder
+
+    class Calibration(CalibrationDataReader):
+        def __init__(self) -> None:
+            self.left = 2
+
+        def get_next(self):
+            self.left -= 1
+            if self.left < 0:
+                return None
+            ids = np.random.default_rng(self.left).integers(0, 64, (1, 5)).astype(np.int64)
+            return {"input_ids": ids, "position_ids": np.arange(5, dtype=np.int64)[None]}
+
+    onnx.save(family_decoder(), str(tmp_path / "float.onnx"))
+    quantize_static(str(tmp_path / "float.onnx"), str(tmp_path / "static.onnx"), Calibration(),
+                    quant_format=QuantFormat.QDQ, activation_type=QuantType.QInt8, weight_type=QuantType.QInt8)
+    with pytest.raises(InputError) as err:
+        load_onnx(str(tmp_path / "static.onnx"))
+    assert err.value.problem.startswith("static int8 activations: node ") and "\n" not in str(err.value)
