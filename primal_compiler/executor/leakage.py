@@ -113,8 +113,7 @@ def at_temperature(tl: Timeline, records: np.ndarray, energy_pj: Mapping[str, np
         return tl
     seconds = end / target.system.clock_hz
     stated = replace(tl, leak_scale=np.ones(len(tl.sram_on)))
-    static_j = np.bincount(tl.ct, weights=(tl.end - tl.begin) / target.system.clock_hz
-                           * power.interval_watts(stated, target, topo.pes), minlength=topo.num_cts)
+    static_j = power.ct_static_j(stated, target, topo.pes, topo.num_cts, 0, end)
     dyn_j, _ = ct_dynamic_j(records, energy_pj, np.arange(len(records)), topo.num_cts)
-    s, die = steady(dyn_j / seconds, static_j[: topo.num_cts] / seconds, topo, target, where)
+    s, die = steady(dyn_j / seconds, static_j / seconds, topo, target, where)
     return replace(tl, leak_scale=s, die_c=die)

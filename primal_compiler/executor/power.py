@@ -157,6 +157,13 @@ def _off_w(leakage_uw: float, target: PrimalTarget) -> float:
     return leakage_uw * 1e-6 * target.power_gating.gated_leakage_fraction
 
 
+def ct_static_j(tl: Timeline, target: PrimalTarget, pes_per_ct: int, num_cts: int, begin: int, end: int) -> np.ndarray:
+    """Static joules of every CT within ``[begin, end)`` cycles: :func:`interval_watts` over each interval's
+    share of the window."""
+    span = np.clip(np.minimum(tl.end, end) - np.maximum(tl.begin, begin), 0, None) / target.system.clock_hz
+    return np.bincount(tl.ct, weights=span * interval_watts(tl, target, pes_per_ct), minlength=num_cts)[:num_cts]
+
+
 def interval_watts(tl: Timeline, target: PrimalTarget, pes_per_ct: int) -> np.ndarray:
     """Static watts of the CT of every timeline interval in its state: all its domains, its switched-off
     SRAM-DCIM macros at ``gated_leakage_fraction``, at the CT's ``leak_scale``."""

@@ -42,7 +42,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from primal_compiler.serve import SEED_ZERO_FRACTION
 from primal_compiler import compiled
 from primal_compiler.executor import leakage, power
 from primal_compiler.executor.metrics import metrics, window_energy_j
@@ -50,10 +49,10 @@ from primal_compiler.executor.replay import Replay, replay
 from primal_compiler.ir.program import Program
 from primal_compiler.isa.opcodes import Opcode, step_ends
 from primal_compiler.passmgr import Pass, PassManager, parse_pipeline, print_pipeline
+from primal_compiler.serve import SEED_ZERO_FRACTION
 from primal_compiler.target.spec import PrimalTarget
 from primal_compiler.transforms.kv_ring import KvRing
 from primal_compiler.transforms.lora_sparsity import LoraSparsity
-
 
 
 @dataclass(frozen=True)
@@ -136,8 +135,9 @@ def idle_watts(rp: Replay) -> float:
     idle = power.Timeline(np.arange(n), np.full(n, power.GATED, np.int8), np.zeros(n, np.int64),
                           np.ones(n, np.int64), tl.sram_on, tl.scratch_kept, stated,
                           np.full(n, rp.target.thermal.leakage_reference_c))
-    scale, _ = leakage.steady(np.zeros(n), power.interval_watts(idle, rp.target, rp.topo.pes), rp.topo, rp.target)
-    return float((power.interval_watts(idle, rp.target, rp.topo.pes) * scale).sum())
+    watts = power.interval_watts(idle, rp.target, rp.topo.pes)  # one interval per CT, at the stated leakage
+    scale, _ = leakage.steady(np.zeros(n), watts, rp.topo, rp.target)
+    return float((watts * scale).sum())
 
 
 class CostTable:

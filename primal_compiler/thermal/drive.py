@@ -48,7 +48,5 @@ def drive(rp: Replay, phase: str = "decode", request: int = 0) -> Drive:
         raise ValueError(f"the {phase} window of request {request} is empty")
     n = rp.topo.num_cts
     dyn_j, offdie_j = ct_dynamic_j(rp.stream.records, rp.energy_pj, rec, n)
-    tl = rp.timeline
-    span = np.clip(np.minimum(tl.end, end) - np.maximum(tl.begin, begin), 0, None) / rp.target.system.clock_hz
-    static_j = np.bincount(tl.ct, weights=span * xpower.interval_watts(tl, rp.target, rp.topo.pes), minlength=n)
-    return Drive(phase, (dyn_j + static_j[:n]) / window_s, offdie_j / window_s, window_s)
+    static_j = xpower.ct_static_j(rp.timeline, rp.target, rp.topo.pes, n, begin, end)
+    return Drive(phase, (dyn_j + static_j) / window_s, offdie_j / window_s, window_s)
