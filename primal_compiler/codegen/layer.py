@@ -272,6 +272,8 @@ class LayerEmitter:
             return self.b
         self.matrix(Role.O, self.stage(str(Role.O)))
         self.route(self.stage("mid"))
+        if self.ir.post_norms:  # sandwich: the attention's output normed in place before its residual add
+            self.norm("mid", HiddenBuf.MID, HiddenBuf.MID, self.ir.norm)
         if self.ir.parallel:  # the MLP reads the layer input (RESID here), not the attention's sum
             self.norm("mid", HiddenBuf.RESID, HiddenBuf.MID_NORM, self.ir.norm)
         self.residual_add("mid", HiddenBuf.MID)
@@ -292,5 +294,7 @@ class LayerEmitter:
                 self.act(pos, MLP_FN[self.ir.activation], tag, tag, n)
             self.matrix(Role.FC2, self.stage(str(Role.FC2)))
         self.route(self.stage("out"))
+        if self.ir.post_norms:  # ... and the MLP's
+            self.norm("out", HiddenBuf.OUT, HiddenBuf.OUT, self.ir.norm)
         self.residual_add("out", HiddenBuf.OUT)
         return self.b

@@ -35,13 +35,16 @@ class ArchConfig:
     max_position_embeddings: int
     tie_word_embeddings: bool = False
     published_params: int = 0
+    sliding_window: int = 0  # every layer's queries see only the last this many keys (0: all)
 
 
 BUILTIN: dict[str, ArchConfig] = {
     "llama2-7b": ArchConfig("llama", 4096, 32, 32, 32, 11008, 32000, 4096, published_params=6_738_415_616),
     "llama2-13b": ArchConfig("llama", 5120, 40, 40, 40, 13824, 32000, 4096, published_params=13_015_864_320),
     "llama2-70b": ArchConfig("llama", 8192, 80, 64, 8, 28672, 32000, 4096, published_params=68_976_648_192),
-    "mistral-7b": ArchConfig("llama", 4096, 32, 32, 8, 14336, 32000, 32768, published_params=7_241_732_096),
+    # Mistral-7B-v0.1 (rope_theta 10000, sliding_window 4096 in its config.json)
+    "mistral-7b": ArchConfig("llama", 4096, 32, 32, 8, 14336, 32000, 32768, published_params=7_241_732_096,
+                             sliding_window=4096),
     "gpt2": ArchConfig("gpt2", 768, 12, 12, 12, 3072, 50257, 1024, True, published_params=124_439_808),
     "opt-1.3b": ArchConfig("opt", 2048, 24, 32, 32, 8192, 50272, 2048, True, published_params=1_315_758_080),
     # Small architectures for quick experiments and tests (not published models).
@@ -92,7 +95,7 @@ def build_model(cfg: ArchConfig, name: str, source: str = "builtin") -> Model:
         norm, act, pos, npos = NormKind.LAYER, Activation.RELU, Positional.LEARNED, cfg.max_position_embeddings + 2
     else:
         raise InputError(name, f"unknown architecture family {cfg.family!r}")
-    layers = tuple(DecoderLayer(i, attn, linears, norm, act) for i in range(cfg.num_layers))
+    layers = tuple(DecoderLayer(i, attn, linears, norm, act, window=cfg.sliding_window) for i in range(cfg.num_layers))
     return Model(
         name=name,
         hidden_size=h,

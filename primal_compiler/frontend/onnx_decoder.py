@@ -73,6 +73,7 @@ class Layer:
     num_norms: int = 0
     activation: Activation | None = None
     parallel: bool = False  # the MLP reads the layer input, as the attention does
+    post_norms: bool = False  # sandwich norms: each branch normed again before its residual add (Gemma 2)
     # a fused qkv's column order (``Model.qkv_layout``): "per-head" [q_h | k_h | v_h] (GPT-NeoX, Bloom),
     # "per-group" [q heads of group j | k_j | v_j] (Falcon's new decoder architecture), "" q | k | v
     qkv_layout: str = ""

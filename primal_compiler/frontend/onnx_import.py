@@ -84,6 +84,8 @@ from primal_compiler.frontend.onnx_params import (
 from primal_compiler.frontend.onnx_project import Projection, find_weight_matmuls, pair_lora
 from primal_compiler.frontend.onnx_quant import dequantize_graph, weight_formats
 from primal_compiler.frontend.onnx_rotary import rotated_layers, table_gather
+from primal_compiler.frontend.onnx_sandwich import post_norms
+from primal_compiler.frontend.onnx_window import windows
 from primal_compiler.ir.model import (
     SIZE_LIMITS, Attention, DecoderLayer, Linear, LoRA, Model, NormKind, Positional, Role,
 )
@@ -106,7 +108,7 @@ class Recognised:
     projections: dict[tuple[int, Role], Projection]
     embed_table: Weight  # the token embedding ``[vocab, hidden]`` as the Gather consumes it
     pos_table: Weight | None  # the learned position table (or a static export's folded ``[1, S, hidden]``)
-    norms: dict[tuple[int, int], NormRef]  # (layer, 0 before attention / 1 before the MLP); (num_layers, 0) final
+    norms: dict[tuple[int, int], NormRef]  # (layer, 0/1 before attention/MLP, 2/3 after); (num_layers, 0) final
     rope_unread: str | None = None  # the node whose RoPE frequencies the frontend cannot read (cos/sin caches)
 
 
@@ -162,7 +164,8 @@ def _recognise(model: onnx.ModelProto, path: Path) -> Recognised:
     emb_table = embed[1]
     vocab = emb_table.rows
 
-    stops = set(_embedding_gathers(g)) | set(_residual_adds(g))
+    residual = set(_residual_adds(g))
+    stops = set(_embedding_gathers(g)) | residual
     norms: dict[tuple[int, int], NormRef] = {}
     norm_regions: list[set[int]] = []
     embed_norm = embedding_norm(g, embed[0])
@@ -184,6 +187,9 @@ def _recognise(model: onnx.ModelProto, path: Path) -> Recognised:
             if kind is not None:
                 norm_regions.append(dec.norm_region(tensor, stops))
                 norms[(n, which)] = norm_ref(g, norm_regions[-1], hidden)
+    for key, (ref, region) in post_norms(dec, layers, stops, residual, hidden).items():  # sandwich norms (Gemma 2)
+        norms[key] = ref
+        norm_regions.append(region)
     shapes = sorted({(layer.num_heads, layer.num_kv_heads, layer.head_dim) for layer in layers})
     if len(shapes) > 1:  # the KV ring, the ISA and the replay lay out every layer's attention as one
         seen = "; ".join(f"{h} heads, {kv} kv heads, head size {d}" for h, kv, d in shapes)
@@ -214,7 +220,8 @@ def _recognise(model: onnx.ModelProto, path: Path) -> Recognised:
     score_scale, attn_cap = check_accounted(dec, layers, lm_head, norm_regions, norm_params, embed_nodes,
                                             logit_nodes | branch_nodes | clip_nodes)
     turned = rotated_layers(g, dec, layers) if positional == Positional.ROPE else [True] * len(layers)
-    ir_layers = tuple(_to_ir(i, layer, rope) for (i, layer), rope in zip(enumerate(layers), turned))
+    ir_layers = tuple(_to_ir(i, layer, rope, w) for (i, layer), rope, w in zip(enumerate(layers), turned,
+                                                                               windows(dec, cores)))
     tied = tied_head(g, emb_table, lm_head.weight)
     try:
         ir = Model(
@@ -280,13 +287,8 @@ def _embedding_gathers(g: GraphIndex) -> list[int]:
 
 
 def _residual_adds(g: GraphIndex) -> list[int]:
-    return [
-        i
-        for i, n in enumerate(g.nodes)
-        if n.op_type == "Add"
-        and len(n.input) == 2
-        and all(g.constant_tensor(x) is None and g.const(x) is None for x in n.input)
-    ]
+    return [i for i, n in enumerate(g.nodes) if n.op_type == "Add" and len(n.input) == 2
+            and all(g.constant_tensor(x) is None and g.const(x) is None for x in n.input)]
 
 
 def _embeddings_and_head(dec: Decoder, hidden: int, layers: list[Layer]):
@@ -377,7 +379,7 @@ def _source(model: onnx.ModelProto) -> str:
     return f"onnx:{producer}" if producer else "onnx"
 
 
-def _to_ir(index: int, layer: Layer, rope: bool) -> DecoderLayer:
+def _to_ir(index: int, layer: Layer, rope: bool, window: int) -> DecoderLayer:
     mlp_out, norm, activation = layer.recognised()
     projs = sorted((*layer.attn, layer.o, *layer.mlp_in, mlp_out), key=lambda p: _ROLE_ORDER.index(p.given_role()))
     linears = tuple(
@@ -392,4 +394,4 @@ def _to_ir(index: int, layer: Layer, rope: bool) -> DecoderLayer:
     )
     attention = Attention(layer.num_heads, layer.num_kv_heads, layer.head_dim)
     return DecoderLayer(index, attention, linears, norm, activation, num_norms=layer.num_norms,
-                        parallel=layer.parallel, rope=rope)
+                        parallel=layer.parallel, rope=rope, post_norms=layer.post_norms, window=window)

@@ -41,7 +41,7 @@ from onnx import TensorProto, helper
 
 from primal_compiler.frontend.onnx_graph import PatternError
 from primal_compiler.frontend.quant_codes import CODE_BITS, QuantWeight
-from primal_compiler.ir.model import WeightQuant
+from primal_compiler.ir.quant import WeightQuant
 
 #: The bit widths MatMulNBits may have here.
 NBITS_BITS = (2, 4, 8)

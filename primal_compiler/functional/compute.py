@@ -193,6 +193,8 @@ def _norm(m: Machine, r: tuple, fn: ActFn) -> None:
     ir = m.model.layers[layer] if layer < m.model.num_layers else None
     if ir is not None and ir.parallel:  # a parallel block norms its input: X and, for the MLP, RESID
         which = {HiddenBuf.X: 0, HiddenBuf.RESID: ir.num_norms - 1}.get(kind)
+    if ir is not None and ir.post_norms and src == r[DST_BUF]:  # sandwich norms, in place on the branches
+        which = {HiddenBuf.MID: 2, HiddenBuf.OUT: 3}.get(kind)
     if layer == 0 and src == r[DST_BUF] and kind == HiddenBuf.X and m.model.embed_norm:
         layer, which = -1, 0  # the embedding norm, in place on the first layer's input (Bloom)
     if which is None or (layer == m.model.num_layers and which):

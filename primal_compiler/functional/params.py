@@ -44,8 +44,9 @@ class Params:
     the same way, ``b`` already carrying its LoRA scale (one adapter, the
     file's own or the one directory given, unless several are).
     ``norms`` is keyed ``(layer, 0)`` (before attention), ``(layer, 1)``
-    (before the MLP), ``(num_layers, 0)`` (final norm) and ``(-1, 0)`` (the
-    embedding norm, when the model has one): (scale, bias).
+    (before the MLP), ``(layer, 2)`` and ``(layer, 3)`` (a sandwich's norms of
+    the attention's and the MLP's outputs), ``(num_layers, 0)`` (final norm)
+    and ``(-1, 0)`` (the embedding norm, when the model has one): (scale, bias).
     """
 
     w: dict[tuple[int, Role], np.ndarray]

@@ -130,7 +130,7 @@ def _check_program(program: Program, target: PrimalTarget, where: str, prompt: l
         raise InputError(where, f"the functional replay needs rram.rows == rram.cols == sram.rows, target "
                                 f"{target.name} has {target.rram.rows}, {target.rram.cols}, {target.sram.rows}")
     for layer in model.layers:
-        if layer.num_norms != 2 and not (layer.parallel and layer.num_norms == 1):
+        if layer.num_norms != 2 and not (layer.parallel and layer.num_norms == 1) and not layer.post_norms:
             raise InputError(where, f"layer {layer.index} has {layer.num_norms} norms; the replay runs pre-norm layers")
     if not prompt or any(not 0 <= t < model.vocab_size for t in prompt):
         raise InputError("prompt", f"needs one or more token ids in 0..{model.vocab_size - 1}, got {prompt}")

@@ -29,6 +29,7 @@ from enum import StrEnum
 
 from primal_compiler.errors import InputError
 from primal_compiler.ir.precision import Precision
+from primal_compiler.ir.quant import WeightQuant
 
 #: The largest value each size may take.
 SIZE_LIMITS: dict[str, int] = {
@@ -95,38 +96,6 @@ class Positional(StrEnum):
     ROPE = "rope"
     LEARNED = "learned"
     ALIBI = "alibi"  # a per-head linear bias slope_h * (key position) added to the attention scores (Bloom)
-
-
-@dataclass(frozen=True)
-class WeightQuant:
-    """How an imported file stores some of its projection weights: its own quantization (``frontend.onnx_quant``).
-
-    ``group`` is the number of input rows sharing one scale (0: one scale per output column or for the
-    whole matrix); ``zero_points`` whether the file stores zero points; ``projections`` how many
-    projections (the LM head included) are stored this way. ``op`` ``MatMulInteger`` means ONNX Runtime
-    also quantizes the projection's input at run time.
-    """
-
-    op: str
-    bits: int
-    group: int
-    zero_points: bool
-    projections: int
-
-    def __post_init__(self) -> None:
-        if not (1 <= self.bits <= 32 and self.group >= 0 and self.projections >= 1):
-            raise ValueError(f"weight quantization {self.op}: bits 1..32, group >= 0 and projections >= 1, "
-                             f"got {self.bits}, {self.group}, {self.projections}")
-
-    @property
-    def dynamic_inputs(self) -> bool:
-        return self.op == "MatMulInteger"
-
-    def describe(self) -> str:
-        group = f"blocks of {self.group} rows" if self.group else "one scale per column or matrix"
-        zp = "zero points" if self.zero_points else "no zero points"
-        runtime = ", inputs quantized to uint8 at run time by onnxruntime" if self.dynamic_inputs else ""
-        return f"{self.projections} projections {self.op} {self.bits}-bit, {group}, {zp}{runtime}"
 
 
 @dataclass(frozen=True)
@@ -206,7 +175,10 @@ class DecoderLayer:
     ``parallel``: attention and MLP both read the layer input, ``x + attn(n1(x)) + mlp(n2(x))`` (GPT-J,
     GPT-NeoX, Falcon, Phi-2), with ``num_norms`` 1 when they share the attention's norm; otherwise the
     MLP reads ``n2(x + attn(n1(x)))``. ``rope`` False: a positionless (NoPE) layer of a RoPE model, whose
-    queries and keys enter attention unrotated.
+    queries and keys enter attention unrotated. ``post_norms``: sandwich norms (Gemma 2, 3), the attention's
+    and the MLP's outputs normed again before their residual adds, ``h + n3(attn(n1(h)))`` (``num_norms`` 4).
+    ``window``: sliding-window attention, each query sees only the last ``window`` keys, its own included
+    (Mistral v0.1, Gemma 2); 0 every earlier key.
     """
 
     index: int
@@ -217,6 +189,14 @@ class DecoderLayer:
     num_norms: int = 2
     parallel: bool = False
     rope: bool = True
+    post_norms: bool = False
+    window: int = 0
+
+    def __post_init__(self) -> None:
+        if self.window < 0:
+            raise ValueError(f"layer {self.index}: window must be >= 0, got {self.window}")
+        if self.post_norms and (self.parallel or self.num_norms != 4):
+            raise ValueError(f"layer {self.index}: sandwich norms need a sequential block of 4 norms")
 
     def linear(self, role: Role) -> Linear | None:
         for lin in self.linears:

@@ -9,17 +9,18 @@ from __future__ import annotations
 from dataclasses import asdict
 
 from primal_compiler.ir.model import (
-    Activation, Attention, DecoderLayer, Linear, LoRA, Model, NormKind, Positional, Role, WeightQuant,
+    Activation, Attention, DecoderLayer, Linear, LoRA, Model, NormKind, Positional, Role,
 )
 from primal_compiler.ir.precision import Precision
+from primal_compiler.ir.quant import WeightQuant
 
 
 def model_to_dict(model: Model) -> dict:
     """Plain data; ``weight_quant`` only when the file was quantized, ``rope_dim`` only for partial rotary,
     ``qkv_layout`` only when per head, ``rope_interleaved``, ``alibi_slopes``, ``embed_norm`` and a layer's
-    ``parallel`` only when set, ``norm_bias`` only when False, ``rope_attention_scale`` and ``logit_scale``
-    and ``residual_multiplier`` only when not 1, ``logit_softcap``, ``attention_scale``, ``attn_softcap`` and
-    ``qkv_clip`` only when set (older program files lack them)."""
+    ``parallel``, ``post_norms`` and ``window`` only when set, ``norm_bias`` only when False,
+    ``rope_attention_scale``, ``logit_scale`` and ``residual_multiplier`` only when not 1, ``logit_softcap``,
+    ``attention_scale``, ``attn_softcap`` and ``qkv_clip`` only when set (older program files lack them)."""
     d = asdict(model)
     for key in ("weight_quant", "rope_dim", "qkv_layout", "rope_interleaved", "alibi_slopes", "embed_norm"):
         if not d[key]:
@@ -36,6 +37,9 @@ def model_to_dict(model: Model) -> dict:
             del layer["parallel"]
         if layer["rope"]:
             del layer["rope"]
+        for key in ("post_norms", "window"):
+            if not layer[key]:
+                del layer[key]
     return d
 
 
@@ -49,7 +53,8 @@ def _layer(d: dict) -> DecoderLayer:
     return DecoderLayer(index=d["index"], attention=Attention(**d["attention"]),
                         linears=tuple(_linear(x) for x in d["linears"]), norm=NormKind(d["norm"]),
                         activation=Activation(d["activation"]), num_norms=d["num_norms"],
-                        parallel=bool(d.get("parallel", False)), rope=bool(d.get("rope", True)))
+                        parallel=bool(d.get("parallel", False)), rope=bool(d.get("rope", True)),
+                        post_norms=bool(d.get("post_norms", False)), window=int(d.get("window", 0)))
 
 
 def model_from_dict(d: dict) -> Model:

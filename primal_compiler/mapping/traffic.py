@@ -171,6 +171,8 @@ class _Builder:
             self.stage = "out"
             self.roots_to(Role.FC2, "out")
         self.shards_to("mid", "out")
+        if layer.post_norms:  # sandwich norms: the MLP's output normed at ``out`` (the attention's reuses ``mid``'s)
+            self.norm("out", layer.norm)
         return self.flows
 
     def norm(self, hub: str, kind: NormKind) -> None:

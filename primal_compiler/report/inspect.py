@@ -37,6 +37,8 @@ def inspect_model(model, target: PrimalTarget, program: Program | None = None) -
         "alibi_slopes": list(model.alibi_slopes), "embed_norm": model.embed_norm,
         "rope_attention_scale": model.rope_attention_scale,
         "nope_layers": [layer.index for layer in model.layers if not layer.rope],
+        "sandwich_layers": [layer.index for layer in model.layers if layer.post_norms],
+        "windows": {layer.index: layer.window for layer in model.layers if layer.window},
         "embed_scale": model.embed_scale, "tie_word_embeddings": model.tie_word_embeddings,
         "logit_scale": model.logit_scale, "logit_softcap": model.logit_softcap,
         "attention_scale": model.attention_scale, "attn_softcap": model.attn_softcap,
@@ -155,6 +157,9 @@ def render_inspect(info: dict) -> str:
         + (f" (slopes {info['alibi_slopes'][0]:g} .. {info['alibi_slopes'][-1]:g})" if info["alibi_slopes"] else "")
         + (f", embeddings scaled by {info['embed_scale']:g}" if info["embed_scale"] != 1.0 else "")
         + (f", embeddings normed by a {info['norm']}" if info["embed_norm"] else "")
+        + (", sandwich norms (branches normed before their residual adds)" if info["sandwich_layers"] else "")
+        + (f", sliding-window attention ({len(info['windows'])} of {info['num_layers']} layers see the last "
+           f"{max(info['windows'].values())} keys)" if info["windows"] else "")
         + (f", logits scaled by {info['logit_scale']:g}" if info["logit_scale"] != 1.0 else "")
         + (f", logits soft-capped at {info['logit_softcap']:g}" if info["logit_softcap"] else "")
         + (f", attention scores scaled by {info['attention_scale']:g}" if info["attention_scale"] else "")

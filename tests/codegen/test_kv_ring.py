@@ -66,3 +66,16 @@ def test_sequences_is_the_largest_batch_that_fits(context, small_target):
     compile_model(load_model("tiny-mistral"), small_target, f"{PLACE},kv-ring{{context={context},batch={most}}}")
     with pytest.raises(InputError, match=f"largest batch at context {context} is {most}"):
         compile_model(load_model("tiny-mistral"), small_target, f"{PLACE},kv-ring{{context={context},batch={most + 1}}}")
+
+
+def test_a_sliding_window_shorter_than_what_queries_see_is_refused(small_target):
+    """A layer seeing only its last 32 keys replays exactly while no query sees more (a context of 32: the ring
+    of the window's length keeps exactly those keys); past that codegen refuses it, naming the layer."""
+    from dataclasses import replace
+
+    plain = load_model("tiny-mistral")
+    model = replace(plain, layers=(replace(plain.layers[0], window=32), *plain.layers[1:]))
+    assert compile_model(model, small_target, f"{PLACE},kv-ring{{context=32}},codegen{{steps=2}}").stream is not None
+    with pytest.raises(InputError, match=r"pass codegen: layer 0 attends only its last 32 keys \(sliding-window "
+                                         r"attention\), modelled only where no query sees more; here up to 64"):
+        compile_model(model, small_target, f"{PLACE},kv-ring{{context=64}},codegen{{steps=2}}")

@@ -23,7 +23,8 @@ from onnx import TensorProto, helper, numpy_helper
 MLPS = ("swiglu", "fused_split", "fused_slice", "geglu_tanh", "geglu_erf", "gelu_op_tanh", "gelu_op_erf",
         "quick_gelu", "relu_squared")
 EXTRAS = (None, "residual_scale", "residual_shift", "unknown_op", "stream_tanh", "softcap", "attn_scale",
-          "rope_factor", "two_tables", "yarn", "attn_softcap", "branch_scale", "clip_qkv")
+          "rope_factor", "two_tables", "yarn", "attn_softcap", "branch_scale", "clip_qkv",
+          "sandwich")
 
 
 def llama3_inv_freq(head_dim: int, theta: float = 500000.0, factor: float = 8.0, low: float = 1.0,
@@ -50,7 +51,7 @@ def family_decoder(mlp: str = "swiglu", *, layers: int = 2, hidden: int = 32, he
 
     ``inv_freq`` defaults to theta 10000. ``extra`` (one of :data:`EXTRAS`) adds a constant multiplier or
     a constant on the residual stream, an unknown op (``Sin``) or a ``Tanh`` on it, Gemma-2 style logit
-    soft-capping, a second attention scale, a factor on the RoPE cosines alone or on both tables (YaRN's
+    soft-capping or sandwich norms, a second attention scale, a factor on the RoPE cosines alone or on both tables (YaRN's
     attention factor), or two RoPE tables. ``attn_std``
     and ``mlp_std`` set the spread of the attention and MLP weights (larger: sharper attention, gate values
     where GELU's forms differ); ``lora`` puts an unmerged adapter on a fused gate/up projection, ``lora_qv``
@@ -205,6 +206,8 @@ def family_decoder(mlp: str = "swiglu", *, layers: int = 2, hidden: int = 32, he
         o = node("MatMul", [a, rand(p + "Wo", hidden, hidden, std=attn_std)], p + "o")
         if extra == "branch_scale":  # Granite's residual_multiplier on the attention branch
             o = node("Mul", [o, const(p + "bm1", 0.4)], p + "bo")
+        if extra == "sandwich":  # Gemma 2: the attention's output normed before its residual add
+            o = norm(o, p + "n3")
         h = node("Add", [h, o], p + "h1")
         y = {None: lambda: norm(h, p + "n2"), "shared": lambda: x, "two": lambda: norm(h_in, p + "n2")}[parallel]()
         if mlp.startswith("fused"):
@@ -227,6 +230,8 @@ def family_decoder(mlp: str = "swiglu", *, layers: int = 2, hidden: int = 32, he
         d = node("MatMul", [m, rand(p + "Wd", inter, hidden, std=mlp_std)], p + "d")
         if extra == "branch_scale":  # ... and on the MLP branch
             d = node("Mul", [d, const(p + "bm2", 0.4)], p + "bd")
+        if extra == "sandwich":  # ... and the MLP's
+            d = norm(d, p + "n4")
         h = node("Add", [h, d], p + "h2")
         if extra == "residual_scale" and i == 0:
             h = node("Mul", [h, const("rs", 0.9)], "residual_scale")

@@ -371,3 +371,36 @@ def test_a_lora_of_rank_at_or_above_a_projections_width_is_an_adapter(tmp_path, 
                                                                             Role.V: (rank, 2.0 * rank)}
     info = check_onnx(path, load_primal_target("primal-7nm"))
     assert info["verdict"] == "OK" and info["relative_error"] < 1e-5, info
+
+
+def test_sandwich_norms_are_read_and_replayed(tmp_path):
+    """Gemma 2's sandwich (each branch normed, 1 + w, before its residual add): four norms a layer, counted in
+    the parameters, a distributed norm at ``mid`` and at ``out`` per layer, and the replay matches onnxruntime
+    (refused as "a sandwich norm" before)."""
+    from primal_compiler.api import compile_model
+    from primal_compiler.isa.opcodes import ActFn, Opcode
+    from primal_compiler.report.inspect import inspect_model, render_inspect
+    from primal_compiler.target import load_primal_target
+
+    target = load_primal_target("primal-7nm")
+    plain = load_model(save(tmp_path, norm_offset=True))
+    path = save(tmp_path, extra="sandwich", norm_offset=True)
+    model = load_model(path)
+    assert [(x.num_norms, x.post_norms) for x in model.layers] == [(4, True), (4, True)]
+    assert model.base_params - plain.base_params == 2 * 2 * model.hidden_size
+    assert "sandwich norms" in render_inspect(inspect_model(model, target))
+
+    def norms(m):
+        s = compile_model(m, target, "lower-tiles,blocking,zcurve-order,kv-ring{context=64},codegen{steps=1}").stream
+        return ((s.records["op"] == Opcode.ACT) & ((s.records["arg"] & 0xFF) == ActFn.RMSNORM)).sum()
+    assert norms(model) - norms(plain) == 2 * 2 * 2  # two more a layer, two layers, prefill and one decode step
+    replays_exactly(path)
+
+
+def test_a_sandwich_with_one_branch_normed_is_refused(tmp_path):
+    model = family_decoder(extra="sandwich")
+    for n in model.graph.node:  # layer 0's MLP output bypasses its norm
+        if n.name == "l0_h2":
+            n.input[1] = "l0_d"
+    assert refusal(tmp_path, model) == ("unsupported sandwich norm in layer 0: only the attention output is normed "
+                                        "before its residual add")

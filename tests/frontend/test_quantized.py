@@ -22,7 +22,8 @@ from primal_compiler.errors import InputError
 from primal_compiler.frontend import onnx_quant, quant_codes
 from primal_compiler.frontend.onnx_import import load_onnx
 from primal_compiler.frontend.onnx_weights import load_onnx_weights
-from primal_compiler.ir.model import Role, WeightQuant
+from primal_compiler.ir.model import Role
+from primal_compiler.ir.quant import WeightQuant
 
 ort = pytest.importorskip("onnxruntime")
 

@@ -12,6 +12,7 @@ import math
 from pathlib import Path
 
 import numpy as np
+import onnx
 import pytest
 
 from primal_compiler.errors import InputError
@@ -30,9 +31,9 @@ def sidecar(name: str) -> dict:
 
 
 def test_the_set_has_the_families_and_stays_small():
-    assert READ == ["bloom", "falcon", "falcon_grouped", "gemma", "gpt_neox", "gptj", "llama3", "llama_yarn", "mpt",
-                    "phi2", "phi3", "qwen2"]
-    assert REFUSED == ["gemma2", "qwen3"]
+    assert READ == ["bloom", "falcon", "falcon_grouped", "gemma", "gemma2", "gpt_neox", "gptj", "llama3", "llama_yarn",
+                    "mpt", "phi2", "phi3", "qwen2"]
+    assert REFUSED == ["qwen3"]
     assert sum(p.stat().st_size for p in FAMILIES.glob("*.onnx")) < 2 * 1024 * 1024
 
 
@@ -273,3 +274,30 @@ def test_a_term_that_is_zero_on_every_attended_key_is_a_mask_not_alibi(tmp_path)
     onnx.save(model, tmp_path / "zero_slopes.onnx")
     with pytest.raises(InputError, match="unsupported position encoding: neither"):
         load_onnx(tmp_path / "zero_slopes.onnx")
+
+
+def test_gemma2_sandwich_norms_caps_and_window_are_read():
+    """Gemma-2: four norms a layer, soft-capped logits, and layer 0's 32-key sliding window (transformers'
+    mask ``key > query - 32``, read from the graph); a replay whose queries would see more keys than the window is
+    refused naming it, one within it matches onnxruntime (the replay above)."""
+    from primal_compiler.report.check import check_onnx
+    from primal_compiler.target import load_primal_target
+
+    gemma2 = load_onnx(FAMILIES / "gemma2.onnx")
+    assert [(x.post_norms, x.num_norms, x.window) for x in gemma2.layers] == [(True, 4, 32), (True, 4, 0)]
+    assert gemma2.logit_softcap == pytest.approx(30.0)  # (its SDPA export leaves the scores uncapped)
+    with pytest.raises(InputError, match=r"layer 0 attends only its last 32 keys .*here up to 42 \(--context 32\)"):
+        check_onnx(str(FAMILIES / "gemma2.onnx"), load_primal_target("primal-7nm"), prompt=list(range(1, 41)),
+                   generate=3)
+
+
+def test_an_offset_position_comparison_that_is_no_window_is_refused(tmp_path):
+    """Gemma-2's window mask with its offset negated (``key > query + 5``): no sliding window, refused naming it."""
+    model = onnx.load(str(FAMILIES / "gemma2.onnx"))
+    for t in model.graph.initializer:
+        if t.name == "val_70":  # the window: Sub(arange, 32)
+            t.CopyFrom(onnx.numpy_helper.from_array(np.asarray(-5, np.int64), t.name))
+    onnx.save(model, str(tmp_path / "shifted.onnx"))
+    with pytest.raises(InputError, match=r"unsupported attention mask in layer 0 at node node_gt: a position "
+                                         r"comparison with offset 5, not a sliding window"):
+        load_onnx(tmp_path / "shifted.onnx")
