@@ -246,10 +246,10 @@ class LayerEmitter:
         qkv = [r for r in (Role.Q, Role.K, Role.V, Role.QKV) if self.ir.linear(r) is not None]
         for role in qkv:
             self.matrix(role, self.stage(str(role)))
-            if self.model.qkv_clip:  # OLMo: each root's block clamped, after its bias, before RoPE
-                for name, pos, n in self.roots(role):
-                    tag = buf(BufKind.ROOT, _hub_index(name))
-                    self.act(pos, ActFn.CLIP, tag, tag, n)
+            fns = [ActFn.CLIP] if self.model.qkv_clip else []  # OLMo: each root's block clamped, after its bias
+            fns += [ActFn.QK_NORM] if self.ir.qk_norm and role in (Role.Q, Role.K) else []  # Qwen3: its heads normed
+            for fn, (name, pos, n) in ((fn, root) for fn in fns for root in self.roots(role)):  # before RoPE
+                self.act(pos, fn, buf(BufKind.ROOT, _hub_index(name)), buf(BufKind.ROOT, _hub_index(name)), n)
         if self.model.positional == Positional.ROPE and self.ir.rope:  # a NoPE layer turns nothing
             for role in [r for r in qkv if r in (Role.Q, Role.K, Role.QKV)]:
                 for name, pos, n in self.roots(role):

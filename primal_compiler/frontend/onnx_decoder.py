@@ -74,6 +74,7 @@ class Layer:
     activation: Activation | None = None
     parallel: bool = False  # the MLP reads the layer input, as the attention does
     post_norms: bool = False  # sandwich norms: each branch normed again before its residual add (Gemma 2)
+    qk_norm: bool = False  # every query and key head RMS-normalised before RoPE (Qwen3)
     # a fused qkv's column order (``Model.qkv_layout``): "per-head" [q_h | k_h | v_h] (GPT-NeoX, Bloom),
     # "per-group" [q heads of group j | k_j | v_j] (Falcon's new decoder architecture), "" q | k | v
     qkv_layout: str = ""

@@ -9,7 +9,7 @@ outside the projections (and their LoRA scale), each node must:
   attention); anything else is refused naming the node;
 * be a norm op (``LayerNormalization``, ``ReduceMean``...) only inside a
   recognised norm (before a layer's attention or MLP, after either branch
-  (a sandwich), or the final norm: a q/k norm is refused);
+  (a sandwich), on its q and k heads, or the final norm);
 * be an activation op (``Tanh``, ``Erf``, ``Sigmoid``, ``Gelu``...) only
   inside an MLP's activation, whose nodes must compute the recognised kind
   (``onnx_activation`` evaluates them; Gemma-2's soft-capping ``Tanh`` is
@@ -160,7 +160,7 @@ def check_accounted(dec, layers: list, lm_head, norm_regions: list[set[int]], no
             raise PatternError(f"unsupported {label} outside an MLP activation (e.g. soft-capping)")
         if node.op_type in NORM_ONLY and i not in in_norm:
             raise PatternError(f"unsupported {label}: a norm that is not the one before a layer's attention or MLP "
-                               "or the final norm (e.g. a q/k norm inside the attention)")
+                               "or the final norm (e.g. a norm on a fused qkv's queries)")
         if node.op_type in ("Mul", "Div") and i in score_side.get(attn_of.get(i, -1), ()) \
                 and any(g.producer.get(x) not in down and _shape_derived(g, x) for x in node.input):
             product[attn_of[i]] = None  # SDPA's default scale, from the runtime head size (TorchScript)

@@ -84,6 +84,7 @@ from primal_compiler.frontend.onnx_params import (
 from primal_compiler.frontend.onnx_project import Projection, find_weight_matmuls, pair_lora
 from primal_compiler.frontend.onnx_quant import dequantize_graph, weight_formats
 from primal_compiler.frontend.onnx_rotary import rotated_layers, table_gather
+from primal_compiler.frontend.onnx_qknorm import qk_norms
 from primal_compiler.frontend.onnx_sandwich import post_norms
 from primal_compiler.frontend.onnx_window import windows
 from primal_compiler.ir.model import (
@@ -108,7 +109,7 @@ class Recognised:
     projections: dict[tuple[int, Role], Projection]
     embed_table: Weight  # the token embedding ``[vocab, hidden]`` as the Gather consumes it
     pos_table: Weight | None  # the learned position table (or a static export's folded ``[1, S, hidden]``)
-    norms: dict[tuple[int, int], NormRef]  # (layer, 0/1 before attention/MLP, 2/3 after); (num_layers, 0) final
+    norms: dict[tuple[int, int], NormRef]  # (layer, 0/1 before attn/MLP, 2/3 after, 4/5 q/k); (num_layers, 0) final
     rope_unread: str | None = None  # the node whose RoPE frequencies the frontend cannot read (cos/sin caches)
 
 
@@ -187,7 +188,7 @@ def _recognise(model: onnx.ModelProto, path: Path) -> Recognised:
             if kind is not None:
                 norm_regions.append(dec.norm_region(tensor, stops))
                 norms[(n, which)] = norm_ref(g, norm_regions[-1], hidden)
-    for key, (ref, region) in post_norms(dec, layers, stops, residual, hidden).items():  # sandwich norms (Gemma 2)
+    for key, (ref, region) in {**post_norms(dec, layers, stops, residual, hidden), **qk_norms(dec, layers)}.items():
         norms[key] = ref
         norm_regions.append(region)
     shapes = sorted({(layer.num_heads, layer.num_kv_heads, layer.head_dim) for layer in layers})
@@ -382,16 +383,9 @@ def _source(model: onnx.ModelProto) -> str:
 def _to_ir(index: int, layer: Layer, rope: bool, window: int) -> DecoderLayer:
     mlp_out, norm, activation = layer.recognised()
     projs = sorted((*layer.attn, layer.o, *layer.mlp_in, mlp_out), key=lambda p: _ROLE_ORDER.index(p.given_role()))
-    linears = tuple(
-        Linear(
-            p.given_role(),
-            p.in_features,
-            p.out_features,
-            bias=p.bias,
-            lora=None if p.lora is None else LoRA(p.lora[0], p.lora[1]),
-        )
-        for p in projs
-    )
+    linears = tuple(Linear(p.given_role(), p.in_features, p.out_features, bias=p.bias,
+                           lora=None if p.lora is None else LoRA(p.lora[0], p.lora[1])) for p in projs)
     attention = Attention(layer.num_heads, layer.num_kv_heads, layer.head_dim)
     return DecoderLayer(index, attention, linears, norm, activation, num_norms=layer.num_norms,
-                        parallel=layer.parallel, rope=rope, post_norms=layer.post_norms, window=window)
+                        parallel=layer.parallel, rope=rope, post_norms=layer.post_norms, window=window,
+                        qk_norm=layer.qk_norm)

@@ -243,6 +243,14 @@ def _bias(m: Machine, r: tuple, x: np.ndarray) -> np.ndarray:
     return x + bias[first : first + width]
 
 
+def _qk_norm(m: Machine, r: tuple, x: np.ndarray) -> np.ndarray:
+    (role, first), width = root_block(m, r[SRC_BUF]), x.shape[1]
+    hd = m.model.layers[r[LAYER]].attention.head_dim
+    if role not in (Role.Q, Role.K) or first % hd or width % hd:
+        raise m.fail(f"QK_NORM of {buf_name(r[SRC_BUF])}: not whole heads of q or of k")
+    return ops.head_rms_norm(x, m.params.norms[(r[LAYER], 4 if role == Role.Q else 5)][0], hd, m.model.norm_eps)
+
+
 def _argmax(m: Machine, r: tuple) -> None:
     logits = m.read(CTL, r[SRC_BUF])
     if logits.shape != (1, m.model.vocab_size):
@@ -299,6 +307,8 @@ def act(m: Machine, r: tuple) -> None:
         y = e / e.sum(axis=-1, keepdims=True)
     elif fn == ActFn.LOGIT_CAP:
         y = ops.logit_cap(x, m.model.logit_scale, m.model.logit_softcap)
+    elif fn == ActFn.QK_NORM:
+        y = _qk_norm(m, r, x)
     elif fn == ActFn.CLIP:
         y = np.clip(x, -np.float32(m.model.qkv_clip), np.float32(m.model.qkv_clip))
     else:

@@ -36,6 +36,13 @@ def rms_norm(x: np.ndarray, w: np.ndarray, total: np.ndarray, n: int, eps: float
     return (x / np.sqrt(var + np.float32(eps)) * w).astype(np.float32)
 
 
+def head_rms_norm(x: np.ndarray, w: np.ndarray, hd: int, eps: float) -> np.ndarray:
+    """Every ``hd``-element head of the vectors ``x`` (V x a multiple of ``hd``) RMS-normalised, times ``w``."""
+    heads = x.reshape(len(x), -1, hd)
+    var = (heads * heads).mean(axis=-1, keepdims=True, dtype=np.float32)
+    return (heads / np.sqrt(var + np.float32(eps)) * w).reshape(x.shape).astype(np.float32)
+
+
 def layer_norm(x: np.ndarray, w: np.ndarray, b: np.ndarray, total: np.ndarray, n: int, eps: float) -> np.ndarray:
     """LayerNorm of a shard (as :func:`rms_norm`, ``total`` V x 2 with the sum): the variance is
     E[x^2] - E[x]^2 of the summed statistics."""

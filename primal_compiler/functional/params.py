@@ -31,7 +31,7 @@ from primal_compiler.errors import InputError
 from primal_compiler.frontend.onnx_weights import load_onnx_weights
 from primal_compiler.frontend.peft import load_peft_adapter
 from primal_compiler.frontend.weights import check_lora
-from primal_compiler.ir.columns import stored_order
+from primal_compiler.ir.columns import head_order, stored_order
 from primal_compiler.ir.model import Model, NormKind, Positional, Role
 
 
@@ -46,7 +46,8 @@ class Params:
     ``norms`` is keyed ``(layer, 0)`` (before attention), ``(layer, 1)``
     (before the MLP), ``(layer, 2)`` and ``(layer, 3)`` (a sandwich's norms of
     the attention's and the MLP's outputs), ``(num_layers, 0)`` (final norm)
-    and ``(-1, 0)`` (the embedding norm, when the model has one): (scale, bias).
+    and ``(-1, 0)`` (the embedding norm, when the model has one), ``(layer, 4)``
+    and ``(layer, 5)`` (the q and k head norms, ``head_dim`` each): (scale, bias).
     """
 
     w: dict[tuple[int, Role], np.ndarray]
@@ -171,16 +172,19 @@ def _keep_codes(stored: dict, key: tuple[int, Role], got) -> None:
 def _norms(model: Model, found: dict, where: str) -> dict[tuple[int, int], tuple[np.ndarray, np.ndarray | None]]:
     keys = [(n, k) for n, layer in enumerate(model.layers) for k in range(layer.num_norms)] + [(model.num_layers, 0)]
     keys += [(-1, 0)] if model.embed_norm else []
+    keys += [(n, k) for n, layer in enumerate(model.layers) if layer.qk_norm for k in (4, 5)]
     out = {}
     for key in keys:
         label = {model.num_layers: "final norm", -1: "embedding norm"}.get(key[0], f"layer {key[0]} norm {key[1]}")
         scale, bias = found.get(key, (None, None))
-        h = model.hidden_size
-        layer_norm = (model.norm if key[0] in (-1, model.num_layers) else model.layers[key[0]].norm) == NormKind.LAYER
+        h = model.hidden_size if key[1] < 4 else model.attention.head_dim  # 4, 5: the q and k head norms
+        kind = model.norm if key[0] in (-1, model.num_layers) else model.layers[key[0]].norm
+        layer_norm = key[1] < 4 and kind == NormKind.LAYER  # (a head norm is an RMSNorm)
         if layer_norm and not model.norm_bias:  # a LayerNorm without a bias (MPT) adds zeros
             if bias is not None:
                 raise InputError(where, f"{label} has a bias, the program's model has none")
             bias = np.zeros(h, np.float32)
-        out[key] = (_expect(where, f"{label} scale", scale, (h,)),
+        scale = _expect(where, f"{label} scale", scale, (h,))
+        out[key] = (scale if key[1] < 4 else scale[head_order(model)],  # a head norm's weight in stored order
                     _expect(where, f"{label} bias", bias, (h,)) if layer_norm else None)
     return out

@@ -37,6 +37,14 @@ def pair_order(head_dim: int, rot: int) -> np.ndarray:
     return np.concatenate([pairs, np.arange(rot, head_dim)])
 
 
+def head_order(model: Model) -> np.ndarray:
+    """Dimensions of one query or key head in stored order (a q/k head norm's weight is read through it)."""
+    hd = model.attention.head_dim
+    if model.positional == Positional.ROPE and not model.rope_interleaved:
+        return pair_order(hd, model.rope_dim or hd)
+    return np.arange(hd)
+
+
 def stored_order(model: Model, layer: int, role: Role) -> np.ndarray | None:
     """File column of each stored output column of ``role`` in ``layer``; None when they are the same."""
     lin = model.layers[layer].linear(role) if layer < model.num_layers else None
@@ -56,7 +64,7 @@ def stored_order(model: Model, layer: int, role: Role) -> np.ndarray | None:
         order = np.concatenate(q + kv)
     if model.positional == Positional.ROPE and not model.rope_interleaved:
         heads = {Role.Q: att.num_heads, Role.K: att.num_kv_heads, Role.QKV: att.num_heads + att.num_kv_heads}[role]
-        within = pair_order(hd, model.rope_dim or hd)
+        within = head_order(model)
         rotary = (np.arange(heads)[:, None] * hd + within[None, :]).reshape(-1)
         order = np.concatenate([order[rotary], order[heads * hd:]])  # a fused qkv's v keeps its order
     return None if np.array_equal(order, np.arange(lin.out_features)) else order

@@ -178,7 +178,8 @@ class DecoderLayer:
     queries and keys enter attention unrotated. ``post_norms``: sandwich norms (Gemma 2, 3), the attention's
     and the MLP's outputs normed again before their residual adds, ``h + n3(attn(n1(h)))`` (``num_norms`` 4).
     ``window``: sliding-window attention, each query sees only the last ``window`` keys, its own included
-    (Mistral v0.1, Gemma 2); 0 every earlier key.
+    (Mistral v0.1, Gemma 2); 0 every earlier key. ``qk_norm``: every query and key head RMS-normalised, with
+    one ``head_dim`` weight for q and one for k, before RoPE (Qwen3, Gemma 3).
     """
 
     index: int
@@ -191,6 +192,7 @@ class DecoderLayer:
     rope: bool = True
     post_norms: bool = False
     window: int = 0
+    qk_norm: bool = False
 
     def __post_init__(self) -> None:
         if self.window < 0:
@@ -205,7 +207,8 @@ class DecoderLayer:
         return None
 
     def base_params(self, hidden_size: int) -> int:
-        return sum(lin.base_params for lin in self.linears) + self.num_norms * _norm_params(self.norm, hidden_size)
+        return (sum(lin.base_params for lin in self.linears) + self.num_norms * _norm_params(self.norm, hidden_size)
+                + 2 * self.attention.head_dim * self.qk_norm)
 
     @property
     def lora_params(self) -> int:

@@ -18,7 +18,7 @@ from primal_compiler.ir.quant import WeightQuant
 def model_to_dict(model: Model) -> dict:
     """Plain data; ``weight_quant`` only when the file was quantized, ``rope_dim`` only for partial rotary,
     ``qkv_layout`` only when per head, ``rope_interleaved``, ``alibi_slopes``, ``embed_norm`` and a layer's
-    ``parallel``, ``post_norms`` and ``window`` only when set, ``norm_bias`` only when False,
+    ``parallel``, ``post_norms``, ``window`` and ``qk_norm`` only when set, ``norm_bias`` only when False,
     ``rope_attention_scale``, ``logit_scale`` and ``residual_multiplier`` only when not 1, ``logit_softcap``,
     ``attention_scale``, ``attn_softcap`` and ``qkv_clip`` only when set (older program files lack them)."""
     d = asdict(model)
@@ -37,7 +37,7 @@ def model_to_dict(model: Model) -> dict:
             del layer["parallel"]
         if layer["rope"]:
             del layer["rope"]
-        for key in ("post_norms", "window"):
+        for key in ("post_norms", "window", "qk_norm"):
             if not layer[key]:
                 del layer[key]
     return d
@@ -54,7 +54,8 @@ def _layer(d: dict) -> DecoderLayer:
                         linears=tuple(_linear(x) for x in d["linears"]), norm=NormKind(d["norm"]),
                         activation=Activation(d["activation"]), num_norms=d["num_norms"],
                         parallel=bool(d.get("parallel", False)), rope=bool(d.get("rope", True)),
-                        post_norms=bool(d.get("post_norms", False)), window=int(d.get("window", 0)))
+                        post_norms=bool(d.get("post_norms", False)), window=int(d.get("window", 0)),
+                        qk_norm=bool(d.get("qk_norm", False)))
 
 
 def model_from_dict(d: dict) -> Model:

@@ -61,6 +61,7 @@ class ActFn(IntEnum):
     LOGIT_CAP = 14  # controller: the logits times the model's logit_scale, soft-capped (cap * tanh(x / cap))
     RELU_SQUARED = 15  # relu(x)^2
     CLIP = 16  # a q, k or v root's block clamped to the model's [-qkv_clip, qkv_clip]
+    QK_NORM = 17  # each head of a q or k root's block RMS-normalised with the layer's q or k norm weight
 
 
 class DmacOp(IntEnum):

@@ -39,6 +39,7 @@ def inspect_model(model, target: PrimalTarget, program: Program | None = None) -
         "nope_layers": [layer.index for layer in model.layers if not layer.rope],
         "sandwich_layers": [layer.index for layer in model.layers if layer.post_norms],
         "windows": {layer.index: layer.window for layer in model.layers if layer.window},
+        "qk_norm_layers": [layer.index for layer in model.layers if layer.qk_norm],
         "embed_scale": model.embed_scale, "tie_word_embeddings": model.tie_word_embeddings,
         "logit_scale": model.logit_scale, "logit_softcap": model.logit_softcap,
         "attention_scale": model.attention_scale, "attn_softcap": model.attn_softcap,
@@ -158,6 +159,7 @@ def render_inspect(info: dict) -> str:
         + (f", embeddings scaled by {info['embed_scale']:g}" if info["embed_scale"] != 1.0 else "")
         + (f", embeddings normed by a {info['norm']}" if info["embed_norm"] else "")
         + (", sandwich norms (branches normed before their residual adds)" if info["sandwich_layers"] else "")
+        + (", query and key heads RMS-normalised" if info["qk_norm_layers"] else "")
         + (f", sliding-window attention ({len(info['windows'])} of {info['num_layers']} layers see the last "
            f"{max(info['windows'].values())} keys)" if info["windows"] else "")
         + (f", logits scaled by {info['logit_scale']:g}" if info["logit_scale"] != 1.0 else "")

@@ -241,6 +241,7 @@ class ActSpec(Table):
     relu_ops_per_element: int = _f("count", "max(x, 0)", ge=1, le=1024)
     relu_squared_ops_per_element: int = _f("count", "max(x, 0)^2: a compare and a multiply", ge=1, le=1024)
     clip_ops_per_element: int = _f("count", "a q, k or v element clamped to [-clip, clip]: two compares", ge=1, le=1024)
+    qk_norm_ops_per_element: int = _f("count", "a q or k element's head RMSNorm: its square summed, scaled twice", ge=1, le=1024)
     swiglu_ops_per_element: int = _f("count", "silu(gate) * up", ge=1, le=1024)
     rope_ops_per_element: int = _f("count", "rotation: two multiplies and an add against a sin/cos table", ge=1, le=1024)
     softmax_ops_per_element: int = _f("count", "max, exp, sum, divide", ge=1, le=1024)

@@ -133,6 +133,10 @@ class Codegen(Pass):
                                                   f"keys (sliding-window attention), modelled only where no query sees "
                                                   f"more; here up to {seen} (--context {short[0].window})")
         hd = program.model.attention.head_dim
+        if any(x.qk_norm for x in program.model.layers) and target.rram.cols % hd:
+            raise InputError(f"pass {self.name}", f"model {program.model.name}: its q/k head norms need whole heads at "
+                                                  f"each root, and head size {hd} does not divide the crossbar's "
+                                                  f"{target.rram.cols} columns")
         if hd % 8:  # every router offset the ISA packs is in units of 8 elements (docs/isa.md)
             raise InputError(f"pass {self.name}", f"model {program.model.name}: head size {hd} is not a multiple of "
                                                   "8, the unit of the ISA's element offsets")

@@ -46,7 +46,7 @@ def family_decoder(mlp: str = "swiglu", *, layers: int = 2, hidden: int = 32, he
                    attn_std: float = 0.3, mlp_std: float = 0.3, lora: bool = False,
                    parallel: str | None = None, rotary_dim: int | None = None,
                    rotary_last: bool = False, nope_layers: tuple[int, ...] = (),
-                   lora_qv: int = 0) -> onnx.ModelProto:
+                   lora_qv: int = 0, qk_norm: str | None = None) -> onnx.ModelProto:
     """A decoder of ``layers`` blocks with the MLP ``mlp`` (one of :data:`MLPS`) and the variations above.
 
     ``inv_freq`` defaults to theta 10000. ``extra`` (one of :data:`EXTRAS`) adds a constant multiplier or
@@ -55,7 +55,9 @@ def family_decoder(mlp: str = "swiglu", *, layers: int = 2, hidden: int = 32, he
     attention factor), or two RoPE tables. ``attn_std``
     and ``mlp_std`` set the spread of the attention and MLP weights (larger: sharper attention, gate values
     where GELU's forms differ); ``lora`` puts an unmerged adapter on a fused gate/up projection, ``lora_qv``
-    one of that rank on q and v; ``nope_layers`` leave their queries and keys unrotated (NoPE).
+    one of that rank on q and v; ``nope_layers`` leave their queries and keys unrotated (NoPE). ``qk_norm``
+    RMS-normalises query and key heads before RoPE (``"head"``: each head, Qwen3; ``"q_only"``: the queries'
+    alone; ``"whole"``: the whole q and k projections before their split into heads, OLMo 2).
     ``parallel`` computes attention and MLP from the same layer input, ``h + attn(n1(h)) + mlp(n(h))``:
     ``"shared"`` with the attention's norm (GPT-J, Falcon, Phi-2), ``"two"`` with a norm of its own (GPT-NeoX).
     ``rotary_dim`` rotates only the first that many dimensions of each head (partial rotary, NeoX-style
@@ -82,8 +84,9 @@ def family_decoder(mlp: str = "swiglu", *, layers: int = 2, hidden: int = 32, he
     const("one", 1.0)
     const("eps", 1e-6)
 
-    def norm(x, p):
-        w = rand(p + "w", hidden, std=0.1)
+    def norm(x, p, width=hidden):
+        w = rand(p + "w", width, std=0.1) if qk_norm is None or width == hidden else const(p + "w", 1 + rng.normal(
+            0.0, 0.3, width))
         if norm_offset:
             w = node("Add", [w, "one"], p + "w1")
         sq = node("Mul", [x, x], p + "sq")
@@ -183,6 +186,8 @@ def family_decoder(mlp: str = "swiglu", *, layers: int = 2, hidden: int = 32, he
                 lb = node("MatMul", [la, rand(p + r + "B", lora_qv, out, std=0.02)], p + r + "lb")
                 return node("Add", [y, node("Mul", [lb, const(p + r + "ls", 2.0)], p + r + "lbs")], p + r + "lora")
             q, v = adapter(q, "q", hidden), adapter(v, "v", kv_heads * hd)
+        if qk_norm == "whole":  # OLMo 2: the whole q and k vectors normed
+            q, k = norm(q, p + "qn", hidden), norm(k, p + "kn", kv_heads * hd)
         if extra == "clip_qkv":  # OLMo: queries, keys and values clamped to [-0.5, 0.5]
             lo, hi = const(p + "clo", -0.5), const(p + "chi", 0.5)
             q, k, v = (node("Clip", [t, lo, hi], p + "clip_" + w) for t, w in ((q, "q"), (k, "k"), (v, "v")))
@@ -190,6 +195,9 @@ def family_decoder(mlp: str = "swiglu", *, layers: int = 2, hidden: int = 32, he
         qh = node("Transpose", [node("Reshape", [q, split_shape], p + "qr")], p + "qt", perm=perm)
         kh = node("Transpose", [node("Reshape", [k, kv_shape], p + "kr")], p + "kt", perm=perm)
         vh = node("Transpose", [node("Reshape", [v, kv_shape], p + "vr")], p + "vt", perm=perm)
+        if qk_norm in ("head", "q_only"):  # Qwen3: every head normed over its hd dimensions
+            qh = norm(qh, p + "qn", hd)
+            kh = norm(kh, p + "kn", hd) if qk_norm == "head" else kh
         if i not in nope_layers:  # a positionless (NoPE) layer: queries and keys go straight into attention
             qh, kh = rotary(qh, p + "q"), rotary(kh, p + "k")
         kh = repeat(kh, p + "k")

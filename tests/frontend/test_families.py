@@ -404,3 +404,46 @@ def test_a_sandwich_with_one_branch_normed_is_refused(tmp_path):
             n.input[1] = "l0_d"
     assert refusal(tmp_path, model) == ("unsupported sandwich norm in layer 0: only the attention output is normed "
                                         "before its residual add")
+
+
+def test_query_and_key_head_norms_are_read_and_replayed(tmp_path):
+    """Qwen3's q/k norms (every head of q and k RMS-normalised before RoPE, one weight each): two head_dim weights
+    a layer in the parameters, an ACT QK_NORM at every q and k root, and the replay matches onnxruntime with
+    sharp attention (their norm nodes were refused before)."""
+    from primal_compiler.api import compile_model
+    from primal_compiler.isa.opcodes import ActFn, Opcode
+    from primal_compiler.report.inspect import inspect_model, render_inspect
+    from primal_compiler.target import load_primal_target
+
+    target = load_primal_target("primal-7nm")
+    plain = load_model(save(tmp_path))
+    path = save(tmp_path, qk_norm="head", attn_std=1.0)
+    model = load_model(path)
+    assert all(x.qk_norm for x in model.layers)
+    assert model.base_params - plain.base_params == 2 * 2 * model.attention.head_dim
+    assert "query and key heads RMS-normalised" in render_inspect(inspect_model(model, target))
+    s = compile_model(model, target, "lower-tiles,blocking,zcurve-order,kv-ring{context=64},codegen{steps=1}").stream
+    normed = (s.records["op"] == Opcode.ACT) & ((s.records["arg"] & 0xFF) == ActFn.QK_NORM)
+    assert normed.sum() == 2 * 2 * 2  # a q and a k root a layer, two layers, prefill and one decode step
+    replays_exactly(path)
+
+
+@pytest.mark.parametrize("kind,message", [
+    ("q_only", "unsupported q/k norm in layer 0: its queries are normed, its keys not"),
+    ("whole", "unsupported q/k norm in layer 0: the queries' norm spans the whole 32-wide projection, not each "
+              "8-wide head"),
+])
+def test_q_k_norms_that_are_not_head_norms_of_both_are_refused(tmp_path, kind, message):
+    assert refusal(tmp_path, family_decoder(qk_norm=kind)) == message
+
+
+def test_head_norms_of_heads_straddling_two_roots_are_refused(tmp_path):
+    """Head size 24 does not divide the 256 crossbar columns: a head would straddle two roots' blocks."""
+    from primal_compiler.api import compile_model
+    from primal_compiler.target import load_primal_target
+
+    model = load_model(save(tmp_path, qk_norm="head", hidden=48, heads=2, kv_heads=2))
+    with pytest.raises(InputError, match=r"q/k head norms need whole heads at each root, and head size 24 does not "
+                                         r"divide the crossbar's 256 columns"):
+        compile_model(model, load_primal_target("primal-7nm"), "lower-tiles,blocking,zcurve-order,kv-ring{context=64},"
+                      "codegen{steps=1}")
