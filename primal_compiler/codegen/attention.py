@@ -51,12 +51,19 @@ def _root_tag(name: str) -> int:
     return buf(BufKind.ROOT, ROLE_INDEX[Role(role)] << 8 | int(j))
 
 
-def causal_pairs(chunks: np.ndarray, chunk_tokens: int, start: int, tokens: int) -> np.ndarray:
-    """(query, key) pairs with key in each chunk and key <= query, queries at start..start+tokens-1."""
+def causal_pairs(chunks: np.ndarray, chunk_tokens: int, start: int, tokens: int, window: int = 0) -> np.ndarray:
+    """(query, key) pairs with key in each chunk and key <= query, queries at start..start+tokens-1; with a
+    ``window``, also key > query - window (a key is seen by the queries before key + window)."""
     k = chunks[:, None] * chunk_tokens + np.arange(chunk_tokens)[None, :]
     end = start + tokens
-    n = np.where(k < end, end - np.maximum(k, start), 0)
-    return n.sum(axis=1)
+    last = np.minimum(end, k + window) if window else end
+    return np.maximum(last - np.maximum(k, start), 0).sum(axis=1)
+
+
+def window_chunks(position: int, window: int, context: int, chunk_tokens: int) -> np.ndarray:
+    """Keys per ring chunk that a query at ``position`` past the context sees, its last ``window`` positions."""
+    seen = np.arange(position - window + 1, position + 1) % context // chunk_tokens
+    return np.bincount(seen, minlength=context // chunk_tokens)
 
 
 class AttentionEmitter:
@@ -73,19 +80,21 @@ class AttentionEmitter:
 
         Past the context (one token per step) the ring has wrapped: the token
         overwrites the slot of position ``start - context`` and the query
-        attends to every slot, the last ``context`` tokens.
+        attends to every slot, the last ``context`` tokens. A layer with a
+        sliding ``window`` reads only the chunks holding its queries' last
+        ``window`` positions, and counts only those pairs.
         """
-        kv, b = self.kv, Block()
+        kv, b, w = self.kv, Block(), self.ir.window
         end = start + tokens
         if end > kv.context:
             if tokens != 1:
                 raise ValueError(f"{tokens} tokens from position {start} cross the end of the KV ring")
+            pairs = window_chunks(start, w if 0 < w < kv.context else kv.context, kv.context, kv.chunk_tokens)
             start, end = start % kv.context, start % kv.context + 1
-            chunks = np.arange(kv.chunks)
-            pairs = np.full(kv.chunks, kv.chunk_tokens)
         else:
-            chunks = np.arange((end - 1) // kv.chunk_tokens + 1)
-            pairs = causal_pairs(chunks, kv.chunk_tokens, start, tokens)
+            pairs = causal_pairs(np.arange((end - 1) // kv.chunk_tokens + 1), kv.chunk_tokens, start, tokens, w)
+        chunks = np.flatnonzero(pairs)  # a sliding window's queries read only the chunks it reaches
+        pairs = pairs[chunks]
         written = np.arange(start // kv.chunk_tokens, (end - 1) // kv.chunk_tokens + 1)
         for seq in seqs:
             for g in range(kv.kv_heads):

@@ -126,12 +126,6 @@ class Codegen(Pass):
             saved = f"history {self.history} + " if self.history else ""
             raise InputError(f"{self.name}.prompt", f"{saved}prompt {prompt} + 1 decoded token exceeds the KV "
                                                     f"context {kv.context} allocated by kv-ring")
-        seen = min(kv.context, self.history + prompt + max(self.generate, self.steps))  # keys a query sees, at most
-        short = [x for x in program.model.layers if 0 < x.window < seen]
-        if short:  # a window at least as long, or a ring of its length, leaves every query the keys it sees
-            raise InputError(f"pass {self.name}", f"layer {short[0].index} attends only its last {short[0].window} "
-                                                  f"keys (sliding-window attention), modelled only where no query sees "
-                                                  f"more; here up to {seen} (--context {short[0].window})")
         hd = program.model.attention.head_dim
         if any(x.qk_norm for x in program.model.layers) and target.rram.cols % hd:
             raise InputError(f"pass {self.name}", f"model {program.model.name}: its q/k head norms need whole heads at "

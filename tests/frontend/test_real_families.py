@@ -269,18 +269,20 @@ def test_a_term_that_is_zero_on_every_attended_key_is_a_mask_not_alibi(tmp_path)
 
 
 def test_gemma2_sandwich_norms_caps_and_window_are_read():
-    """Gemma-2: four norms a layer, soft-capped logits, and layer 0's 32-key sliding window (transformers'
-    mask ``key > query - 32``, read from the graph); a replay whose queries would see more keys than the window is
-    refused naming it, one within it matches onnxruntime (the replay above)."""
+    """Gemma-2: four norms a layer, soft-capped logits, and layer 0's 32-key sliding window (transformers' mask
+    ``key > query - 32``, read from the graph); with a 40-token prompt and 30 generated tokens the window bites in
+    the prefill and in every decode step, and the replay still matches onnxruntime (0.56 of the logit scale off
+    while the window was ignored)."""
+    pytest.importorskip("onnxruntime")
     from primal_compiler.report.check import check_onnx
     from primal_compiler.target import load_primal_target
 
     gemma2 = load_onnx(FAMILIES / "gemma2.onnx")
     assert [(x.post_norms, x.num_norms, x.window) for x in gemma2.layers] == [(True, 4, 32), (True, 4, 0)]
     assert gemma2.logit_softcap == pytest.approx(30.0)  # (its SDPA export leaves the scores uncapped)
-    with pytest.raises(InputError, match=r"layer 0 attends only its last 32 keys .*here up to 42 \(--context 32\)"):
-        check_onnx(str(FAMILIES / "gemma2.onnx"), load_primal_target("primal-7nm"), prompt=list(range(1, 41)),
-                   generate=3)
+    info = check_onnx(str(FAMILIES / "gemma2.onnx"), load_primal_target("primal-7nm"), prompt=list(range(1, 41)),
+                      generate=30)
+    assert info["verdict"] == "OK" and info["relative_error"] < 1e-5, info
 
 
 def test_qwen3_head_norms_are_read():
