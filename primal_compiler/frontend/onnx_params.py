@@ -84,6 +84,11 @@ def norm_ref(g: GraphIndex, region: set[int], hidden: int) -> NormRef:
         names = " and ".join(g.nodes[i].name or f"#{i}" for i in (a, b))
         raise PatternError(f"unsupported norms at nodes {names}: two norms in a row between the residual stream "
                            "and a projection (e.g. an embedding norm before the first layer's)")
+    for i in sorted(region):  # a decomposed norm squares its input; another power is no norm
+        node = g.nodes[i]
+        if node.op_type == "Pow" and (len(node.input) < 2 or g.scalar(node.input[1]) != 2.0):
+            raise PatternError(f"unsupported norm at node {node.name or f'#{i}'}: Pow by "
+                               f"{g.scalar(node.input[1]) if len(node.input) > 1 else None}, not 2 (a square)")
     weight = bias = eps = None
     offset = 0.0
     for i in sorted(region):

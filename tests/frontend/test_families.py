@@ -447,3 +447,31 @@ def test_head_norms_of_heads_straddling_two_roots_are_refused(tmp_path):
                                          r"divide the crossbar's 256 columns"):
         compile_model(model, load_primal_target("primal-7nm"), "lower-tiles,blocking,zcurve-order,kv-ring{context=64},"
                       "codegen{steps=1}")
+
+
+def _mask_changed(change) -> onnx.ModelProto:
+    model = family_decoder()
+    for t in model.graph.initializer:
+        if t.name == "mask":
+            t.CopyFrom(onnx.numpy_helper.from_array(change(onnx.numpy_helper.to_array(t).copy()), "mask"))
+    return model
+
+
+@pytest.mark.parametrize("change,message", [
+    (lambda m: np.where(m < 0, 1e9, m).astype(np.float32), "l0_sm: it adds 1e+09 to scores"),
+    (lambda m: np.triu(m, 2).astype(np.float32), "l0_sm: its 64x64 table is not causal"),
+])
+def test_a_mask_that_is_not_causal_is_refused(tmp_path, change, message):
+    """The replay masks causally: a constant mask adding anything but 0 and a large negative, or not causal, is
+    refused naming it (it replayed as causal before)."""
+    assert refusal(tmp_path, _mask_changed(change)).startswith(f"unsupported attention mask in layer 0 at node "
+                                                               f"{message}")
+
+
+def test_a_norm_that_does_not_square_is_refused(tmp_path):
+    model = family_decoder()
+    for n in model.graph.node:
+        if n.name == "l0_n1sq":  # x * x -> x ** 3
+            n.op_type, n.input[1] = "Pow", "three"
+    model.graph.initializer.append(onnx.numpy_helper.from_array(np.asarray(3.0, np.float32), "three"))
+    assert refusal(tmp_path, model) == "unsupported norm at node l0_n1sq: Pow by 3.0, not 2 (a square)"

@@ -305,3 +305,16 @@ def test_an_offset_position_comparison_that_is_no_window_is_refused(tmp_path):
     with pytest.raises(InputError, match=r"unsupported attention mask in layer 0 at node node_gt: a position "
                                          r"comparison with offset 5, not a sliding window"):
         load_onnx(tmp_path / "shifted.onnx")
+
+
+def test_a_mask_fill_that_masks_nothing_is_refused(tmp_path):
+    """Qwen3's mask is ``Where(allowed, 0, finfo.min)``: with its fill set to 0 it masks nothing, which the causal
+    replay would silently contradict; refused naming the Where."""
+    model = onnx.load(str(FAMILIES / "qwen3.onnx"))
+    for t in model.graph.initializer:
+        if t.name == "val_194":
+            t.CopyFrom(onnx.numpy_helper.from_array(np.asarray(0.0, np.float32), t.name))
+    onnx.save(model, str(tmp_path / "unmasked.onnx"))
+    with pytest.raises(InputError, match=r"unsupported attention mask in layer 0 at node node_Where_195: it chooses "
+                                         r"between 0 and 0, not 0 and a large negative"):
+        load_onnx(tmp_path / "unmasked.onnx")
