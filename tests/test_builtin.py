@@ -43,3 +43,19 @@ def test_bad_lora_specs(spec, message):
 def test_unknown_builtin():
     with pytest.raises(InputError, match="llama9: unknown built-in model"):
         load_model("llama9")
+
+
+def test_llama3_1_frequencies_follow_its_rope_scaling():
+    """Llama-3.1's llama3 scaling (factor 8, low 1, high 4, original 8192), computed in float64 here, equals the
+    float32 reference of tests/frontend/families.py (the one a real Llama-3 export's table is checked against);
+    Llama-3 and Qwen2.5 keep theta's geometric series."""
+    import numpy as np
+
+    from tests.frontend.families import llama3_inv_freq
+
+    freq = np.array(load_model("llama3.1-70b").rope_inv_freq)
+    np.testing.assert_allclose(freq, llama3_inv_freq(128), rtol=1e-6)
+    assert freq[0] == 1.0 and freq[-1] < 500000.0 ** (-126 / 128) / 7.9  # the longest wavelengths are divided by 8
+    assert load_model("llama3-8b").rope_inv_freq == () and load_model("llama3-8b").rope_theta == 500000.0
+    qwen = load_model("qwen2.5-7b")
+    assert qwen.rope_theta == 1e6 and all(qwen.layers[0].linear(r).bias for r in (Role.Q, Role.K, Role.V))

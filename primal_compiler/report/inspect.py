@@ -31,7 +31,8 @@ def inspect_model(model, target: PrimalTarget, program: Program | None = None) -
         "head_dim": attn.head_dim, "intermediate_size": model.intermediate_size, "vocab_size": model.vocab_size,
         "norm": model.norm.value, "activation": model.layers[0].activation.value,
         "positional": model.positional.value, "rope_theta": model.rope_theta,
-        "rope_frequencies": "read from the graph" if model.rope_inv_freq else "geometric in rope_theta",
+        "rope_frequencies": ("geometric in rope_theta" if not model.rope_inv_freq else "read from the graph"
+                             if model.source != "builtin" else "scaled as its rope_scaling says"),
         "rope_dim": model.rope_dim or attn.head_dim,
         "rope_pairs": "adjacent (rotate_every_two)" if model.rope_interleaved else "halves (rotate_half)",
         "alibi_slopes": list(model.alibi_slopes), "embed_norm": model.embed_norm,

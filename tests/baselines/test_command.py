@@ -28,6 +28,16 @@ def test_issue_command_table(capsys):
     assert "TTFT" in out and "tokens/J" in out and "fits" in out and "memory used" in out
 
 
+def test_llama3_in_fp8_on_an_h100(capsys):
+    """The issue's command on a Llama-3 built-in: FP8 on an H100 runs, its weights the published 8,030,261,248
+    parameters at a byte each plus a second byte for the 16-bit embedding, LM head and 65 norms."""
+    assert main(["baseline", "llama3-8b", "--gpu", "h100", "--precision", "fp8", "--batch", "1", "--prompt", "128",
+                 "--generate", "128", "--json"]) == 0
+    r = json.loads(capsys.readouterr().out)
+    assert r["fits"] is True and r["precision"] == "fp8"
+    assert r["details"]["memory"]["weight_bytes"] == 8_030_261_248 + 2 * 128256 * 4096 + 65 * 4096
+
+
 @pytest.mark.parametrize("extra, message", [
     (["--gpu", "a200"], "--gpu: unknown GPU 'a200'"),
     (["--gpu", "a100", "--precision", "fp8"], "a100 has no FP8 tensor cores"),

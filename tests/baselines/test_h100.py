@@ -135,7 +135,7 @@ def test_tiny_model_hits_the_kernel_floor(h100):
     assert r.itl_s == pytest.approx(h100.kernels.per_layer * 2 / h100.kernels.serial_rate_hz)
 
 
-@pytest.mark.parametrize("name", ["gpt2", "opt-1.3b", "mistral-7b"])
+@pytest.mark.parametrize("name", ["gpt2", "opt-1.3b", "mistral-7b", "llama3-8b", "qwen2.5-7b"])
 def test_other_families(h100, name):
     r = gpu_costs(load_model(name, "attn:4"), h100, batch=2, context=512)
     assert r.itl_s > 0 and r.details["lora_kernels_per_step"] > 0
