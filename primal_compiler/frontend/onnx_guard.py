@@ -71,14 +71,15 @@ def refuse_experts(g: GraphIndex) -> None:
 
 
 def refuse_quantized_activations(g: GraphIndex) -> None:
-    """Static int8 activations (ONNX Runtime's ``quantize_static`` in QDQ format: a ``QuantizeLinear`` on a
-    computed tensor, to a calibrated scale) are refused as such, naming the node, before any pattern is sought
-    (the quantized constants would otherwise be refused as whatever pattern they first break)."""
+    """A ``QuantizeLinear`` of a computed tensor left after ``onnx_quant.dequantize_graph`` (which reads each
+    one that ``DequantizeLinear`` reads back at its own scale, static QDQ) is refused naming the node, before
+    any pattern is sought (the quantized constants would otherwise be refused as whatever pattern they first
+    break)."""
     for i, node in enumerate(g.nodes):
         if node.op_type == "QuantizeLinear" and node.input and g.constant_tensor(node.input[0]) is None:
-            raise PatternError(f"static int8 activations: node {node.name or '#' + str(i)} (QuantizeLinear) quantizes "
-                               f"the computed tensor {node.input[0]!r} to a calibrated scale; quantized activations are "
-                               "not read yet (weights quantized as stored are, and dynamic int8)")
+            raise PatternError(f"quantized activations: node {node.name or '#' + str(i)} (QuantizeLinear) quantizes "
+                               f"the computed tensor {node.input[0]!r} and nothing reads it back at the same scale "
+                               "(QDQ pairs are read, as the float they round)")
 
 
 def folded_positions(g: GraphIndex, x: str, hidden: int):

@@ -254,6 +254,7 @@ def _recognise(model: onnx.ModelProto, path: Path) -> Recognised:
             attn_softcap=attn_cap,
             residual_multiplier=branch,
             qkv_clip=clip,
+            static_activations=g.quant.activations if g.quant is not None else 0,
             weight_quant=weight_formats(g.quant, [p.weight for x in layers for p in x.projections] + [lm_head.weight]),
         )
     except InputError as exc:  # a size over the IR's limits, reported against the file

@@ -141,13 +141,13 @@ def _is_constant(g: GraphIndex, name: str) -> bool:
 
 
 def feeds_root(g: GraphIndex, node) -> bool:
-    """``node``'s output reaches a Sqrt/Reciprocal/Pow/Div, maybe through Casts."""
+    """``node``'s output reaches a Sqrt/Reciprocal/Pow/Div, maybe through Casts and Identities."""
     frontier = list(node.output)
     for _ in range(4):
         users = [g.nodes[i] for t in frontier for i in g.consumers.get(t, ())]
         if any(u.op_type in EPS_CONSUMERS for u in users):
             return True
-        frontier = [o for u in users if u.op_type == "Cast" for o in u.output]
+        frontier = [o for u in users if u.op_type in ("Cast", "Identity") for o in u.output]
     return False
 
 
@@ -210,9 +210,9 @@ def rope_frequencies(g: GraphIndex, head_dim: int) -> Rope | None:
         raise PatternError(f"unsupported RoPE: nodes {', '.join(sorted(tables.values()))} use different "
                            "inverse-frequency tables")
     inv = np.array(next(iter(tables)), np.float64)
-    if not (np.isfinite(inv).all() and (inv > 0).all() and 0 < inv[1] < inv[0]):
+    if not (np.isfinite(inv).all() and (inv >= 0).all() and 0 < inv[1] < inv[0] and (np.diff(inv) <= 0).all()):
         raise PatternError(f"unsupported RoPE at node {next(iter(tables.values()))}: its inverse frequencies "
-                           "are not positive and decreasing")
+                           "are not decreasing from two positive ones (a quantized table may end in zeros)")
     return _rope(g, inv, head_dim, frozenset(), _one_scale(scales))
 
 

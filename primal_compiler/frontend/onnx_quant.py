@@ -23,7 +23,15 @@ becomes the float graph it computes; each rewritten weight becomes a float
   per tensor at run time, which the replay does not (it is a property of
   the runtime, not of the weights);
 * ``Gather`` of integer table codes followed by a per-tensor
-  ``DequantizeLinear`` (a dynamically quantized embedding).
+  ``DequantizeLinear`` (a dynamically quantized embedding);
+* ``QuantizeLinear`` of a computed tensor whose every consumer is a
+  ``DequantizeLinear`` (ONNX Runtime's ``quantize_static`` in QDQ format:
+  int8 activations at calibrated scales): each pair becomes an
+  ``Identity``, counted in :attr:`QuantTable.activations`. As for dynamic
+  quantization, how the runtime rounds activations is not the accelerator's
+  (the replay keeps them in float; in hardware mode it quantizes its
+  inputs its own way), and ``primal check`` compares with the file's
+  float-activation twin.
 
 A pattern recognised but not supported (float8 codes, a ``g_idx``, an odd
 block size, shapes that disagree with the attributes) is a
@@ -52,6 +60,7 @@ class QuantTable:
     """The placeholders of a rewritten graph, by initializer name."""
 
     weights: dict[str, QuantWeight] = field(default_factory=dict)
+    activations: int = 0  # activation tensors quantized and dequantized in place (static QDQ), now Identity
 
 
 def dequantize_graph(model: onnx.ModelProto) -> QuantTable:
@@ -83,7 +92,9 @@ def dequantize_graph(model: onnx.ModelProto) -> QuantTable:
                 drop.update(found[2])
         elif node.op_type == "Gather":
             _quantized_gather(node, i, graph, const, consumers, placeholder, replace, drop)
-    if not table.weights:
+        elif node.op_type == "QuantizeLinear" and domain in ("", "ai.onnx"):
+            table.activations += activation_pair(node, i, graph, inits, producer, consumers, replace, drop)
+    if not table.weights and not table.activations:
         return table
     rebuild(graph, replace, drop)
     for name, dims in placeholders:
@@ -118,6 +129,24 @@ def _fold_dq(node, i, label, const, producer, graph, drop, placeholder) -> None:
                        code_type=codes.data_type)
     placeholder(node.output[0], codes.dims, spec)
     drop.add(i)
+
+
+def activation_pair(node, i, graph, inits, producer, consumers, replace, drop) -> int:
+    """1 when ``node`` quantizes a computed tensor that only ``DequantizeLinear`` nodes read back, with its own
+    scale, zero point and axis (each becomes an ``Identity`` of the tensor); else 0, the graph untouched."""
+    x = node.input[0]
+    src = producer.get(x)
+    if x in inits or (src is not None and graph.node[src].op_type == "Constant"):
+        return 0  # a fake-quantized constant: _fold_dq's
+    readers = consumers.get(node.output[0], [])
+    own = (list(node.input) + ["", ""])[1:3]
+    if not readers or any(graph.node[j].op_type != "DequantizeLinear" or (list(graph.node[j].input) + ["", ""])[1:3]
+                          != own or _attrs(graph.node[j]) != _attrs(node) for j in readers):
+        return 0
+    for j in readers:
+        replace[j] = [helper.make_node("Identity", [x], [graph.node[j].output[0]], name=graph.node[j].name)]
+    drop.add(i)
+    return 1
 
 
 def _nbits(node, label, const, placeholder) -> list[onnx.NodeProto]:

@@ -8,7 +8,11 @@ float (the accelerator quantizes its inputs its own way, in hardware mode).
 The twin replaces every such chain by ``MatMul(x, (Cast(codes) -
 Cast(zero point)) * scale)`` built with standard ops from the file's own
 tensors, so ONNX Runtime, not this frontend, decodes the weights, and only
-the activation quantization is gone.
+the activation quantization is gone. A file quantized statically
+(``quantize_static``, QDQ: a ``QuantizeLinear`` of a computed tensor read
+back by ``DequantizeLinear`` at a calibrated scale) gets each such pair
+replaced by an ``Identity``, as the frontend reads it; its quantized
+weights stay as the file computes them.
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ from pathlib import Path
 import onnx
 from onnx import TensorProto, helper
 
-from primal_compiler.frontend.onnx_quant import indexes, integer_chain, rebuild
+from primal_compiler.frontend.onnx_quant import activation_pair, indexes, integer_chain, rebuild
 
 
 def float_activation_twin(path: str | Path) -> bytes | None:
@@ -29,6 +33,8 @@ def float_activation_twin(path: str | Path) -> bytes | None:
     replace: dict[int, list[onnx.NodeProto]] = {}
     drop: set[int] = set()
     for i, node in enumerate(graph.node):
+        if node.op_type == "QuantizeLinear" and (node.domain or "") in ("", "ai.onnx"):
+            activation_pair(node, i, graph, inits, producer, consumers, replace, drop)
         if node.op_type != "MatMulInteger":
             continue
         chain = integer_chain(graph, i, inits, producer, consumers)
@@ -46,7 +52,7 @@ def float_activation_twin(path: str | Path) -> bytes | None:
         nodes.append(helper.make_node("MatMul", [chain.x, f"{out}/weight"], [out]))
         replace[chain.final] = nodes
         drop.update(chain.nodes)
-    if not replace:
+    if not replace and not drop:
         return None
     rebuild(graph, replace, drop)
     return model.SerializeToString()

@@ -262,6 +262,8 @@ class Model:
     attn_softcap: float = 0.0  # scaled scores soft-capped, cap * tanh(s / cap), before the softmax (Gemma 2); 0: none
     residual_multiplier: float = 1.0  # every attention and MLP output times it before its residual add (Granite)
     qkv_clip: float = 0.0  # queries, keys and values clamped to [-clip, clip] after their projection (OLMo); 0: none
+    # activation tensors the file rounds to int8 at calibrated scales (static QDQ); the replay keeps them in float
+    static_activations: int = 0
 
     def __post_init__(self) -> None:
         if not self.layers:
@@ -280,8 +282,8 @@ class Model:
                              f"got {self.rope_dim}")
         half = (self.rope_dim or head_dim) // 2
         if self.rope_inv_freq and (len(self.rope_inv_freq) != half
-                                   or not all(math.isfinite(f) and f > 0 for f in self.rope_inv_freq)):
-            raise ValueError(f"model {self.name!r}: rope_inv_freq must hold {half} positive finite frequencies")
+                                   or not all(math.isfinite(f) and f >= 0 for f in self.rope_inv_freq)):
+            raise ValueError(f"model {self.name!r}: rope_inv_freq must hold {half} finite frequencies >= 0")
         object.__setattr__(self, "alibi_slopes", tuple(float(f) for f in self.alibi_slopes))
         heads = self.layers[0].attention.num_heads
         if (self.positional == Positional.ALIBI) != bool(self.alibi_slopes) or self.alibi_slopes and (

@@ -20,7 +20,7 @@ def model_to_dict(model: Model) -> dict:
     ``qkv_layout`` only when per head, ``rope_interleaved``, ``alibi_slopes``, ``embed_norm`` and a layer's
     ``parallel``, ``post_norms``, ``window`` and ``qk_norm`` only when set, ``norm_bias`` only when False,
     ``rope_attention_scale``, ``logit_scale`` and ``residual_multiplier`` only when not 1, ``logit_softcap``,
-    ``attention_scale``, ``attn_softcap`` and ``qkv_clip`` only when set (older program files lack them)."""
+    ``attention_scale``, ``attn_softcap``, ``qkv_clip`` and ``static_activations`` only when set (older program files lack them)."""
     d = asdict(model)
     for key in ("weight_quant", "rope_dim", "qkv_layout", "rope_interleaved", "alibi_slopes", "embed_norm"):
         if not d[key]:
@@ -29,7 +29,7 @@ def model_to_dict(model: Model) -> dict:
         del d["norm_bias"]
     for key, plain in (("rope_attention_scale", 1.0), ("logit_scale", 1.0), ("logit_softcap", 0.0),
                        ("attention_scale", 0.0), ("attn_softcap", 0.0), ("residual_multiplier", 1.0),
-                       ("qkv_clip", 0.0)):
+                       ("qkv_clip", 0.0), ("static_activations", 0)):
         if d[key] == plain:
             del d[key]
     for layer in d["layers"]:

@@ -257,9 +257,10 @@ def check_onnx(path: str, target: PrimalTarget, prompt: list[int] | None = None,
         tolerance = TOLERANCE_FP16 if info["precision"] == "fp16" else TOLERANCE
         result = compare(base, want, tolerance)
         info.update(result, verdict="OK" if result["step"] is None else "MISMATCH")
-        if any(q.dynamic_inputs for q in model.weight_quant):  # against onnxruntime's own quantized run
+        if any(q.dynamic_inputs for q in model.weight_quant) or model.static_activations:  # against its own run
             own = np.stack([ort_logits(path, prompt + forced[:k], as_written=False) for k in range(generate)])
-            info["runtime_quantization"] = {"moves_logits_by": compare(base, own, np.inf)["relative_error"]}
+            info["runtime_quantization"] = {"moves_logits_by": compare(base, own, np.inf)["relative_error"],
+                                            "static": bool(model.static_activations)}
     if adapter_dir is not None:
         moved = compare(replay(adapter_program, adapter_dir, forced), base, np.inf)["relative_error"]
         info["adapter"] = {"directory": adapter_dir, "lora": described, "moves_logits_by": moved,
@@ -281,8 +282,10 @@ def render_check(info: dict) -> str:
         body = f"replayed {steps}; {info['note']}"
     if info.get("runtime_quantization"):
         moved = info["runtime_quantization"]["moves_logits_by"]
-        body += (f"; compared with float activations: onnxruntime's own run, which quantizes them to uint8 "
-                 f"at run time, is {moved:.1e} of the scale away")
+        how = ("rounds them at the file's calibrated scales" if info["runtime_quantization"].get("static")
+               else "quantizes them to uint8 at run time")
+        body += (f"; compared with float activations: onnxruntime's own run, which {how}, is {moved:.1e} of the "
+                 "scale away")
     adapter = info["adapter"]
     if adapter is not None:
         moved = "non-finite" if adapter["moves_logits_by"] is None else f"{adapter['moves_logits_by']:.1e}"

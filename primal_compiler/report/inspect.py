@@ -41,6 +41,7 @@ def inspect_model(model, target: PrimalTarget, program: Program | None = None) -
         "sandwich_layers": [layer.index for layer in model.layers if layer.post_norms],
         "windows": {layer.index: layer.window for layer in model.layers if layer.window},
         "qk_norm_layers": [layer.index for layer in model.layers if layer.qk_norm],
+        "static_activations": model.static_activations,
         "embed_scale": model.embed_scale, "tie_word_embeddings": model.tie_word_embeddings,
         "logit_scale": model.logit_scale, "logit_softcap": model.logit_softcap,
         "attention_scale": model.attention_scale, "attn_softcap": model.attn_softcap,
@@ -174,7 +175,9 @@ def render_inspect(info: dict) -> str:
         f"on {','.join(info['lora_targets']) or 'none'}",
         f"  precision: base {p['base_weight_bits']}b, LoRA {p['lora_weight_bits']}b, "
         f"embeddings {p['embed_bits']}b, LM head {p['lm_head_bits']}b, activations {p['activation_bits']}b",
-    ] + [f"  file quantization: {q['description']}" for q in info["weight_quant"]] + [
+    ] + [f"  file quantization: {q['description']}" for q in info["weight_quant"]] + ([
+        f"  file quantization: {info['static_activations']} activation tensors rounded to int8 at calibrated scales "
+        "(static QDQ), kept in float by the replay"] if info["static_activations"] else []) + [
         f"  on {n['target']}: {n['rram_macros']:,} RRAM macros, {n['sram_macros']:,} SRAM macros, "
         f"{n['cts']} CTs ({n['cts_per_layer']} per layer + {n['lm_head_cts']} for the LM head), "
         f"PE utilisation {100 * n['pe_utilisation']:.1f}%",

@@ -208,7 +208,8 @@ def _activation_qdq(model):
     model.graph.initializer.extend([numpy_helper.from_array(np.array(0.05, np.float32), "act_s"),
                                     numpy_helper.from_array(np.array(128, np.uint8), "act_zp")])
     q = helper.make_node("QuantizeLinear", [node.input[0], "act_s", "act_zp"], ["act_q"], name="act_quant")
-    dq = helper.make_node("DequantizeLinear", ["act_q", "act_s", "act_zp"], ["act_dq"], name="act_dequant")
+    model.graph.initializer.append(numpy_helper.from_array(np.array(0.1, np.float32), "act_s2"))
+    dq = helper.make_node("DequantizeLinear", ["act_q", "act_s2", "act_zp"], ["act_dq"], name="act_dequant")
     node.input[0] = "act_dq"
     model.graph.node.insert(mm, dq)
     model.graph.node.insert(mm, q)
@@ -237,7 +238,7 @@ def _gidx(model):
      "node node_linear_Q4: MatMulNBits input 'val_43_Q4' has 512 elements, K=64, N=32, bits=4, block_size=32 "
      "need 1024"),
     ("llama_qdq4_asym", _float8_codes, "DequantizeLinear of FLOAT8E4M3FN codes is not supported"),
-    ("llama_qdq4_asym", _activation_qdq, "static int8 activations: node act_quant (QuantizeLinear) quantizes the "
+    ("llama_qdq4_asym", _activation_qdq, "quantized activations: node act_quant (QuantizeLinear) quantizes the "
                                          "computed tensor"),
 ])
 def test_an_unsupported_quantization_is_one_line_naming_the_node(tmp_path, name, edit, problem):
@@ -292,10 +293,13 @@ def test_quantized_weights_in_external_data_decode_and_a_missing_file_is_named(t
         load_onnx_weights(path)
 
 
-def test_a_quantize_static_export_is_refused_as_static_activations(tmp_path):
-    """ONNX Runtime's quantize_static (QDQ, int8 activations and weights) on the family decoder: refused naming
-    a QuantizeLinear of an activation, not whatever pattern its quantized constants break first (it was
-    refused as an unsupported RoPE before)."""
+def test_a_quantize_static_export_is_read_as_stored(tmp_path, target):
+    """ONNX Runtime's quantize_static (QDQ, int8 activations and weights, every constant too) on the family
+    decoder: each activation's QuantizeLinear/DequantizeLinear pair is read as the float it rounds, the weights
+    and constants as the file stores them (its RoPE frequencies rounded to int8, the last to zero), and the
+    replay matches onnxruntime on the float-activation twin (refused before); the file's own run is reported
+    beside it."""
+    from primal_compiler.report.check import check_onnx, render_check
     pytest.importorskip("onnxruntime")
     from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
 
@@ -315,6 +319,10 @@ def test_a_quantize_static_export_is_refused_as_static_activations(tmp_path):
     onnx.save(family_decoder(), str(tmp_path / "float.onnx"))
     quantize_static(str(tmp_path / "float.onnx"), str(tmp_path / "static.onnx"), Calibration(),
                     quant_format=QuantFormat.QDQ, activation_type=QuantType.QInt8, weight_type=QuantType.QInt8)
-    with pytest.raises(InputError) as err:
-        load_onnx(str(tmp_path / "static.onnx"))
-    assert err.value.problem.startswith("static int8 activations: node ") and "\n" not in str(err.value)
+    model = load_onnx(str(tmp_path / "static.onnx"))
+    assert model.static_activations > 100 and model.weight_quant[0].op == "DequantizeLinear"
+    assert model.rope_inv_freq[-1] == 0.0 and model.rope_inv_freq[0] == 1.0
+    info = check_onnx(str(tmp_path / "static.onnx"), target)
+    assert info["verdict"] == "OK" and info["relative_error"] < 1e-5, info
+    assert info["runtime_quantization"]["static"] and info["runtime_quantization"]["moves_logits_by"] > 1e-3
+    assert "rounds them at the file's calibrated scales" in render_check(info)
