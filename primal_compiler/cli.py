@@ -107,7 +107,7 @@ def cmd_run(args) -> None:
     from primal_compiler import api, compiled
     from primal_compiler.pipeline import Workload
     from primal_compiler.report import collect
-    from primal_compiler.report.run import render_run
+    from primal_compiler.report.run import render_run, saved_report
 
     from primal_compiler.baselines.family import selection
 
@@ -157,8 +157,9 @@ def cmd_run(args) -> None:
                                baselines=chosen, control=args.control, critical_path=args.critical_path,
                                memory=args.memory or "report", generate=args.generate)
     if compiling and args.output is not None:  # written once the replay succeeded
-        compiled.write_compiled(program, target, Path(args.output), args.force, inputs)
-        print(f"wrote {args.output}/ (program.primal, placement, summary.json, records.json)", file=sys.stderr)
+        compiled.write_compiled(program, target, Path(args.output), args.force, inputs, saved_report(report))
+        print(f"wrote {args.output}/ (program.primal, report.json, report.txt, placement, summary.json, records.json)",
+              file=sys.stderr)
     print(json.dumps(report, indent=2, sort_keys=True) if args.json else render_run(report))
 
 

@@ -147,8 +147,10 @@ def program_file(program: Program, target: PrimalTarget) -> tuple[dict, dict[str
     return meta, arrays
 
 
-def write_compiled(program: Program, target: PrimalTarget, out: Path, force: bool = False, inputs: tuple[str, ...] = ()) -> None:
-    """Write OUT/ atomically: placement.npz, placement.txt, summary.json, records.json, program.primal.
+def write_compiled(program: Program, target: PrimalTarget, out: Path, force: bool = False, inputs: tuple[str, ...] = (),
+                   report: tuple[str, str] | None = None) -> None:
+    """Write OUT/ atomically: placement.npz, placement.txt, summary.json, records.json, program.primal, and
+    the run's ``report`` (its ``report.json`` and ``report.txt`` texts) when it was replayed.
 
     OUT is created, or replaced only when it is an earlier output of ours and ``force`` is set
     (:func:`primal_compiler.outdir.output_directory`).
@@ -163,6 +165,9 @@ def write_compiled(program: Program, target: PrimalTarget, out: Path, force: boo
         (tmp / "summary.json").write_text(json.dumps(summary(program, target), indent=2, sort_keys=True) + "\n")
         records = [{"name": r.name, "spec": r.spec, "details": r.details} for r in program.records]
         (tmp / "records.json").write_text(json.dumps(records, indent=1, sort_keys=True, default=float) + "\n")
+        if report is not None:
+            (tmp / "report.json").write_text(report[0])
+            (tmp / "report.txt").write_text(report[1])
         if program.stream is not None:
             from primal_compiler.isa.container import PROGRAM_FILE, save_program
 

@@ -35,6 +35,24 @@ def test_compile_writes_deterministic_output(tmp_path, capsys):
     assert summary["cts"] >= 1 and summary["hops"]["max_hops"] >= 1
 
 
+def test_run_keeps_its_numbers_beside_the_program(tmp_path, capsys):
+    """primal run -o OUT writes report.json (the --json report) and report.txt (the table) beside the program, less
+    the replay's wall times, so two runs write the same bytes and nobody replays again to keep the numbers."""
+    args = ["run", "tiny-llama", "-p", "fast"]
+    assert main(args + ["--json"]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    for name in ("a", "b"):
+        assert main(args + ["-o", str(tmp_path / name)]) == 0
+    text = capsys.readouterr().out
+    kept = json.loads((tmp_path / "a" / "report.json").read_text())
+    assert "replay_s" in printed["metrics"] and "replay_s" not in kept["metrics"]
+    assert kept["metrics"]["ttft_s"] == printed["metrics"]["ttft_s"] and kept["program"] == printed["program"]
+    for name in ("report.json", "report.txt"):
+        assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes()
+    saved = (tmp_path / "a" / "report.txt").read_text()
+    assert saved.splitlines()[0] == text.splitlines()[0] and "replay:" in text and "replay:" not in saved
+
+
 @pytest.mark.parametrize("args, message", [
     (["inspect", "llama9"], "llama9: unknown built-in model"),
     (["inspect", "llama2-7b", "--lora", "q:"], "--lora"),

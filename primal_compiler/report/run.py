@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 from primal_compiler.baselines.family import render_family
 from primal_compiler.executor.critical import CLASS_KEYS, LABELS
 from primal_compiler.report.text import human_bytes, human_time
@@ -123,3 +125,10 @@ def render_run(report: dict) -> str:
         stages = ", ".join(f"{k} {v:.2f} s" for k, v in m["replay_s"].items())
         lines.append(f"replay: {sum(m['replay_s'].values()):.1f} s ({stages})")
     return "\n".join(lines)
+
+
+def saved_report(report: dict) -> tuple[str, str]:
+    """(``report.json``, ``report.txt``) of a run as ``primal run -o OUT`` keeps them: the report without the
+    replay's wall times (``metrics.replay_s``), so the same program and target write the same bytes."""
+    kept = {**report, "metrics": {k: v for k, v in report["metrics"].items() if k != "replay_s"}}
+    return json.dumps(kept, indent=2, sort_keys=True) + "\n", render_run(kept) + "\n"
