@@ -32,7 +32,6 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 import numpy as np
-from ortools.graph.python import max_flow, min_cost_flow
 
 from primal_compiler.codegen.attention import unit_flows
 from primal_compiler.codegen.kvmap import KvMap, snake_routers
@@ -103,6 +102,8 @@ def head_costs(mesh: Mesh, k_ends: list[Ends], v_ends: list[Ends], doms, chunks:
 
 
 def _feasible(ok: np.ndarray, demand: int, slots: int) -> bool:
+    from ortools.graph.python import max_flow  # heavy: imported when used, not to parse a command line
+
     heads, n = ok.shape
     g, p = np.nonzero(ok)
     mf = max_flow.SimpleMaxFlow()
@@ -130,6 +131,8 @@ def bottleneck(worst: np.ndarray, demand: int, slots: int) -> int:
 def place(cost: np.ndarray, worst: np.ndarray, demand: int, slots: int) -> tuple[int, list[np.ndarray], list[np.ndarray]]:
     """(hop bound, per head its dominoes in ascending order with repeats for several pairs, and the
     orientation of each): least byte-hops among the placements within the smallest bound."""
+    from ortools.graph.python import min_cost_flow  # heavy: imported when used, not to parse a command line
+
     heads, _, n = cost.shape
     bound = bottleneck(worst, demand, slots)
     big = np.iinfo(np.int64).max

@@ -41,7 +41,6 @@ CP-SAT optima and random placements.
 from __future__ import annotations
 
 import numpy as np
-from ortools.linear_solver import pywraplp
 
 from primal_compiler.mapping.exact import _sorted_distances, star_bound
 from primal_compiler.mapping.instance import Instance
@@ -147,6 +146,8 @@ def _even(count: np.ndarray) -> tuple[bool, bool]:
 
 def _block_bound(dist: np.ndarray, a: np.ndarray, b: np.ndarray, wa: float, wb: float) -> float:
     """The block's linear program (module docstring); its star bounds when neither family meets the other evenly."""
+    from ortools.linear_solver import pywraplp  # heavy: imported when used, not to parse a command line
+
     count = np.zeros((a.max() + 1, b.max() + 1), dtype=np.int64)
     np.add.at(count, (a, b), 1)
     cols_even, rows_even = _even(count)

@@ -18,7 +18,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from ortools.sat.python import cp_model
 
 from primal_compiler.mapping.instance import Instance
 
@@ -39,6 +38,8 @@ def solve_exact(inst: Instance, max_deterministic_time: float = 20.0, scale: flo
     quadrant, and on or below the diagonal of a square mesh), the star bound
     is added as a cut, and ``hint`` (a known placement) seeds the search.
     """
+    from ortools.sat.python import cp_model  # heavy: imported when used, not to parse a command line
+
     m = cp_model.CpModel()
     T, H, S = inst.num_tiles, inst.num_hubs, inst.num_slots
     cols, rows = inst.cols, inst.rows

@@ -14,7 +14,6 @@ PE of its own region (the column bands of :mod:`~primal_compiler.mapping.bands`)
 from __future__ import annotations
 
 import numpy as np
-from scipy.optimize import linear_sum_assignment
 
 from primal_compiler.mapping.instance import Instance, evaluate, placed_hub_xy
 
@@ -60,6 +59,8 @@ def assign(inst: Instance, hx: np.ndarray, hy: np.ndarray, pins: dict[int, int],
            regions: Regions = None) -> np.ndarray | None:
     """Optimal tile PEs for hubs fixed at (hx, hy); with ``cap`` > 0 no tile may sit
     farther than ``cap`` hops from a hub it exchanges data with (None if infeasible)."""
+    from scipy.optimize import linear_sum_assignment  # heavy: imported when used, not to parse a command line
+
     T = inst.num_tiles
     C = cost_matrix(inst, hx, hy, pins, cap, regions)
     rows, out = linear_sum_assignment(C)  # exact in float64: T x 2^40 < 2^53

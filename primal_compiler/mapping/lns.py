@@ -29,7 +29,6 @@ import time
 from collections.abc import Callable
 
 import numpy as np
-from scipy.optimize import linear_sum_assignment
 
 from primal_compiler.mapping.instance import Instance, evaluate, placed_hub_xy
 from primal_compiler.mapping.lap import FORBIDDEN, Regions, tile_hub_weights
@@ -86,6 +85,8 @@ def lns_search(inst: Instance, slots: np.ndarray, pins: dict[int, int], rounds: 
 def _repair(inst: Instance, W: np.ndarray, slots: np.ndarray, tiles: np.ndarray, hx: np.ndarray,
             hy: np.ndarray, regions: Regions) -> np.ndarray:
     """Re-assign ``tiles`` over their PEs and the free ones, alternating with hub medians while it helps."""
+    from scipy.optimize import linear_sum_assignment  # heavy: imported when used, not to parse a command line
+
     free = np.setdiff1d(np.arange(inst.num_slots), slots)
     pes = np.concatenate([slots[tiles], free])
     px, py = pes % inst.cols, pes // inst.cols

@@ -25,9 +25,6 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from primal_compiler.errors import InputError
-from primal_compiler.frontend.onnx_weights import load_onnx_weights
-from primal_compiler.frontend.peft import load_peft_adapter
-from primal_compiler.frontend.weights import ModelWeights, ProjectionWeights, check_lora
 from primal_compiler.ir.columns import stored_order
 from primal_compiler.ir.model import Model
 from primal_compiler.ir.tiles import ROLE_CODES, Macro, Part, TileTable
@@ -37,6 +34,7 @@ from primal_compiler.passmgr import SEED_RANGE, Pass, option
 from primal_compiler.mapping.lower import geometry
 
 if TYPE_CHECKING:
+    from primal_compiler.frontend.weights import ModelWeights
     from primal_compiler.ir.program import Program
     from primal_compiler.target.spec import PrimalTarget
 
@@ -68,6 +66,10 @@ class LoraSparsity(Pass):
         if self.zero_fraction > 0:
             zero, source = self.sampled(tiles), f"synthetic: zero_fraction={self.zero_fraction}, seed={self.seed}"
         else:
+            from primal_compiler.frontend.onnx_weights import load_onnx_weights  # heavy (onnx): only when read
+            from primal_compiler.frontend.peft import load_peft_adapter
+            from primal_compiler.frontend.weights import check_lora
+
             loaded = load_onnx_weights(self.weights, base=False) if self.weights else load_peft_adapter(self.adapter)
             check_lora(loaded, program.model)
             zero, source = zero_tiles(tiles, loaded, geometry(program.model, target), program.model), loaded.source
@@ -131,17 +133,17 @@ def zero_tiles(tiles: TileTable, weights: ModelWeights, geo: Geometry, model: Mo
         layer, rest = divmod(k, nroles * len(Part))
         role, part = ROLE_CODES[rest // len(Part)], Part(rest % len(Part))
         p = weights.get(layer, role)
-        if (p is None or p.a is None) and padded:
-            lin = model.layers[layer].linear(role)
-            p = ProjectionWeights(a=np.zeros((lin.in_features, 1), np.float32),
-                                  b=np.zeros((1, lin.out_features), np.float32))
-        if p is None or p.a is None or p.b is None:
+        a, b = (None, None) if p is None else (p.a, p.b)
+        lin = model.layers[layer].linear(role)
+        if a is None and padded and lin is not None:  # an adapter of several that leaves this role alone: zeros
+            a, b = np.zeros((lin.in_features, 1), np.float32), np.zeros((1, lin.out_features), np.float32)
+        if a is None or b is None:
             raise InputError(where, f"no LoRA weights for layer {layer} {role.value}, which has LoRA tiles")
         if part == Part.LORA_A:
-            matrix = p.a
+            matrix = a
         else:  # B is stored transposed, out x r, its outputs in the crossbars' column order
             order = stored_order(model, layer, role)
-            matrix = (p.b if order is None else p.b[:, order]).T
+            matrix = (b if order is None else b[:, order]).T
         nz = block_nonzero(matrix, geo.sram_rows, geo.lora_width)
         heights[n], widths[n] = nz.shape
         offsets[n] = start
