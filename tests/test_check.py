@@ -131,12 +131,19 @@ def test_the_comparison_itself():
     assert compare(np.zeros((1, 3)), np.zeros((1, 3)), TOLERANCE)["step"] is None
 
 
-def test_without_onnxruntime_nothing_is_compared(capsys, monkeypatch):
+def test_without_onnxruntime_check_refuses_to_start(capsys, monkeypatch):
+    """Without its reference the verb says what is missing, exit 2, nothing printed on stdout (it printed an
+    UNVERIFIED verdict and exited 0 before, which a script took for a pass); check_onnx itself still reports
+    UNVERIFIED to a caller that wants the replay alone."""
     monkeypatch.setitem(sys.modules, "onnxruntime", None)  # import onnxruntime now raises ImportError
-    code, out, _ = run(["check", fixture("gpt2_dynamo")], capsys)
-    assert code == 0
-    assert out.strip().endswith("UNVERIFIED (gpt2-style, 2 layers, hidden 32; replayed 3 steps; "
-                                "onnxruntime not installed: compared nothing)")
+    code, out, err = run(["check", fixture("gpt2_dynamo")], capsys)
+    assert code == 2 and out == ""
+    assert err.strip() == ("primal: check: needs onnxruntime to compare the replay with, and it is not installed "
+                           "(pip install onnxruntime, or primal-compiler[test])")
+    from primal_compiler.target import load_primal_target
+
+    info = check.check_onnx(fixture("gpt2_dynamo"), load_primal_target("primal-7nm"))
+    assert info["verdict"] == "UNVERIFIED" and info["note"] == "onnxruntime not installed: compared nothing"
 
 
 def test_an_adapter_is_replayed_and_said_to_be_uncompared(tmp_path, capsys):

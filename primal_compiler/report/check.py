@@ -300,8 +300,9 @@ def cmd_check(args: argparse.Namespace) -> None:
     Exit 0 for OK and UNVERIFIED, 1 for MISMATCH (``SystemExit``), 2 for
     REFUSED through the usual one-line :class:`InputError`
     (``primal: check MODEL.onnx: REFUSED: <reason>``; with ``--json`` the
-    object is printed too). A missing file, a bad target or a prompt outside
-    the vocabulary is a plain InputError, not a verdict.
+    object is printed too). A missing file, a bad target, a prompt outside
+    the vocabulary or no ``onnxruntime`` to compare with (it comes with the
+    ``test`` extra) is a plain InputError, not a verdict: nothing is run.
     """
     from primal_compiler.argtypes import token_ids
     from primal_compiler.target import load_primal_target
@@ -310,6 +311,11 @@ def cmd_check(args: argparse.Namespace) -> None:
         raise InputError(args.model, "no such file; expected an ONNX export (MODEL.onnx)")
     target = load_primal_target(args.target)
     prompt = token_ids(args.prompt) if args.prompt is not None else None
+    try:
+        import onnxruntime  # noqa: F401  (the reference; only its absence is checked here)
+    except ImportError:
+        raise InputError("check", "needs onnxruntime to compare the replay with, and it is not installed "
+                                  "(pip install onnxruntime, or primal-compiler[test])") from None
     try:
         info = check_onnx(args.model, target, prompt, args.generate, args.adapter)
     except InputError as exc:
