@@ -41,16 +41,23 @@ def load_target(name: str | os.PathLike) -> Target:
 
 
 def compile(model: str | os.PathLike | Model, lora: str | None = None, *, target: TargetChoice = "primal-7nm",
-            pipeline: str = "default", verify: bool = False) -> Program:
+            pipeline: str = "default", batch: int | None = None, context: int | None = None,
+            generate: int | None = None, verify: bool = False) -> Program:
     """``model`` with LoRA ``lora`` (``"q,v:8"``; ignored for a Model, which carries its own) compiled by
     ``pipeline`` (a bundled name, a TOML path or pipeline text) for ``target`` (a name, a path or a loaded
-    PRIMAL target)."""
-    from primal_compiler.api import compile_model
+    PRIMAL target). ``batch`` and ``context`` set the KV space and ``generate`` the tokens per sequence, as
+    ``primal run``'s flags do (the first few decode steps replayed record by record, the rest repeating the
+    settled one); left out, the pipeline's own options hold. The Program keeps its target for :func:`run`."""
+    from primal_compiler.api import compile_model, for_workload
     from primal_compiler.frontend import load_model
     from primal_compiler.ir.model import Model
+    from primal_compiler.passmgr import DEFAULT_REPLAYED
+    from primal_compiler.pipeline import Workload
 
     loaded = model if isinstance(model, Model) else load_model(str(model), lora)
-    return compile_model(loaded, _primal(target), pipeline, verify=verify)
+    steps = min(generate, DEFAULT_REPLAYED) if generate is not None else None
+    work = Workload(batch=batch, context=context, steps=steps, generate=generate)
+    return compile_model(loaded, _primal(target), for_workload(pipeline, work), verify=verify)
 
 
 def load_program(path: str | os.PathLike, target: TargetChoice | None = None) -> Program:
@@ -65,8 +72,8 @@ def load_program(path: str | os.PathLike, target: TargetChoice | None = None) ->
 
 def run(program: Program | str | os.PathLike, target: TargetChoice | None = None, *, control: str | None = None,
         memory: str = "report", critical_path: bool = False) -> dict:
-    """The run report (``primal run --json``) of a compiled Program (``target``: the one it was compiled
-    for) or of a program file or compile output directory (``target``: default the one it names)."""
+    """The run report (``primal run --json``) of a compiled Program (``target``: default the one it was
+    compiled for) or of a program file or compile output directory (``target``: default the one it names)."""
     from pathlib import Path
 
     from primal_compiler.errors import InputError
@@ -77,6 +84,7 @@ def run(program: Program | str | os.PathLike, target: TargetChoice | None = None
     else:
         from primal_compiler.compiled import Compiled
 
+        target = program.target if target is None else target
         if target is None or program.layout is None or program.stream is None:
             raise InputError("run", "a Program runs with its target and needs the placement and stream of a "
                                     "compile (a program file runs by its path)")

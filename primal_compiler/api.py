@@ -19,9 +19,9 @@ if TYPE_CHECKING:
 
 
 def compile_model(model: Model, target: PrimalTarget, pipeline: str = "default", verify: bool = False) -> Program:
-    """Run a pipeline (bundled name, TOML path or pipeline text) on ``model``."""
+    """Run a pipeline (bundled name, TOML path or pipeline text) on ``model``; the Program keeps ``target``."""
     passes = resolve_pipeline(pipeline)
-    return PassManager(passes, verify=verify).run(Program(model=model), target)
+    return PassManager(passes, verify=verify).run(Program(model=model), target).evolve(target=target)
 
 
 def pipeline_text(program: Program) -> str:

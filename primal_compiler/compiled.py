@@ -84,7 +84,7 @@ class Compiled:
         kv = KvMap(**meta["kv"], ct=arrays["kv_ct"], pe=arrays["kv_pe"], slot=arrays["kv_slot"])
         power = {k: arrays[k] for k in POWER if k in arrays} or None
         return Program(model=model, facts=held, records=tuple(PassRecord(p.name, p.spec(), 0.0) for p in passes),
-                       tiles=tiles, layout=layout, kv=kv, stream=self.stream, power=power)
+                       tiles=tiles, layout=layout, kv=kv, stream=self.stream, power=power, target=target)
 
 
 def placement_table(program: Program) -> str:

@@ -46,10 +46,32 @@ def test_compile_run_and_the_program_file_agree(compiled, small_target, tmp_path
     assert (loaded.stream.records == compiled.stream.records).all() and loaded.model.name == "tiny-llama"
 
 
-def test_load_target_by_name_and_a_program_without_its_compile_is_refused(compiled):
+def test_a_program_runs_on_its_own_target_and_one_without_a_target_is_refused(compiled, small_target, tmp_path):
+    """compile and load_program leave the Program its target, so run needs it only to run elsewhere; a Program
+    built without one is refused naming the need."""
+    from primal_compiler.compiled import write_compiled
+
     assert primal_compiler.load_target("primal-7nm").name == "primal-7nm"
+    assert compiled.target is small_target
+    own, given = (primal_compiler.run(compiled, t)["metrics"] for t in (None, small_target))
+    assert own.pop("replay_s") and given.pop("replay_s") and own == given  # (less the replays' wall times)
+    write_compiled(compiled, small_target, tmp_path / "out")
+    assert primal_compiler.load_program(tmp_path / "out", small_target).target is not None
     with pytest.raises(InputError, match="runs with its target"):
-        primal_compiler.run(compiled)
+        primal_compiler.run(compiled.evolve(target=None))
+
+
+def test_compile_takes_the_workload_as_primal_run_does(small_target):
+    """batch, context and generate set kv-ring's and codegen's options, as --batch, --context and --generate do:
+    a 64-token generation replays its first 3 decode steps and repeats the settled one."""
+    from primal_compiler.api import pipeline_text
+
+    p = primal_compiler.compile("tiny-llama", "q,v:8", target=small_target, pipeline="fast", batch=2, context=128,
+                                generate=64)
+    text = pipeline_text(p)
+    assert "batch=2" in text and "context=128" in text and "steps=3" in text and "generate=64" in text
+    report = primal_compiler.run(p)
+    assert report["metrics"]["generation"]["replayed_steps"] == 3 and report["metrics"]["decode_steps"] == 64
 
 
 def test_a_program_file_loads_into_the_program_it_was_written_from(compiled, small_target, tmp_path):

@@ -34,6 +34,7 @@ class Program:
     stream: Stream | None = None  # once codegen ran
     power: dict[str, Any] | None = None  # SRPG schedule arrays (pg_ct, pg_on, pg_off) once srpg ran
     pending_details: dict[str, Any] = field(default_factory=dict)
+    target: Any = None  # the PrimalTarget ``api.compile_model`` compiled it for (never written to a file)
 
     def evolve(self, **changes: Any) -> Program:
         return replace(self, **changes)

@@ -15,6 +15,7 @@ command line resumes it.
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from primal_compiler.errors import InputError
 from primal_compiler.sweep import MAX_POINTS
@@ -41,7 +42,7 @@ def add_parser(sub) -> argparse.ArgumentParser:
                     help="local worker processes (default: CPU count); with Dask, at most this many points at once")
     sp.add_argument("--flush-every", type=float_arg(0.0, 3600.0), default=1.0, metavar="S",
                     help="write finished rows at least every S seconds (default 1; 0 = as each point finishes)")
-    sp.add_argument("--plot", action="store_true", help="draw RESULTS/pareto.png and RESULTS/sensitivity.png")
+    sp.add_argument("--plot", action="store_true", help="draw RESULTS/_plots/pareto.png and RESULTS/_plots/sensitivity.png")
     sp.add_argument("--x", default=X_DEFAULT, help=f"Pareto x metric, METRIC[:max|:min] (default {X_DEFAULT})")
     sp.add_argument("--y", default=Y_DEFAULT, help=f"Pareto y metric, METRIC[:max|:min] (default {Y_DEFAULT})")
     sp.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -93,6 +94,6 @@ def plot(out: str, axes, x: str, y: str, orders: dict | None = None) -> None:
     if table is None:
         raise InputError(out, "no results to plot")
     rows = table.to_pylist()
-    paths = plot_results(rows, list(axes), out, x, y, orders)
+    paths = plot_results(rows, list(axes), Path(out) / "_plots", x, y, orders)
     print(front_table(rows, list(axes), x, y))
     print("wrote " + ", ".join(str(p) for p in paths))

@@ -62,7 +62,7 @@ def _check_columns(rows: list[dict[str, Any]], names: list[str]) -> None:
 
 def plot_results(rows: list[dict[str, Any]], axes: list[str], out_dir: str | Path, x: str = "tokens_per_s",
                  y: str = "tokens_per_j", orders: dict[str, list[Any]] | None = None) -> list[Path]:
-    """Write ``pareto.png`` and ``sensitivity.png`` into ``out_dir``; their paths.
+    """Write ``pareto.png`` and ``sensitivity.png`` into ``out_dir`` (made if absent); their paths.
 
     ``orders`` gives a non-numeric axis's values in the order to draw them (the spec's); numbers are sorted.
     """
@@ -74,6 +74,7 @@ def plot_results(rows: list[dict[str, Any]], axes: list[str], out_dir: str | Pat
     (xn, _), (yn, _) = direction(x), direction(y)
     _check_columns(rows, [xn, yn])
     out_dir = Path(out_dir)
+    out_dir.mkdir(exist_ok=True)
     good = [r for r in rows if _ok(r.get(xn)) and _ok(r.get(yn))]
     failed = len(rows) - len(good)
     front = pareto_front(rows, x, y)

@@ -2,10 +2,15 @@
 
 Layout of ``RESULTS/``::
 
-    sweep.json                  what wrote it (format, spec file, metrics), checked on resume
+    _sweep.json                 what wrote it (format, spec file, metrics), checked on resume
     part-<seq>-<token>.parquet  finished rows, one file per flush
-    pareto.png sensitivity.png  written by ``--plot``
+    _plots/                     pareto.png and sensitivity.png, written by ``--plot``
     _damaged/                   parts found unreadable on a resume, moved aside (never read again)
+
+Everything but the parts is named with a leading ``_``, which pyarrow, pandas
+and Dask skip when they read a directory: ``pandas.read_parquet("RESULTS")``
+reads the results as they are. A directory an earlier version wrote keeps its
+``sweep.json`` (read, never renamed).
 
 One sweep writes to a directory at a time (a resumed sweep removes the
 hidden temporary part a killed one may have left).
@@ -17,13 +22,13 @@ Guarantees:
   any instant leaves only complete rows.
 - Nothing of a user's is touched: :meth:`ResultStore.open` creates the
   directory, or uses an existing one only if it is empty or holds a valid
-  ``sweep.json`` of the same metrics; it deletes only its own hidden
+  ``_sweep.json`` of the same metrics; it deletes only its own hidden
   temporary parts, and :meth:`compact` only parts it has just merged.
 - Damage is named, never a traceback: on :meth:`ResultStore.open` every part
   is read whole and checked (a regular file, Parquet, a non-null string
   ``point_id``, every known column of its type); a part that fails is moved
   to ``_damaged/`` and reported as one warning line, so its points run
-  again. A missing, unreadable, non-JSON or foreign ``sweep.json`` in a
+  again. A missing, unreadable, non-JSON or foreign ``_sweep.json`` in a
   non-empty directory is an :class:`InputError` naming it (the metrics the
   parts hold cannot be checked without it). :meth:`done` and :meth:`read`
   raise an :class:`InputError` naming a damaged part instead of reading it.
@@ -52,7 +57,8 @@ if TYPE_CHECKING:  # at run time pyarrow is imported only where it is used (_pa)
 
 FORMAT = "primal-sweep-results"
 VERSION = 1
-MANIFEST = "sweep.json"
+MANIFEST = "_sweep.json"
+LEGACY_MANIFEST = "sweep.json"  # what earlier versions named it: still read, so their results resume
 DAMAGED = "_damaged"  # pyarrow and pandas skip names starting with "_" when reading a directory
 MANIFEST_LIMIT_BYTES = 16 << 20
 
@@ -92,13 +98,13 @@ class ResultStore:
                 raise InputError(where, "is a symbolic link; it is never written through, name the directory itself")
             if self.root.exists() and not self.root.is_dir():
                 raise InputError(where, "exists and is not a results directory")
-            path = self.root / MANIFEST
+            path = self._manifest_path()
             if path.exists() or path.is_symlink():
                 old = self.manifest()
                 if list(old["metrics"]) != list(manifest.get("metrics", [])):
                     raise InputError(where, f"holds results with metrics {old['metrics']}, not "
                                             f"{manifest.get('metrics')}; write to a new directory")
-                for pattern in (".part-*.tmp", f".{MANIFEST}.*.tmp"):  # what a killed sweep was writing
+                for pattern in (".part-*.tmp", f".{path.name}.*.tmp"):  # what a killed sweep was writing
                     for stale in self.root.glob(pattern):
                         stale.unlink(missing_ok=True)
                 return self._set_aside_damaged()
@@ -114,9 +120,15 @@ class ResultStore:
             raise InputError(str(exc.filename or where), f"cannot use: {exc.strerror or exc}") from None
         return []
 
+    def _manifest_path(self) -> Path:
+        """``_sweep.json``, or the ``sweep.json`` of results an earlier version wrote."""
+        legacy = self.root / LEGACY_MANIFEST
+        new = self.root / MANIFEST
+        return legacy if not (new.exists() or new.is_symlink()) and (legacy.exists() or legacy.is_symlink()) else new
+
     def manifest(self) -> dict[str, Any]:
-        """The checked ``sweep.json``: a JSON object of this format and version with a list of metric names."""
-        path = self.root / MANIFEST
+        """The checked ``_sweep.json``: a JSON object of this format and version with a list of metric names."""
+        path = self._manifest_path()
         text = read_text(path, MANIFEST_LIMIT_BYTES, "sweep manifest")
         try:
             old = json.loads(text)

@@ -51,7 +51,10 @@ def test_sweep_and_plot(tiny_spec, tmp_path, capsys):
     assert "6 points: 6 run now (2 failed), 0 already done" in text
     assert "Pareto front (power_w vs tokens_per_s)" in text
     for name in ("pareto.png", "sensitivity.png"):
-        assert (out / name).read_bytes()[:4] == b"\x89PNG"
+        assert (out / "_plots" / name).read_bytes()[:4] == b"\x89PNG"
+    import pyarrow.parquet as pq  # the directory reads as it is (pandas.read_parquet reads it through this): the
+
+    assert pq.read_table(out).num_rows == 6  # manifest and the plots start with "_", which readers skip
     assert main([str(tiny_spec), "-o", str(out), "--no-progress"]) == 0
     assert "0 run now (0 failed), 6 already done" in capsys.readouterr().out
 

@@ -162,3 +162,12 @@ def test_a_users_directory_is_never_touched(tmp_path, capsys):
     assert cli_main(["sweep", str(spec), "-o", "", "--no-progress"]) == 2
     assert capsys.readouterr().err == "primal: '': empty path where a results directory was expected\n"
     assert snapshot(mine) == before and (tmp_path / "file.txt").read_text() == "mine too"
+
+
+def test_results_an_earlier_version_wrote_resume_from_their_sweep_json(half_done):
+    """Before the manifest was named _sweep.json (so pyarrow and pandas skip it when they read the directory) it
+    was sweep.json: such a directory still resumes, its manifest read where it is and never renamed."""
+    spec, out = half_done
+    (out / MANIFEST).rename(out / "sweep.json")
+    sweep(spec, out)
+    assert len(ResultStore(out).read()) == 8 and (out / "sweep.json").exists() and not (out / MANIFEST).exists()
