@@ -99,3 +99,29 @@ def select(flat: dict[str, float] | None, kept: tuple[str, ...]) -> dict[str, fl
         v = (flat or {}).get(c)
         row[c] = None if v is None or not math.isfinite(v) else v
     return row
+
+
+#: How a name's unit suffix reads on a figure (the target's and the metrics' naming convention, docs/targets.md).
+UNITS = {"s": "s", "ms": "ms", "us": "\u00b5s", "ns": "ns", "j": "J", "mj": "mJ", "uj": "\u00b5J", "pj": "pJ",
+         "w": "W", "mw": "mW", "uw": "\u00b5W", "hz": "Hz", "mhz": "MHz", "ghz": "GHz", "c": "\u00b0C", "k": "K",
+         "mm2": "mm\u00b2", "bytes": "B", "bits": "bits", "cycles": "cycles"}
+WORDS = {"ttft": "TTFT", "itl": "ITL", "kv": "KV", "lora": "LoRA", "srpg": "SRPG", "rram": "RRAM", "sram": "SRAM",
+         "adc": "ADC", "dmac": "DMAC", "d2d": "die-to-die", "h100": "H100", "p50": "p50", "p99": "p99"}
+
+
+def readable(name: str) -> str:
+    """``name`` (a metric or a swept key) as a figure labels it: words for its parts, its unit suffix in
+    parentheses, ``per`` as a slash (``tokens_per_j`` reads ``tokens/J``, ``rram.leakage_uw`` ``RRAM leakage
+    (\u00b5W)``, ``power_breakdown_w.static`` ``power breakdown static (W)``)."""
+    words: list[str] = []
+    unit = None
+    for part in name.split("."):
+        w = part.split("_")
+        if len(w) >= 3 and w[-2] == "per" and w[-3] in UNITS:  # energy_pj_per_bit: a unit per something
+            unit, w = f"{UNITS[w[-3]]}/{w[-1]}", w[:-3]
+        elif len(w) >= 3 and w[-2] == "per":  # tokens_per_j: the name is the ratio
+            w = [*w[:-3], f"{w[-3]}/{UNITS.get(w[-1], w[-1])}"]
+        elif len(w) > 1 and w[-1] in UNITS:
+            unit, w = UNITS[w[-1]], w[:-1]
+        words += [WORDS.get(x, x) for x in w]
+    return " ".join(words) + (f" ({unit})" if unit else "")

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from primal_compiler.errors import InputError
+from primal_compiler.sweep.metrics import readable
 
 
 def direction(metric: str) -> tuple[str, bool]:
@@ -71,7 +72,7 @@ def plot_results(rows: list[dict[str, Any]], axes: list[str], out_dir: str | Pat
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    (xn, _), (yn, _) = direction(x), direction(y)
+    (xn, xmax), (yn, ymax) = direction(x), direction(y)
     _check_columns(rows, [xn, yn])
     out_dir = Path(out_dir)
     out_dir.mkdir(exist_ok=True)
@@ -90,13 +91,16 @@ def plot_results(rows: list[dict[str, Any]], axes: list[str], out_dir: str | Pat
     ax.plot([r[xn] for r in front], [r[yn] for r in front], "--", color="k", lw=1, label=f"Pareto front ({len(front)})")
     ax.scatter([r[xn] for r in front], [r[yn] for r in front], s=40, facecolors="none", edgecolors="k")
     if len(front) <= 12:
-        for r in front:
-            ax.annotate(_label(r, varied), (r[xn], r[yn]), fontsize=6, xytext=(4, -8), textcoords="offset points",
-                        annotation_clip=True, clip_on=True)
-    ax.set_xlabel(x)
-    ax.set_ylabel(y)
+        mid = (min(r[xn] for r in good) + max(r[xn] for r in good)) / 2
+        for r in front:  # the label on the side with room: left of a point in the right half
+            right = r[xn] > mid
+            ax.annotate(_label(r, varied), (r[xn], r[yn]), fontsize=6, xytext=(-6 if right else 6, -8),
+                        textcoords="offset points", ha="right" if right else "left", annotation_clip=True)
+    ax.set_xlabel(f"{readable(xn)}, {'higher' if xmax else 'lower'} is better")
+    ax.set_ylabel(f"{readable(yn)}, {'higher' if ymax else 'lower'} is better")
     _log_if_wide(ax, [r[xn] for r in good], [r[yn] for r in good])
-    ax.set_title(f"Pareto front: {yn} vs {xn}" + (f" ({failed} failed points left out)" if failed else ""))
+    ax.set_title(f"Pareto front: {readable(yn)} against {readable(xn)}"
+                 + (f" ({failed} failed points left out)" if failed else ""))
     ax.legend(fontsize=8)
     paths.append(out_dir / "pareto.png")
     fig.savefig(paths[-1], dpi=120)
@@ -125,12 +129,12 @@ def plot_results(rows: list[dict[str, Any]], axes: list[str], out_dir: str | Pat
             if any(h > 0 for h in highs) and min(lows, default=1) > 0 and max(highs) / min(lows) > 100:
                 ax.set_yscale("log")
             if i == 1:
-                ax.set_xlabel(a)
+                ax.set_xlabel(readable(a))
             if j == 0:
-                ax.set_ylabel(m)
+                ax.set_ylabel(readable(m))
     if not varied:
         grid[0][0].text(0.5, 0.5, "no axis has more than one value", ha="center")
-    fig.suptitle("sensitivity: median and min..max over the other axes")
+    fig.suptitle("Sensitivity: each axis's median (dots) and min..max (band) over the other axes")
     paths.append(out_dir / "sensitivity.png")
     fig.savefig(paths[-1], dpi=120)
     plt.close(fig)

@@ -70,3 +70,16 @@ def test_pareto_front_directions():
             {"tokens_per_s": 15.0, "power_w": 7.0}]
     front = pareto_front(rows, "tokens_per_s", "power_w")
     assert [r["tokens_per_s"] for r in front] == [10.0, 20.0]
+
+
+@pytest.mark.parametrize("name, label", [
+    ("tokens_per_j", "tokens/J"), ("itl_p99_s", "ITL p99 (s)"), ("rram.leakage_uw", "RRAM leakage (\u00b5W)"),
+    ("power_breakdown_w.static", "power breakdown static (W)"), ("h100.tokens_per_s", "H100 tokens/s"),
+    ("sram.write_energy_pj_per_bit", "SRAM write energy (pJ/bit)"), ("srpg.gating", "SRPG gating"),
+    ("batch", "batch"),
+])
+def test_figures_label_metrics_and_axes_in_words_with_units(name, label):
+    """A sweep's figures read ``tokens/J``, not ``tokens_per_j``; a key's unit suffix becomes its unit."""
+    from primal_compiler.sweep.metrics import readable
+
+    assert readable(name) == label
