@@ -1,6 +1,6 @@
 """Power timelines: a Gantt chart of every CT's power state and the power drawn over time.
 
-Windows: the first decode step (``decode:0``), and an adapter switch (the
+Windows: the decode steps the stream replays (``decode:0``), and an adapter switch (the
 ``adapter:1`` section through the end of ``prefill:1`` when the program
 serves a second adapter, e.g. ``codegen{requests=0;1}``; else the first
 adapter load with its prefill). States come from the replay's
@@ -17,7 +17,7 @@ import numpy as np
 from matplotlib.patches import Patch
 
 from primal_compiler.executor import power as xpower
-from primal_compiler.isa.opcodes import Opcode
+from primal_compiler.isa.opcodes import Opcode, step_ends
 from primal_compiler.report.text import human_time
 from primal_compiler.viz import style
 from primal_compiler.viz.data import VizData
@@ -34,8 +34,9 @@ def windows(d: VizData) -> list[tuple[str, int, int]]:
         idx = np.concatenate([rp.section(s) for s in secs])
         return int(rp.start[idx].min()), int(rp.finish[idx].max())
 
-    if "decode:0" in names:
-        out.append(("decode step (decode:0)", *span("decode:0")))
+    if "decode:0" in names:  # the section holds every decode step the stream replays, one ARGMAX each
+        steps = int(step_ends(d.stream.records[rp.section("decode:0")]).sum())
+        out.append((f"decode, {steps} step{'s' if steps != 1 else ''} (decode:0)", *span("decode:0")))
     if "adapter:1" in names and "prefill:1" in names:
         out.append(("adapter switch (adapter:1 + prefill:1)", *span("adapter:1", "prefill:1")))
     elif "adapter:0" in names and "prefill:0" in names:

@@ -25,14 +25,18 @@ def figure(d: VizData):
     grid[y, x] = rise
     fig = style.figure(11.0, 4.4)
     ax = fig.add_subplot(1, 2, 1)
-    im = ax.imshow(grid, cmap="inferno", origin="upper", interpolation="nearest")
+    # from ambient (0) up: a spread of hundredths of a kelvin between dies looks as small as it is
+    im = ax.imshow(grid, cmap="inferno", origin="upper", interpolation="nearest", vmin=0.0,
+                   vmax=max(float(np.nanmax(grid)), 1e-9))
     hot = rep["hottest_ct"]
     ax.plot(x[hot], y[hot], marker="o", markersize=9, markerfacecolor="none", markeredgecolor="#00bfff")
     ax.set_xticks([])
     ax.set_yticks([])
     fig.colorbar(im, ax=ax, fraction=0.046, pad=0.04).set_label("die rise over ambient (K)")
-    ax.set_title(f"die temperature, decode sustained: max {rep['die_c']['max']:.3f} degC (CT {hot}),\n"
-                 f"ambient {rep['ambient_c']:g} degC, {rep['power_w']:.3g} W on {rep['num_cts']} CTs", fontsize=9)
+    blank = " (blank: no CT)" if np.isnan(grid).any() else ""
+    ax.set_title(f"die temperature, decode sustained: max {rep['die_c']['max']:.3f} \u00b0C (CT {hot}),\n"
+                 f"ambient {rep['ambient_c']:g} \u00b0C, {rep['power_w']:.3g} W on {rep['num_cts']} CTs{blank}",
+                 fontsize=9)
     ax = fig.add_subplot(1, 2, 2)
     t = np.array(rep["warmup"]["t_s"])
     ax.plot(t, np.array(rep["warmup"]["hottest_die_c"]) - rep["ambient_c"], color="#d62728")

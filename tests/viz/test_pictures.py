@@ -11,6 +11,7 @@ from matplotlib.colors import to_rgb
 from matplotlib.image import imread
 
 from primal_compiler.ir.tiles import ROLE_CODES, Macro
+from primal_compiler.isa.opcodes import step_ends
 from primal_compiler.viz import data, placement, power, style, traffic
 from primal_compiler.viz.data import EMPTY, HUB, KV_ONLY
 
@@ -93,7 +94,9 @@ def test_link_bytes_count_each_link_once_per_record(vdata):
 
 def test_power_windows_cover_decode_and_the_adapter_switch(vdata):
     titles = [w[0] for w in power.windows(vdata)]
-    assert titles[0].startswith("decode step") and titles[1].startswith("adapter switch")
+    steps = int(step_ends(vdata.stream.records[vdata.rp.section("decode:0")]).sum())
+    assert titles[0] == f"decode, {steps} step{'s' if steps != 1 else ''} (decode:0)"  # as many as it shows
+    assert titles[1].startswith("adapter switch")
 
 
 def test_binned_static_power_matches_the_executor(vdata):
@@ -166,3 +169,12 @@ def test_two_renders_are_byte_identical(out_naive, tmp_path, fmt):
     assert "report.html" in a["files"]
     for name in a["files"]:
         assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes(), name
+
+
+def test_the_die_map_s_colours_start_at_ambient(vdata):
+    """A spread of hundredths of a kelvin between dies is drawn from ambient up, so it looks as small as it is
+    (the colours spanned only the dies' own range before)."""
+    from primal_compiler.viz import thermal
+
+    lo, hi = thermal.figure(vdata).axes[0].images[0].get_clim()
+    assert lo == 0.0 and hi > 0
