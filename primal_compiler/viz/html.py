@@ -71,18 +71,15 @@ def metrics_table(d: VizData) -> str:
 def records_table(d: VizData) -> str:
     if not d.records:
         return "<p>No <code>records.json</code> beside the program.</p>"
-    rows = []
+    rows = []  # (no timing column: a compile output keeps no wall times, so the page's bytes are the program's)
     for r in d.records:
-        sec = r.get("seconds")
         details = json.dumps(r.get("details", {}), sort_keys=True, default=str)
         short = details if len(details) <= 160 else details[:157] + "..."
         rows.append(f"<tr><td>{html.escape(str(r.get('name')))}</td><td><code>{html.escape(str(r.get('spec')))}"
-                    f"</code></td><td class=num>{'-' if sec is None else f'{float(sec):.3f}'}</td>"
-                    f"<td><details><summary>{html.escape(short)}</summary><pre>"
+                    f"</code></td><td><details><summary>{html.escape(short)}</summary><pre>"
                     f"{html.escape(json.dumps(r.get('details', {}), indent=1, sort_keys=True, default=str))}"
                     f"</pre></details></td></tr>")
-    return ("<table><tr><th>pass</th><th>spec</th><th>seconds</th><th>details</th></tr>" + "".join(rows)
-            + "</table>")
+    return "<table><tr><th>pass</th><th>spec</th><th>details</th></tr>" + "".join(rows) + "</table>"
 
 
 def memory_note(d: VizData) -> str:
