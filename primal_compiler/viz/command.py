@@ -40,8 +40,12 @@ def render_all(out, dest=None, compare=None, fmt: str = "png", target: str | Non
     d = data.load(out, target)
     timings: dict[str, float] = dict(d.seconds)
     runs = [d]
+    other = None
     if compare is not None:
         other = data.load(compare, target)
+        if other.meta.get("model") != d.meta.get("model"):
+            raise InputError("--compare", f"compares two runs of one model: {out} is {d.meta.get('model')}, "
+                                          f"{compare} is {other.meta.get('model')}")
         timings["compare load+replay"] = sum(other.seconds.values())
         runs.append(other)
     with output_directory(dest, "viz", force, inputs=inputs) as tmp:
@@ -63,7 +67,7 @@ def render_all(out, dest=None, compare=None, fmt: str = "png", target: str | Non
         timings.update({name: done[name][1] for name in (*ORDER, "trace")})
         t = time.perf_counter()
         files = pictures + done["trace"][0]
-        files += html.render(d, tmp, pictures)
+        files += html.render(d, tmp, pictures, other)
         timings["html"] = time.perf_counter() - t
         timings["render"] = time.perf_counter() - start
     return {"dir": str(dest), "files": files, "seconds": timings}

@@ -48,23 +48,29 @@ def _fmt(v) -> str:
     return html.escape(str(v))
 
 
-def metrics_table(d: VizData) -> str:
+def metrics_table(d: VizData, other: VizData | None = None) -> str:
+    """The headline metrics, beside the H100 baseline's; with ``other`` (``--compare``) also its value and the
+    ratio of the two, metric by metric."""
     m, g = d.metrics, d.h100
     g = None if not g or "error" in g else g
     rows = [("TTFT (s)", "ttft_s"), ("ITL (s)", "itl_s"), ("throughput (tokens/s)", "tokens_per_s"),
             ("energy per token (J)", "energy_per_token_j"), ("tokens/J", "tokens_per_j"),
-            ("power, decode (W)", "power_w")]
-    head = "<tr><th>metric</th><th>PRIMAL</th>" + ("<th>H100</th>" if g else "") + "</tr>"
+            ("power, decode (W)", "power_w"), ("max hops (decode, on-CT)", "max_hops"), ("mean hops", "mean_hops"),
+            ("traffic-weighted hops", "weighted_hops"), ("KV storage-bandwidth utilisation", "kv_storage_utilisation"),
+            ("CTs", "num_cts"), ("area (mm\u00b2)", "area_mm2")]
+    value = lambda metrics, key: metrics["area_mm2"]["total"] if key == "area_mm2" else metrics[key]  # noqa: E731
+    head = ("<tr><th>metric</th><th>PRIMAL</th>" + ("<th>H100</th>" if g else "")
+            + (f"<th>{html.escape(other.where)}</th><th>ratio</th>" if other else "") + "</tr>")
     body = []
-    for name, key in rows:
-        body.append(f"<tr><td>{name}</td><td class=num>{_fmt(m[key])}</td>"
-                    + (f"<td class=num>{_fmt(g[key])}</td>" if g else "") + "</tr>")
-    for name, metric in (("max hops (decode, on-CT)", "max_hops"), ("mean hops", "mean_hops"),
-                         ("traffic-weighted hops", "weighted_hops"), ("KV storage-bandwidth utilisation",
-                                                                      "kv_storage_utilisation"),
-                         ("CTs", "num_cts"), ("area (mm2)", None)):
-        value = m["area_mm2"]["total"] if metric is None else m[metric]
-        body.append(f"<tr><td>{name}</td><td class=num>{_fmt(value)}</td>" + ("<td></td>" if g else "") + "</tr>")
+    for k, (name, key) in enumerate(rows):
+        mine = value(m, key)
+        row = f"<tr><td>{name}</td><td class=num>{_fmt(mine)}</td>"
+        if g:
+            row += f"<td class=num>{_fmt(g[key])}</td>" if k < 6 else "<td></td>"
+        if other:
+            theirs = value(other.metrics, key)
+            row += f"<td class=num>{_fmt(theirs)}</td><td class=num>{_fmt(theirs / mine) if mine else '-'}</td>"
+        body.append(row + "</tr>")
     return f"<table>{head}{''.join(body)}</table>"
 
 
@@ -94,7 +100,7 @@ def memory_note(d: VizData) -> str:
     return "".join(f"<p{style}>{html.escape(line.strip())}</p>" for line in lines)
 
 
-def page(d: VizData, pictures: list[Path], text_report: str) -> str:
+def page(d: VizData, pictures: list[Path], text_report: str, other: VizData | None = None) -> str:
     title = f"PRIMAL: {d.meta.get('model')} on {d.meta.get('target')}"
     figs = []
     for p in pictures:
@@ -115,7 +121,7 @@ context {d.metrics['context']}, {secs['total']:,} records (adapter {secs['adapte
 decode {secs['decode']:,}).</p>
 {memory_note(d)}
 <h2>Metrics</h2>
-{metrics_table(d)}
+{metrics_table(d, other)}
 <details><summary>full text report (<code>primal run</code>)</summary><pre>{html.escape(text_report)}</pre></details>
 <h2>Pipeline</h2>
 <p><code>{html.escape(str(d.meta.get('pipeline')))}</code></p>
@@ -129,8 +135,9 @@ prints its timings on the terminal.</p>
 """
 
 
-def render(d: VizData, out: Path, pictures: list[str]) -> list[str]:
-    """Write ``report.html``: a pure function of the program and its pictures (no dates, no timings)."""
+def render(d: VizData, out: Path, pictures: list[str], other: VizData | None = None) -> list[str]:
+    """Write ``report.html``: a pure function of the program (and ``other``'s, with ``--compare``) and its
+    pictures (no dates, no timings)."""
     from primal_compiler.report.run import render_run
 
     metrics = {k: v for k, v in d.metrics.items() if k != "replay_s"}
@@ -139,5 +146,5 @@ def render(d: VizData, out: Path, pictures: list[str]) -> list[str]:
         text = render_run(report)
     except (KeyError, TypeError, ZeroDivisionError) as exc:  # the page must not depend on the text layout
         text = f"(text report unavailable: {exc})"
-    (out / "report.html").write_text(page(d, [out / p for p in pictures], text))
+    (out / "report.html").write_text(page(d, [out / p for p in pictures], text, other))
     return ["report.html"]

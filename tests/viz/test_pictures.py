@@ -178,3 +178,30 @@ def test_the_die_map_s_colours_start_at_ambient(vdata):
 
     lo, hi = thermal.figure(vdata).axes[0].images[0].get_clim()
     assert lo == 0.0 and hi > 0
+
+
+def test_compare_puts_the_other_run_beside_every_headline_metric(rendered, out_switch, out_naive, tmp_path):
+    """--compare OTHER: the page's metrics table gains OTHER's value and the ratio, metric by metric (it compared
+    only the hop histogram before); two runs of different models are refused in one line."""
+    import re
+
+    from primal_compiler.api import compile_model
+    from primal_compiler.compiled import write_compiled
+    from primal_compiler.errors import InputError
+    from primal_compiler.frontend import load_model
+    from primal_compiler.target import load_primal_target
+    from primal_compiler.viz.command import render_all
+
+    page = (Path(rendered["dir"]) / "report.html").read_text()
+    table = page[page.index("<h2>Metrics</h2>"):page.index("<details>")]
+    assert "<th>ratio</th>" in table and str(out_naive) in table
+    naive_hops = data.load(out_naive).metrics["max_hops"]
+    row = re.search(r"<td>max hops \(decode, on-CT\)</td>(.*?)</tr>", table)[1]
+    assert f"<td class=num>{naive_hops}</td>" in row
+    other = tmp_path / "other"
+    write_compiled(compile_model(load_model("tiny-mistral"), load_primal_target("primal-7nm"),
+                                 "lower-tiles,blocking,zcurve-order,kv-ring{context=64},codegen"),
+                   load_primal_target("primal-7nm"), other)
+    with pytest.raises(InputError, match=r"--compare: compares two runs of one model: .* is tiny-llama, .* is "
+                                         r"tiny-mistral"):
+        render_all(out_switch, tmp_path / "viz", compare=other)
