@@ -1,5 +1,6 @@
 """docs/tutorial.md works as written: every ``sh`` block's commands and every ``python`` block, in order, in a
-fresh directory holding what the tutorial names (``examples/``, the Qwen3 fixture)."""
+fresh directory holding a copy of ``examples/``; and ``examples/make_adapter.py`` writes the adapter committed
+there."""
 
 from __future__ import annotations
 
@@ -28,9 +29,6 @@ def test_the_tutorial_has_its_steps():
 def test_the_tutorial_runs_as_written(tmp_path, monkeypatch, capsys):
     pytest.importorskip("onnxruntime")
     shutil.copytree(ROOT / "examples", tmp_path / "examples")
-    fixture = Path("tests/fixtures/onnx/families/qwen3.onnx")
-    (tmp_path / fixture).parent.mkdir(parents=True)
-    shutil.copy(ROOT / fixture, tmp_path / fixture)
     monkeypatch.chdir(tmp_path)
     for kind, text in blocks():
         if kind == "python":
@@ -41,5 +39,13 @@ def test_the_tutorial_runs_as_written(tmp_path, monkeypatch, capsys):
             assert args[0] == "primal", line
             assert main(args[1:]) == 0, line
     out = capsys.readouterr().out
-    assert "check tests/fixtures/onnx/families/qwen3.onnx: OK" in out and "Pareto front" in out
+    assert "check examples/qwen2-tiny.onnx: OK" in out and "Pareto front" in out and "generated [" in out
     assert (tmp_path / "out" / "sweep" / "_plots" / "pareto.png").exists()
+
+
+def test_the_example_adapter_is_what_its_script_writes(tmp_path):
+    import runpy
+
+    runpy.run_path(str(ROOT / "examples" / "make_adapter.py"))["write"](tmp_path / "lora")
+    for name in ("adapter_config.json", "adapter_model.safetensors"):
+        assert (tmp_path / "lora" / name).read_bytes() == (ROOT / "examples" / "qwen2-tiny-lora" / name).read_bytes()
