@@ -6,6 +6,7 @@ collecting the report, :mod:`primal_compiler.report.collect`.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import primal_compiler.transforms  # noqa: F401  (registers every pass)
@@ -18,10 +19,12 @@ if TYPE_CHECKING:
     from primal_compiler.target.spec import PrimalTarget
 
 
-def compile_model(model: Model, target: PrimalTarget, pipeline: str = "default", verify: bool = False) -> Program:
-    """Run a pipeline (bundled name, TOML path or pipeline text) on ``model``; the Program keeps ``target``."""
+def compile_model(model: Model, target: PrimalTarget, pipeline: str = "default", verify: bool = False,
+                  progress: Callable[[str], None] | None = None) -> Program:
+    """Run a pipeline (bundled name, TOML path or pipeline text) on ``model`` (``progress(name)`` as each pass
+    starts); the Program keeps ``target``."""
     passes = resolve_pipeline(pipeline)
-    return PassManager(passes, verify=verify).run(Program(model=model), target).evolve(target=target)
+    return PassManager(passes, verify=verify).run(Program(model=model), target, progress).evolve(target=target)
 
 
 def pipeline_text(program: Program) -> str:

@@ -20,7 +20,7 @@ from pathlib import Path
 from primal_compiler.errors import InputError, one_line
 from primal_compiler.outdir import check_destination, existing
 from primal_compiler.signals import Terminated, handled, received
-from primal_compiler.terminal import Parser, reopen_closed_streams
+from primal_compiler.terminal import Parser, reopen_closed_streams, steps as progress_steps
 
 
 def _target(name: str):
@@ -149,13 +149,16 @@ def cmd_run(args) -> None:
         workload = Workload(batch=args.batch, context=args.context, steps=steps, generate=generate,
                             adapters=len(args.adapter or ()), prefill_chunk=args.prefill_chunk, memory=args.memory)
         pipeline = api.for_workload(args.pipeline or "default", workload)
-        program = api.compile_model(model, target, pipeline)
-        passes = ", ".join(f"{r.name} {r.seconds:.1f} s" for r in program.records)
-        print(f"compiled {model.name}: {api.pipeline_text(program)} ({passes})", file=sys.stderr)
-        c = compiled.Compiled.of(program, target, args.model)
-    report = collect.replay_report(c, validate=not args.no_validate,
-                               baselines=chosen, control=args.control, critical_path=args.critical_path,
-                               memory=args.memory or "report", generate=args.generate)
+    with progress_steps(len(api.resolve_pipeline(pipeline)) + 1 if compiling else 1, args.model) as step:
+        if compiling:  # each pass a step of the bar (on a terminal), then the replay
+            program = api.compile_model(model, target, pipeline, progress=step)
+            passes = ", ".join(f"{r.name} {r.seconds:.1f} s" for r in program.records)
+            print(f"compiled {model.name}: {api.pipeline_text(program)} ({passes})", file=sys.stderr)
+            c = compiled.Compiled.of(program, target, args.model)
+        step("replay")
+        report = collect.replay_report(c, validate=not args.no_validate, baselines=chosen, control=args.control,
+                                       critical_path=args.critical_path, memory=args.memory or "report",
+                                       generate=args.generate)
     if compiling and args.output is not None:  # written once the replay succeeded
         compiled.write_compiled(program, target, Path(args.output), args.force, inputs, saved_report(report))
         print(f"wrote {args.output}/ (program.primal, report.json, report.txt, placement, summary.json, records.json)",
@@ -197,22 +200,11 @@ def cmd_passes(args) -> None:
     print(render_passes())
 
 
-def cmd_targets(args) -> None:
-    from primal_compiler.target import bundled_targets, validate_all
-
-    paths = bundled_targets()
-    bad, width = 0, max(map(len, paths), default=0)
-    for name, ok, message in validate_all():
-        bad += not ok
-        print(f"{name:<{width}} {'ok' if ok else 'INVALID':<8} {paths.get(name, '')}" + ("" if ok else f"  {message}"))
-    if bad:
-        raise SystemExit(2)
-
-
 def build_parser() -> argparse.ArgumentParser:
     from primal_compiler.argtypes import float_arg, int_arg, layout_rules_arg, option_arg, path_arg, pipeline_arg
     from primal_compiler.baselines.command import add_family_args
     from primal_compiler.passmgr import CONTEXT_RANGE, DEFAULT_GENERATE, DEFAULT_REPLAYED, MAX_GENERATE
+    from primal_compiler.target.command import cmd_targets
 
     p = Parser(prog="primal", description="PRIMAL mapping compiler and cost simulator")
     p.add_argument("--debug", action="store_true", help="print the traceback of an internal error")
@@ -342,7 +334,7 @@ def build_parser() -> argparse.ArgumentParser:
     sp = sub.add_parser("passes", help="list every pass with its options and defaults")
     sp.set_defaults(func=cmd_passes)
     sp = sub.add_parser("targets", help="list and validate the bundled targets")
-    sp.set_defaults(func=cmd_targets)
+    sp.set_defaults(func=cmd_targets)  # (target/command.py)
 
     return p
 

@@ -26,15 +26,15 @@ a :class:`PassRecord` so a report can replay the pipeline. Pipelines print and p
 from __future__ import annotations
 
 import dataclasses
-import re
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields
-from numbers import Integral, Real
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, get_type_hints
 
 from primal_compiler.errors import InputError
 from primal_compiler.inputs import read_toml
+from primal_compiler.passopts import bound_problem, coerce, has_type, pass_where, shown, type_name, value_text
 from primal_compiler.ir.facts import Fact, check_contracts
 from primal_compiler.resources import bundled
 from primal_compiler.target.loader import require_primal
@@ -107,9 +107,9 @@ class Pass:
         where = f"pass {self.name}"
         for f, kind in option_fields(type(self)):
             value = getattr(self, f.name)
-            if not _has_type(value, kind):
-                raise InputError(where, f"option {f.name}={_shown(value)} is not a valid {_type_name(kind)}")
-            problem = _bound_problem(f, value)
+            if not has_type(value, kind):
+                raise InputError(where, f"option {f.name}={shown(value)} is not a valid {type_name(kind)}")
+            problem = bound_problem(f, value)
             if problem:
                 raise InputError(where, f"{f.name} {problem}")
         try:
@@ -137,7 +137,7 @@ class Pass:
     def spec(self) -> str:
         """This pass as pipeline text: options that differ from the defaults only."""
         changed = [
-            f"{f.name}={_format(getattr(self, f.name))}"
+            f"{f.name}={value_text(getattr(self, f.name))}"
             for f, _ in option_fields(type(self))
             if getattr(self, f.name) != f.default
         ]
@@ -175,97 +175,24 @@ def option_lines(cls: type) -> list[str]:
     lines = []
     for f, _ in option_fields(cls):
         bounds = f.metadata.get("range")
-        rule = (f"  (range {_format(bounds[0])}..{_format(bounds[1])})" if bounds
-                else f"  (one of {', '.join(map(_format, f.metadata['choices']))})" if "choices" in f.metadata
+        rule = (f"  (range {value_text(bounds[0])}..{value_text(bounds[1])})" if bounds
+                else f"  (one of {', '.join(map(value_text, f.metadata['choices']))})" if "choices" in f.metadata
                 else "")
         lines.append(f"{f.name} = {f.default!r}{rule}")
     return lines
-
-
-def _has_type(value: Any, kind: Any) -> bool:
-    if kind is bool:
-        return isinstance(value, bool)
-    if kind is int:
-        return isinstance(value, Integral) and not isinstance(value, bool)
-    if kind is float:
-        return isinstance(value, Real) and not isinstance(value, bool)
-    if kind is str:
-        return isinstance(value, str)
-    return isinstance(value, tuple) and all(isinstance(v, str) for v in value)
-
-
-def _bound_problem(f: dataclasses.Field, value: Any) -> str:
-    """Why ``value`` breaks the declared range or choices of ``f`` (empty if it does not)."""
-    if "range" in f.metadata:
-        lo, hi = f.metadata["range"]
-        if not lo <= value <= hi:  # also refuses NaN
-            return f"must be >= {_format(lo)} and <= {_format(hi)}, got {_cut(_format(value))}"
-    if "choices" in f.metadata and value not in f.metadata["choices"]:
-        return f"must be one of {', '.join(map(_format, f.metadata['choices']))}, got {_shown(value)}"
-    return ""
-
-
-def _type_name(kind: Any) -> str:
-    return "list of strings" if kind == tuple[str, ...] else kind.__name__
-
-
-def _format(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, tuple):
-        return ":".join(_format(v) for v in value)
-    return str(value)
-
-
-_TRUE, _FALSE = ("true", "1", "yes", "on"), ("false", "0", "no", "off")
-
-
-def _coerce(pass_name: str, opt: str, kind: Any, raw: Any) -> Any:
-    """Option value of the annotated type from pipeline text or TOML; wrong values name the pass and option."""
-    try:
-        return _convert(kind, raw)
-    except (ValueError, OverflowError):
-        raise InputError(_where(pass_name), f"option {opt}={_shown(raw)} is not a valid {_type_name(kind)}") from None
-
-
-def _convert(kind: Any, raw: Any) -> Any:
-    """``raw`` (a string, or a TOML value) as ``kind``; ``ValueError`` if it is not one."""
-    if isinstance(raw, bool):
-        if kind is bool:
-            return raw
-        raise ValueError
-    if kind == tuple[str, ...]:
-        items = raw if isinstance(raw, list) else [s for s in raw.split(":") if s] if isinstance(raw, str) else None
-        if items is None or not all(isinstance(s, str) for s in items):
-            raise ValueError
-        return tuple(items)
-    if not isinstance(raw, (str, int, float)):  # arrays, tables, dates
-        raise ValueError
-    if kind is bool:
-        word = str(raw).lower()
-        if word not in _TRUE + _FALSE:
-            raise ValueError
-        return word in _TRUE
-    if kind is int:
-        if isinstance(raw, float) and not raw.is_integer():
-            raise ValueError
-        return int(raw)
-    if kind is float:
-        return float(raw)  # NaN and infinities are refused by the option's range
-    return str(raw)
 
 
 def make_pass(name: str, options: dict[str, Any]) -> Pass:
     """Instantiate registered pass ``name``; unknown passes or options, bad types or ranges are :class:`InputError`."""
     cls = REGISTRY.get(name)
     if cls is None:
-        raise InputError(_where(name), f"unknown pass; known passes: {', '.join(sorted(REGISTRY))}")
+        raise InputError(pass_where(name), f"unknown pass; known passes: {', '.join(sorted(REGISTRY))}")
     kinds = {f.name: kind for f, kind in option_fields(cls)}
     values = {}
     for opt, raw in options.items():
         if opt not in kinds:
-            raise InputError(_where(name), f"unknown option {_shown(opt)}; options: {', '.join(sorted(kinds)) or 'none'}")
-        values[opt] = _coerce(name, opt, kinds[opt], raw)
+            raise InputError(pass_where(name), f"unknown option {shown(opt)}; options: {', '.join(sorted(kinds)) or 'none'}")
+        values[opt] = coerce(name, opt, kinds[opt], raw)
     return cls(**values)
 
 
@@ -288,41 +215,24 @@ def parse_pipeline(text: str) -> tuple[Pass, ...]:
         if j < len(text) and text[j] == "{":
             end = text.find("}", j)
             if end < 0:
-                raise InputError("pipeline", f"unclosed '{{' after pass {_shown(name)}")
+                raise InputError("pipeline", f"unclosed '{{' after pass {shown(name)}")
             for item in filter(None, (s.strip() for s in text[j + 1 : end].split(","))):
                 if "=" not in item:
-                    raise InputError(_where(name), f"option {_shown(item)} is not key=value")
+                    raise InputError(pass_where(name), f"option {shown(item)} is not key=value")
                 key, value = (s.strip() for s in item.split("=", 1))
                 if key in options:
-                    raise InputError(_where(name), f"option {_shown(key)} given twice")
+                    raise InputError(pass_where(name), f"option {shown(key)} given twice")
                 options[key] = value
             j = end + 1
             if j < len(text) and text[j] not in ", ":
-                raise InputError("pipeline", f"expected ',' after the options of pass {_shown(name)}, got {text[j]!r}")
+                raise InputError("pipeline", f"expected ',' after the options of pass {shown(name)}, got {text[j]!r}")
         if not name:
-            raise InputError("pipeline", f"empty pass name in {_shown(text)}")
+            raise InputError("pipeline", f"empty pass name in {shown(text)}")
         passes.append(make_pass(name, options))
         while j < len(text) and text[j] in ", ":
             j += 1
         i = j
     return tuple(passes)
-
-
-_WORD = re.compile(r"[a-z0-9][a-z0-9-]*")
-
-
-def _where(name: str) -> str:
-    """``pass NAME`` for a message; a name that is not a plain word is quoted (so it stays one line)."""
-    return f"pass {name}" if _WORD.fullmatch(name) else f"pass {_shown(name)}"
-
-
-def _shown(value: Any) -> str:
-    """``repr(value)`` for a one-line message, cut to 60 characters."""
-    return _cut(repr(value))
-
-
-def _cut(text: str, limit: int = 60) -> str:
-    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def print_pipeline(passes: tuple[Pass, ...]) -> str:
@@ -377,12 +287,15 @@ class PassManager:
         self.passes = passes
         self.verify = verify
 
-    def run(self, program: Program, target: Any) -> Program:
-        """``program`` after every pass; a target that is not a PRIMAL target, or a pipeline whose contracts
-        do not hold (:func:`check_contracts`), is refused before any pass runs."""
+    def run(self, program: Program, target: Any, progress: Callable[[str], None] | None = None) -> Program:
+        """``program`` after every pass (``progress(name)`` called as each starts); a target that is not a PRIMAL
+        target, or a pipeline whose contracts do not hold (:func:`check_contracts`), is refused before any pass
+        runs."""
         require_primal(target, f"target {getattr(target, 'name', target)}")
         check_contracts(self.passes, program.facts, tuple(r.name for r in program.records))
         for p in self.passes:
+            if progress is not None:
+                progress(p.name)
             start = time.perf_counter()
             out = p.run(program, target)
             seconds = time.perf_counter() - start

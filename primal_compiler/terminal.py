@@ -1,5 +1,5 @@
-"""How the ``primal`` command meets its terminal: argparse refusals as one line, and standard streams that were
-closed before it started.
+"""How the ``primal`` command meets its terminal: argparse refusals as one line, standard streams that were
+closed before it started, and a progress bar over a verb's named steps.
 
 Guarantees: a flag is matched only by its whole name; every argparse refusal (an unknown flag, a bad value, a
 missing argument) is one :class:`~primal_compiler.errors.InputError` line, exit 2, never the usage block; a
@@ -11,7 +11,9 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from typing import NoReturn
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import IO, NoReturn
 
 from primal_compiler.errors import InputError
 
@@ -45,3 +47,30 @@ def reopen_closed_streams() -> None:
                 os.dup2(null, fd)
                 os.close(null)
             setattr(sys, name, open(fd, mode, encoding="utf-8", closefd=False))
+
+
+@contextmanager
+def steps(total: int, desc: str, stream: IO[str] | None = None) -> Iterator[Callable[[str], None]]:
+    """A progress bar over ``total`` named steps on ``stream`` (stderr), drawn only when it is a terminal;
+    ``step(name)`` ends the step before and starts ``name``. Elsewhere (a pipe, a file, CI) it draws nothing, so
+    output meant for a file stays clean."""
+    out = sys.stderr if stream is None else stream
+    if not out.isatty():
+        yield lambda name: None
+        return
+    from tqdm import tqdm
+
+    bar = tqdm(total=total, desc=desc, unit="step", leave=False, file=out, dynamic_ncols=True)
+    started = False
+
+    def step(name: str) -> None:
+        nonlocal started
+        if started:
+            bar.update(1)
+        started = True
+        bar.set_postfix_str(name)
+
+    try:
+        yield step
+    finally:
+        bar.close()

@@ -129,3 +129,26 @@ def test_an_option_flag_s_range_error_loads_no_solver_and_no_onnx():
             "heavy = [m for m in ('onnx', 'ortools') if m in sys.modules]\nprint(rc, heavy)")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "2 []" and "--context: must be >= 1" in done.stderr
+
+
+def test_a_progress_bar_only_on_a_terminal_and_the_passes_name_its_steps(small_target):
+    """primal run's bar (issue 55): each pass, then the replay, is a named step; a pipe or a file gets no bar."""
+    import io
+
+    from primal_compiler.api import compile_model
+    from primal_compiler.frontend import load_model
+    from primal_compiler.terminal import steps
+
+    class Tty(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    seen: list[str] = []
+    compile_model(load_model("tiny-llama"), small_target, "lower-tiles,blocking,zcurve-order", progress=seen.append)
+    assert seen == ["lower-tiles", "blocking", "zcurve-order"]
+    shown, piped = Tty(), io.StringIO()
+    for out in (shown, piped):
+        with steps(2, "tiny-llama", out) as step:
+            step("zcurve-order")
+            step("replay")
+    assert "tiny-llama" in shown.getvalue() and "replay" in shown.getvalue() and piped.getvalue() == ""
