@@ -16,6 +16,7 @@ from primal_compiler.mapping.layout import Layout
 from primal_compiler.mapping.rules import layout_rules
 import primal_compiler.transforms  # noqa: F401  (registers every pass)
 from primal_compiler.mapping.curves import CURVES
+from primal_compiler.terminal import steps
 from primal_compiler.passmgr import REGISTRY, PassManager, parse_pipeline
 from primal_compiler.transforms.ordering import OrderingPass
 
@@ -65,21 +66,25 @@ def compare_strategies(model, target: PrimalTarget, context: int = 2048, seed: i
     runs["ga"] = parse_pipeline(f"zcurve-order,ga-placement{{seed={seed},generations={generations},"
                                 f"lns_rounds={lns_rounds}{kept}}}")
     start = time.perf_counter()
-    blocked = PassManager(head).run(Program(model), target)
-    base_seconds = time.perf_counter() - start
-    table = {}
-    for name, passes in runs.items():
+    with steps(len(runs) + 2, "map") as step:  # a bar on a terminal: blocking, each strategy, the exact bound
+        step("blocking")
+        blocked = PassManager(head).run(Program(model), target)
+        base_seconds = time.perf_counter() - start
+        table = {}
+        for name, passes in runs.items():
+            step(name)
+            t0 = time.perf_counter()
+            prog = PassManager(passes).run(blocked, target)
+            table[name] = _row(prog.records[-1].details["hops"], base_seconds + time.perf_counter() - t0)
+            if name == "ga":
+                table[name]["templates"] = [dict(row, rules=rules) for row, rules
+                                            in zip(template_gaps(prog.need_layout()), layout_rules(prog))]
+                table[name]["gap"] = _total_gap(table[name]["templates"])
+                table[name].update(_kv_legs(prog, target, context, table[name]["max_hops"]))
+        step("exact bound")
         t0 = time.perf_counter()
-        prog = PassManager(passes).run(blocked, target)
-        table[name] = _row(prog.records[-1].details["hops"], base_seconds + time.perf_counter() - t0)
-        if name == "ga":
-            table[name]["templates"] = [dict(row, rules=rules) for row, rules
-                                        in zip(template_gaps(prog.need_layout()), layout_rules(prog))]
-            table[name]["gap"] = _total_gap(table[name]["templates"])
-            table[name].update(_kv_legs(prog, target, context, table[name]["max_hops"]))
-    t0 = time.perf_counter()
-    table["exact-bound"] = _bound_row(blocked.layout, base_seconds + 0.0)
-    table["exact-bound"]["seconds"] = round(base_seconds + time.perf_counter() - t0, 3)
+        table["exact-bound"] = _bound_row(blocked.layout, base_seconds + 0.0)
+        table["exact-bound"]["seconds"] = round(base_seconds + time.perf_counter() - t0, 3)
     return table
 
 

@@ -8,6 +8,7 @@ import json
 import sys
 from pathlib import Path
 
+from primal_compiler.terminal import steps
 from primal_compiler.thermal import PHASES
 
 
@@ -17,12 +18,15 @@ def cmd_thermal(args) -> None:
     from primal_compiler.target import require_primal, with_overrides
     from primal_compiler.thermal.report import render_thermal, thermal_report
 
-    c = collect.load_compiled(Path(args.out), args.target)
-    target = c.target
-    if args.ambient_c is not None:
-        target = require_primal(with_overrides(target, {"thermal.ambient_c": args.ambient_c}), c.where)
-    rp = replay(c.meta, c.arrays, c.stream, target, c.where)
-    report = thermal_report(rp, args.phase)
+    with steps(2, "thermal") as step:  # a bar on a terminal: the replay, then the package's RC network
+        step("load and replay")
+        c = collect.load_compiled(Path(args.out), args.target)
+        target = c.target
+        if args.ambient_c is not None:
+            target = require_primal(with_overrides(target, {"thermal.ambient_c": args.ambient_c}), c.where)
+        rp = replay(c.meta, c.arrays, c.stream, target, c.where)
+        step("temperatures")
+        report = thermal_report(rp, args.phase)
     report["program"] = c.where
     text = render_thermal(report)
     if args.limit_c is not None:

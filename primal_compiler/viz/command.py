@@ -14,6 +14,7 @@ from pathlib import Path
 
 from primal_compiler.errors import InputError
 from primal_compiler.outdir import check_destination, output_directory
+from primal_compiler.terminal import steps
 
 FORMATS = ("png", "svg")
 ORDER = ("placement", "traffic", "hops", "power", "thermal", "breakdown")
@@ -37,18 +38,21 @@ def render_all(out, dest=None, compare=None, fmt: str = "png", target: str | Non
     dest = Path(dest) if dest is not None else out / "viz"
     inputs = (out,) if compare is None else (out, Path(compare))
     check_destination(dest, force, directory=True, inputs=inputs)  # refuse before the replay, not after
-    d = data.load(out, target)
-    timings: dict[str, float] = dict(d.seconds)
-    runs = [d]
-    other = None
-    if compare is not None:
-        other = data.load(compare, target)
-        if other.meta.get("model") != d.meta.get("model"):
-            raise InputError("--compare", f"compares two runs of one model: {out} is {d.meta.get('model')}, "
-                                          f"{compare} is {other.meta.get('model')}")
-        timings["compare load+replay"] = sum(other.seconds.values())
-        runs.append(other)
-    with output_directory(dest, "viz", force, inputs=inputs) as tmp:
+    with steps(1 + (compare is not None) + len(ORDER) + 2, "viz") as step, \
+            output_directory(dest, "viz", force, inputs=inputs) as tmp:
+        step("load and replay")
+        d = data.load(out, target)
+        timings: dict[str, float] = dict(d.seconds)
+        runs = [d]
+        other = None
+        if compare is not None:
+            step("load and replay OTHER")
+            other = data.load(compare, target)
+            if other.meta.get("model") != d.meta.get("model"):
+                raise InputError("--compare", f"compares two runs of one model: {out} is {d.meta.get('model')}, "
+                                              f"{compare} is {other.meta.get('model')}")
+            timings["compare load+replay"] = sum(other.seconds.values())
+            runs.append(other)
         start = time.perf_counter()
         work = {
             "trace": lambda: trace.render(d, tmp, max_events or trace.MAX_EVENTS),
@@ -61,10 +65,12 @@ def render_all(out, dest=None, compare=None, fmt: str = "png", target: str | Non
         }
         done = {}
         for name, job in work.items():
+            step(name)
             t = time.perf_counter()
             done[name] = (job(), time.perf_counter() - t)
         pictures = [f for name in ORDER for f in done[name][0]]
         timings.update({name: done[name][1] for name in (*ORDER, "trace")})
+        step("html")
         t = time.perf_counter()
         files = pictures + done["trace"][0]
         files += html.render(d, tmp, pictures, other)
