@@ -17,7 +17,37 @@ th { background: #f0f0f0; } td.num { text-align: right; font-variant-numeric: ta
 pre { background: #f7f7f7; padding: 0.6em; overflow-x: auto; font-size: 0.8em; }
 figure { margin: 1em 0; } figure img { max-width: 100%; border: 1px solid #eee; }
 figcaption { font-size: 0.85em; color: #555; } code { background: #f3f3f3; padding: 0 3px; }
+table.sortable th { cursor: pointer; } th[aria-sort=ascending]::after { content: " \\25B2"; }
+th[aria-sort=descending]::after { content: " \\25BC"; }
+figure { overflow-x: auto; } figure img { cursor: zoom-in; } figure img.zoom { max-width: none; cursor: zoom-out; }
 """
+
+SCRIPT = """<script>
+// Sortable tables: a click on a header sorts the rows by that column (numbers as numbers), again to reverse.
+function sortBy(th) {
+  var table = th.closest("table"), col = Array.prototype.indexOf.call(th.parentNode.children, th);
+  var rows = Array.prototype.slice.call(table.querySelectorAll("tr")).slice(1);
+  var up = th.getAttribute("aria-sort") !== "ascending";
+  function key(row) {
+    var text = row.children[col] ? row.children[col].textContent.trim() : "";
+    var num = parseFloat(text.replace(/,/g, ""));
+    return isNaN(num) ? text.toLowerCase() : num;
+  }
+  rows.sort(function (a, b) {
+    var x = key(a), y = key(b), n = typeof x === "number" && typeof y === "number";
+    var c = n ? x - y : String(x).localeCompare(String(y));
+    return up ? c : -c;
+  });
+  Array.prototype.forEach.call(th.parentNode.children, function (h) { h.removeAttribute("aria-sort"); });
+  th.setAttribute("aria-sort", up ? "ascending" : "descending");
+  rows.forEach(function (row) { row.parentNode.appendChild(row); });
+}
+document.addEventListener("click", function (e) {
+  var th = e.target.closest("table.sortable th");
+  if (th) { sortBy(th); return; }
+  if (e.target.tagName === "IMG" && e.target.closest("figure")) { e.target.classList.toggle("zoom"); }
+});
+</script>"""
 
 MIME = {"png": "image/png", "svg": "image/svg+xml"}
 
@@ -71,7 +101,7 @@ def metrics_table(d: VizData, other: VizData | None = None) -> str:
             theirs = value(other.metrics, key)
             row += f"<td class=num>{_fmt(theirs)}</td><td class=num>{_fmt(theirs / mine) if mine else '-'}</td>"
         body.append(row + "</tr>")
-    return f"<table>{head}{''.join(body)}</table>"
+    return f"<table class=sortable>{head}{''.join(body)}</table>"
 
 
 def records_table(d: VizData) -> str:
@@ -85,7 +115,7 @@ def records_table(d: VizData) -> str:
                     f"</code></td><td><details><summary>{html.escape(short)}</summary><pre>"
                     f"{html.escape(json.dumps(r.get('details', {}), indent=1, sort_keys=True, default=str))}"
                     f"</pre></details></td></tr>")
-    return "<table><tr><th>pass</th><th>spec</th><th>details</th></tr>" + "".join(rows) + "</table>"
+    return "<table class=sortable><tr><th>pass</th><th>spec</th><th>details</th></tr>" + "".join(rows) + "</table>"
 
 
 def memory_note(d: VizData) -> str:
@@ -130,7 +160,8 @@ decode {secs['decode']:,}).</p>
 {''.join(figs)}
 <p>Trace of the replay: <code>trace.json</code> beside this page (open it in ui.perfetto.dev).
 The page holds no wall-clock times, so the same program gives the same bytes; <code>primal viz</code>
-prints its timings on the terminal.</p>
+prints its timings on the terminal. Click a table's header to sort it, a picture to see it at full size.</p>
+{SCRIPT}
 </body></html>
 """
 

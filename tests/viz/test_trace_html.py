@@ -81,3 +81,38 @@ def test_html_report_loads_in_headless_chromium(rendered, tmp_path):
     shot = tmp_path / "shot.png"
     res = _chromium([f"--screenshot={shot}", "--window-size=1280,2400", (out / "report.html").as_uri()], tmp_path)
     assert res.returncode == 0 and shot.stat().st_size > 20_000, res.stderr[-2000:]
+
+
+CLICK = """<script>
+window.addEventListener("load", function () {
+  var th = document.querySelector("table.sortable th:nth-child(2)");  // the metrics table's PRIMAL column
+  th.click();
+  var first = th.closest("table").querySelectorAll("tr")[1].children[0].textContent;
+  th.click();
+  var last = th.closest("table").querySelectorAll("tr")[1].children[0].textContent;
+  var img = document.querySelector("figure img");
+  img.click();
+  document.body.setAttribute("data-sorted", first + "|" + last + "|" + th.getAttribute("aria-sort"));
+  document.body.setAttribute("data-zoom", img.className);
+});
+</script>"""
+
+
+@pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="Debian's chromium is not installed (/usr/bin/chromium); "
+                                                        ".ci/run installs it")
+def test_the_page_sorts_a_table_and_zooms_a_picture_on_a_click(rendered, tmp_path):
+    """Clicking the PRIMAL column's header sorts the metrics by value (the smallest first; again, the largest
+    first); clicking a picture shows it at full size."""
+    page = (Path(rendered["dir"]) / "report.html").read_text()
+    table = page[page.index("<h2>Metrics</h2>"):page.index("</table>")]
+    values = {m[1]: float(m[2].replace(",", "")) for m in re.finditer(r"<tr><td>([^<]*)</td><td class=num>([^<]*)</td>",
+                                                                      table)}
+    probe = tmp_path / "report.html"
+    shutil.copy(Path(rendered["dir"]) / "report.html", probe)
+    probe.write_text(probe.read_text().replace("</body>", CLICK + "</body>"))
+    res = _chromium(["--dump-dom", probe.as_uri()], tmp_path)
+    assert res.returncode == 0, res.stderr[-2000:]
+    body = re.search(r"<body[^>]*>", res.stdout).group(0)
+    first, last, order = re.search(r'data-sorted="([^"]*)"', body).group(1).split("|")
+    assert (values[first], values[last]) == (min(values.values()), max(values.values())) and order == "descending"
+    assert 'data-zoom="zoom"' in body
