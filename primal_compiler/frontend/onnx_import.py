@@ -79,7 +79,7 @@ from primal_compiler.frontend.onnx_logits import logit_tail
 from primal_compiler.frontend.onnx_mlp import assign_mlp
 from primal_compiler.frontend.onnx_alibi import alibi_slopes
 from primal_compiler.frontend.onnx_params import (
-    ONNX_DEFAULT_EPS, NormRef, embedding_norm, norm_bias, norm_ref, rope_frequencies, tied_head,
+    ONNX_DEFAULT_EPS, NormRef, embedding_norm, norm_bias, norm_ref, norms_learned, rope_frequencies, tied_head,
 )
 from primal_compiler.frontend.onnx_project import Projection, find_weight_matmuls, pair_lora
 from primal_compiler.frontend.onnx_quant import dequantize_graph, weight_formats
@@ -247,6 +247,7 @@ def _recognise(model: onnx.ModelProto, path: Path) -> Recognised:
             alibi_slopes=slopes if positional == Positional.ALIBI else (),
             embed_norm=embed_norm is not None,
             norm_bias=norm_bias(norms, final_norm),
+            norm_weights=norms_learned(g, norms),
             embed_scale=scale,
             logit_scale=logit_scale,
             logit_softcap=softcap,

@@ -74,6 +74,25 @@ def norm_bias(norms: dict[tuple[int, int], NormRef], kind: NormKind) -> bool:
     return kind != NormKind.LAYER or has != {False}
 
 
+def norms_learned(g: GraphIndex, norms: dict[tuple[int, int], NormRef]) -> bool:
+    """False when every norm of the hidden size reads its scale from one and the same constant of ones (and
+    its bias, if any, from one constant of zeros): an exporter's stand-in for norms without parameters (OLMo's
+    non-parametric LayerNorm). Learned norms, even at their initial ones, each have a tensor of their own."""
+    refs = [r for key, r in norms.items() if key[1] < 4]
+    weights, biases = {r.weight for r in refs}, {r.bias for r in refs}
+    weight = next(iter(weights)) if len(weights) == 1 else None
+    if len(refs) < 2 or weight is None or len(biases) != 1 or any(r.offset for r in refs):
+        return True
+    scale = g.const(weight, limit=1 << 20)
+    bias = next(iter(biases))
+    zeros = bias is None or _all(g.const(bias, limit=1 << 20), 0.0)
+    return not (_all(scale, 1.0) and zeros)
+
+
+def _all(value: np.ndarray | None, x: float) -> bool:
+    return value is not None and bool(np.all(value == x))
+
+
 def norm_ref(g: GraphIndex, region: set[int], hidden: int) -> NormRef:
     """The scale, bias and epsilon of the norm whose nodes are ``region``; a region holding two norms (an
     embedding norm before the first layer's) is a :class:`PatternError` naming both."""

@@ -254,6 +254,9 @@ class Model:
     alibi_slopes: tuple[float, ...] = ()  # ALiBi: one slope per query head, as the file computes them
     embed_norm: bool = False  # the token embeddings pass a norm of the model's kind before the first layer (Bloom)
     norm_bias: bool = True  # LayerNorms add a bias (False: scale only, MPT); RMSNorm never has one
+    # False: the norms learn nothing, their scale one constant of ones the graph shares (OLMo's non-parametric
+    # LayerNorm), so they count no parameters
+    norm_weights: bool = True
     # The logits are multiplied by logit_scale (Cohere, Granite), then soft-capped, cap * tanh(x / cap), when
     # logit_softcap > 0 (Gemma 2): the controller's ACT LOGIT_CAP before its ARGMAX
     logit_scale: float = 1.0
@@ -351,7 +354,15 @@ class Model:
             + _norm_params(self.norm, self.hidden_size) * (2 if self.embed_norm else 1)
             - self._unbiased_norms * self.hidden_size
             + self.lm_head_params
+            - (0 if self.norm_weights else self._norm_params_total)
         )
+
+    @property
+    def _norm_params_total(self) -> int:
+        """Parameters of every norm of the hidden size (the layers', the final and an embedding norm)."""
+        h = self.hidden_size
+        return (sum(x.num_norms * _norm_params(x.norm, h) for x in self.layers)
+                + _norm_params(self.norm, h) * (2 if self.embed_norm else 1) - self._unbiased_norms * h)
 
     @property
     def _unbiased_norms(self) -> int:

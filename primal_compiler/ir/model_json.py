@@ -18,15 +18,16 @@ from primal_compiler.ir.quant import WeightQuant
 def model_to_dict(model: Model) -> dict:
     """Plain data; ``weight_quant`` only when the file was quantized, ``rope_dim`` only for partial rotary,
     ``qkv_layout`` only when per head, ``rope_interleaved``, ``alibi_slopes``, ``embed_norm`` and a layer's
-    ``parallel``, ``post_norms``, ``window`` and ``qk_norm`` only when set, ``norm_bias`` only when False,
+    ``parallel``, ``post_norms``, ``window`` and ``qk_norm`` only when set, ``norm_bias`` and ``norm_weights`` only when False,
     ``rope_attention_scale``, ``logit_scale`` and ``residual_multiplier`` only when not 1, ``logit_softcap``,
     ``attention_scale``, ``attn_softcap``, ``qkv_clip`` and ``static_activations`` only when set (older program files lack them)."""
     d = asdict(model)
     for key in ("weight_quant", "rope_dim", "qkv_layout", "rope_interleaved", "alibi_slopes", "embed_norm"):
         if not d[key]:
             del d[key]
-    if d["norm_bias"]:
-        del d["norm_bias"]
+    for key in ("norm_bias", "norm_weights"):
+        if d[key]:
+            del d[key]
     for key, plain in (("rope_attention_scale", 1.0), ("logit_scale", 1.0), ("logit_softcap", 0.0),
                        ("attention_scale", 0.0), ("attn_softcap", 0.0), ("residual_multiplier", 1.0),
                        ("qkv_clip", 0.0), ("static_activations", 0)):

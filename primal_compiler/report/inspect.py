@@ -42,6 +42,7 @@ def inspect_model(model, target: PrimalTarget, program: Program | None = None) -
         "windows": {layer.index: layer.window for layer in model.layers if layer.window},
         "qk_norm_layers": [layer.index for layer in model.layers if layer.qk_norm],
         "static_activations": model.static_activations,
+        "norm_weights": model.norm_weights,
         "embed_scale": model.embed_scale, "tie_word_embeddings": model.tie_word_embeddings,
         "logit_scale": model.logit_scale, "logit_softcap": model.logit_softcap,
         "attention_scale": model.attention_scale, "attn_softcap": model.attn_softcap,
@@ -162,6 +163,7 @@ def render_inspect(info: dict) -> str:
         + (f", embeddings normed by a {info['norm']}" if info["embed_norm"] else "")
         + (", sandwich norms (branches normed before their residual adds)" if info["sandwich_layers"] else "")
         + (", query and key heads RMS-normalised" if info["qk_norm_layers"] else "")
+        + ("" if info["norm_weights"] else ", norms without learned parameters (one shared constant of ones)")
         + (f", sliding-window attention ({len(info['windows'])} of {info['num_layers']} layers see the last "
            f"{max(info['windows'].values())} keys)" if info["windows"] else "")
         + (f", logits scaled by {info['logit_scale']:g}" if info["logit_scale"] != 1.0 else "")

@@ -475,3 +475,29 @@ def test_a_norm_that_does_not_square_is_refused(tmp_path):
             n.op_type, n.input[1] = "Pow", "three"
     model.graph.initializer.append(onnx.numpy_helper.from_array(np.asarray(3.0, np.float32), "three"))
     assert refusal(tmp_path, model) == "unsupported norm at node l0_n1sq: Pow by 3.0, not 2 (a square)"
+
+
+def test_norms_sharing_one_constant_of_ones_count_no_parameters(tmp_path):
+    """OLMo's non-parametric LayerNorm, as an exporter writes it: every norm multiplies by the same constant of
+    ones. Those count no parameters (inspect counted hidden per norm before); norms each with a tensor of their
+    own, even all ones (a model at its initial weights), are learned and count; both replay exactly."""
+    import re
+
+    def ones(shared: bool) -> onnx.ModelProto:
+        model = family_decoder(attn_std=1.0)
+        for k, n in enumerate(n for n in model.graph.node if n.op_type == "Mul" and re.fullmatch(r"(l\d+_n\d|nf)y",
+                                                                                                  n.name)):
+            name = "ones" if shared else f"ones{k}"
+            if not shared or k == 0:
+                model.graph.initializer.append(onnx.numpy_helper.from_array(np.ones(32, np.float32), name))
+            n.input[1] = name
+        return model
+
+    learned = load_model(save(tmp_path))
+    for shared in (True, False):
+        path = tmp_path / f"ones_{shared}.onnx"
+        onnx.save(ones(shared), str(path))
+        model = load_model(str(path))
+        assert model.norm_weights is not shared
+        assert learned.base_params - model.base_params == (5 * 32 if shared else 0)
+        replays_exactly(str(path))
