@@ -49,3 +49,10 @@ def test_the_example_adapter_is_what_its_script_writes(tmp_path):
     runpy.run_path(str(ROOT / "examples" / "make_adapter.py"))["write"](tmp_path / "lora")
     for name in ("adapter_config.json", "adapter_model.safetensors"):
         assert (tmp_path / "lora" / name).read_bytes() == (ROOT / "examples" / "qwen2-tiny-lora" / name).read_bytes()
+
+
+def test_the_docs_index_names_every_page():
+    """docs/README.md links every page of docs/, and nothing that is not there."""
+    index = (ROOT / "docs" / "README.md").read_text()
+    linked = set(re.findall(r"\]\(([\w-]+\.md)\)", index))
+    assert linked == {p.name for p in (ROOT / "docs").glob("*.md")} - {"README.md"}
