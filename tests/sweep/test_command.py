@@ -83,3 +83,22 @@ def test_figures_label_metrics_and_axes_in_words_with_units(name, label):
     from primal_compiler.sweep.metrics import readable
 
     assert readable(name) == label
+
+
+def test_plots_are_never_written_through_a_link_or_over_a_fifo(tiny_spec, tmp_path, capsys):
+    """RESULTS/_plots is the sweep's own: a symbolic link there (to a user's directory) or a FIFO named like a
+    plot is refused in one line, and nothing is written through it."""
+    import os
+
+    out = tmp_path / "r"
+    assert main([str(tiny_spec), "-o", str(out), "--no-progress"]) == 0
+    theirs = tmp_path / "theirs"
+    theirs.mkdir()
+    (out / "_plots").symlink_to(theirs)
+    assert main([str(tiny_spec), "-o", str(out), "--no-progress", "--plot"]) == 2
+    assert "_plots: is a symbolic link" in capsys.readouterr().err and not list(theirs.iterdir())
+    (out / "_plots").unlink()
+    (out / "_plots").mkdir()
+    os.mkfifo(out / "_plots" / "pareto.png")
+    assert main([str(tiny_spec), "-o", str(out), "--no-progress", "--plot"]) == 2
+    assert "pareto.png: exists and is not a regular file" in capsys.readouterr().err
