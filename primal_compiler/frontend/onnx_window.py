@@ -39,7 +39,8 @@ COMPARE = {"Greater": (False, False), "GreaterOrEqual": (False, True), "Less": (
 
 
 def windows(dec: Decoder, cores: list[Core]) -> list[int]:
-    """Keys each layer's queries see (0: all of them, causal), one entry per attention core."""
+    """Keys each layer's queries see (0: all of them, causal), one entry per attention core; each softmax's mask
+    constants are checked first (:func:`_check_fills`)."""
     g, out = dec.g, []
     for n, core in enumerate(cores):
         node = g.nodes[core.anchor]

@@ -127,8 +127,14 @@ def render_run(report: dict) -> str:
     return "\n".join(lines)
 
 
+def without_wall_times(metrics: dict) -> dict:
+    """``metrics`` less the replay's wall times (``replay_s``): what a reproducible output (a saved report, the
+    HTML page) keeps."""
+    return {k: v for k, v in metrics.items() if k != "replay_s"}
+
+
 def saved_report(report: dict) -> tuple[str, str]:
     """(``report.json``, ``report.txt``) of a run as ``primal run -o OUT`` keeps them: the report without the
     replay's wall times (``metrics.replay_s``), so the same program and target write the same bytes."""
-    kept = {**report, "metrics": {k: v for k, v in report["metrics"].items() if k != "replay_s"}}
+    kept = {**report, "metrics": without_wall_times(report["metrics"])}
     return json.dumps(kept, indent=2, sort_keys=True) + "\n", render_run(kept) + "\n"

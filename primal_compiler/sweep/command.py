@@ -87,6 +87,7 @@ def cmd_sweep(args) -> None:
 
 
 def plot(out: str, axes, x: str, y: str, orders: dict | None = None) -> None:
+    from primal_compiler.outdir import output_directory
     from primal_compiler.sweep.plot import front_table, plot_results
     from primal_compiler.sweep.store import ResultStore
 
@@ -94,6 +95,8 @@ def plot(out: str, axes, x: str, y: str, orders: dict | None = None) -> None:
     if table is None:
         raise InputError(out, "no results to plot")
     rows = table.to_pylist()
-    paths = plot_results(rows, list(axes), Path(out) / "_plots", x, y, orders)
+    dest = Path(out) / "_plots"  # the sweep's own: replaced whole, as every output is (docs/outputs.md)
+    with output_directory(dest, "sweep", force=True) as tmp:
+        names = [p.name for p in plot_results(rows, list(axes), tmp, x, y, orders)]
     print(front_table(rows, list(axes), x, y))
-    print("wrote " + ", ".join(str(p) for p in paths))
+    print("wrote " + ", ".join(str(dest / n) for n in names))

@@ -4,7 +4,7 @@ Layout of ``RESULTS/``::
 
     _sweep.json                 what wrote it (format, spec file, metrics), checked on resume
     part-<seq>-<token>.parquet  finished rows, one file per flush
-    _plots/                     pareto.png and sensitivity.png, written by ``--plot``
+    _plots/                     pareto.png and sensitivity.png, written (replaced whole) by ``--plot``
     _damaged/                   parts found unreadable on a resume, moved aside (never read again)
 
 Everything but the parts is named with a leading ``_``, which pyarrow, pandas

@@ -169,9 +169,9 @@ prints its timings on the terminal. Click a table's header to sort it, a picture
 def render(d: VizData, out: Path, pictures: list[str], other: VizData | None = None) -> list[str]:
     """Write ``report.html``: a pure function of the program (and ``other``'s, with ``--compare``) and its
     pictures (no dates, no timings)."""
-    from primal_compiler.report.run import render_run
+    from primal_compiler.report.run import render_run, without_wall_times
 
-    metrics = {k: v for k, v in d.metrics.items() if k != "replay_s"}
+    metrics = without_wall_times(d.metrics)
     report = {"model": d.meta.get("model"), "target": d.target.name, "metrics": metrics, "h100": d.h100}
     try:
         text = render_run(report)

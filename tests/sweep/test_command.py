@@ -86,8 +86,9 @@ def test_figures_label_metrics_and_axes_in_words_with_units(name, label):
 
 
 def test_plots_are_never_written_through_a_link_or_over_a_fifo(tiny_spec, tmp_path, capsys):
-    """RESULTS/_plots is the sweep's own: a symbolic link there (to a user's directory) or a FIFO named like a
-    plot is refused in one line, and nothing is written through it."""
+    """RESULTS/_plots is the sweep's own, replaced whole as every output is: a symbolic link there (to a user's
+    directory), or a directory holding what the sweep did not write (a FIFO named like a plot), is refused in one
+    line, and nothing is written through it."""
     import os
 
     out = tmp_path / "r"
@@ -101,4 +102,5 @@ def test_plots_are_never_written_through_a_link_or_over_a_fifo(tiny_spec, tmp_pa
     (out / "_plots").mkdir()
     os.mkfifo(out / "_plots" / "pareto.png")
     assert main([str(tiny_spec), "-o", str(out), "--no-progress", "--plot"]) == 2
-    assert "pareto.png: exists and is not a regular file" in capsys.readouterr().err
+    assert "_plots: exists and was not written by primal" in capsys.readouterr().err
+    assert (out / "_plots" / "pareto.png").is_fifo()
