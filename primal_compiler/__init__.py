@@ -22,6 +22,7 @@ import os
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from primal_compiler.executor.cache import ReplayCache
     from primal_compiler.ir.model import Model
     from primal_compiler.ir.program import Program
     from primal_compiler.target.spec import PrimalTarget, Target
@@ -71,9 +72,11 @@ def load_program(path: str | os.PathLike, target: TargetChoice | None = None) ->
 
 
 def run(program: Program | str | os.PathLike, target: TargetChoice | None = None, *, control: str | None = None,
-        memory: str = "report", critical_path: bool = False) -> dict:
+        memory: str = "report", critical_path: bool = False, cache: ReplayCache | None = None) -> dict:
     """The run report (``primal run --json``) of a compiled Program (``target``: default the one it was
-    compiled for) or of a program file or compile output directory (``target``: default the one it names)."""
+    compiled for) or of a program file or compile output directory (``target``: default the one it names).
+    With ``cache`` (e.g. ``primal_compiler.executor.cache.ReplayCache()``, what ``primal run`` uses), the replay's schedule is read from it
+    when it holds this replay and kept in it otherwise (``docs/executor.md``, Replay cache)."""
     from pathlib import Path
 
     from primal_compiler.errors import InputError
@@ -89,7 +92,7 @@ def run(program: Program | str | os.PathLike, target: TargetChoice | None = None
             raise InputError("run", "a Program runs with its target and needs the placement and stream of a "
                                     "compile (a program file runs by its path)")
         c = Compiled.of(program, _primal(target))
-    return replay_report(c, control=control, critical_path=critical_path, memory=memory)
+    return replay_report(c, control=control, critical_path=critical_path, memory=memory, cache=cache)
 
 
 def _primal(target: TargetChoice) -> PrimalTarget:

@@ -12,9 +12,12 @@ from __future__ import annotations
 
 import argparse
 import math
-from typing import Callable, TypeVar
+from typing import TYPE_CHECKING, Callable, TypeVar
 
 from primal_compiler.errors import InputError
+
+if TYPE_CHECKING:
+    from primal_compiler.executor.cache import ReplayCache
 
 T = TypeVar("T", int, float)
 
@@ -141,3 +144,17 @@ def token_ids(text: str) -> list[int]:
     if not ids or min(ids) < 0:
         raise InputError("--prompt", f"expected one or more non-negative token ids, got {text!r}")
     return ids
+
+
+def add_cache_flag(parser) -> None:
+    """``--no-cache`` on a verb that replays (read by :func:`replay_cache`)."""
+    parser.add_argument("--no-cache", action="store_true",
+                        help="neither read nor keep the replay's schedule in the replay cache "
+                             "($XDG_CACHE_HOME or ~/.cache, primal-compiler/replays; docs/executor.md, Replay cache)")
+
+
+def replay_cache(args) -> ReplayCache | None:
+    """The replay cache a verb's ``--no-cache`` asks for: the default one, or None."""
+    from primal_compiler.executor.cache import ReplayCache
+
+    return None if args.no_cache else ReplayCache()

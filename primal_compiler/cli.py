@@ -89,7 +89,8 @@ def _inputs(args) -> tuple[str, ...]:
 #: ``primal run``'s options that only the cost replay uses, and those only ``--functional`` uses (flag, dest).
 COST_ONLY = (("-o", "output"), ("--batch", "batch"), ("--no-validate", "no_validate"), ("--control", "control"),
              ("--memory", "memory"), ("--critical-path", "critical_path"), ("--replay-steps", "replay_steps"),
-             ("--prefill-chunk", "prefill_chunk"), ("--baseline-gpu", "baseline_gpu"), ("--baselines", "baselines"))
+             ("--prefill-chunk", "prefill_chunk"), ("--baseline-gpu", "baseline_gpu"), ("--baselines", "baselines"),
+             ("--no-cache", "no_cache"))
 FUNCTIONAL_ONLY = (("--weights", "weights"), ("--prompt", "prompt"), ("--precision", "precision"),
                    ("--temperature-c", "temperature_c"), ("--save-logits", "save_logits"))
 
@@ -105,6 +106,7 @@ def _check_replay_options(args) -> None:
 
 def cmd_run(args) -> None:
     from primal_compiler import api, compiled
+    from primal_compiler.argtypes import replay_cache
     from primal_compiler.pipeline import Workload
     from primal_compiler.report import collect
     from primal_compiler.report.run import render_run, saved_report
@@ -158,7 +160,7 @@ def cmd_run(args) -> None:
         step("replay")
         report = collect.replay_report(c, validate=not args.no_validate, baselines=chosen, control=args.control,
                                        critical_path=args.critical_path, memory=args.memory or "report",
-                                       generate=args.generate)
+                                       generate=args.generate, cache=replay_cache(args))
     if compiling and args.output is not None:  # written once the replay succeeded
         compiled.write_compiled(program, target, Path(args.output), args.force, inputs, saved_report(report))
         print(f"wrote {args.output}/ (program.primal, report.json, report.txt, placement, summary.json, records.json)",
@@ -201,7 +203,8 @@ def cmd_passes(args) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from primal_compiler.argtypes import float_arg, int_arg, layout_rules_arg, option_arg, path_arg, pipeline_arg
+    from primal_compiler.argtypes import (add_cache_flag, float_arg, int_arg, layout_rules_arg, option_arg, path_arg,
+                                          pipeline_arg)
     from primal_compiler.baselines.command import add_family_args
     from primal_compiler.passmgr import CONTEXT_RANGE, DEFAULT_GENERATE, DEFAULT_REPLAYED, MAX_GENERATE
     from primal_compiler.target.command import cmd_targets
@@ -264,6 +267,7 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--critical-path", action="store_true",
                     help="also break request 0's TTFT and ITL down along their critical paths (where the time goes)")
     sp.add_argument("--json", action="store_true", help="print one JSON object")
+    add_cache_flag(sp)
     fn = sp.add_argument_group("functional replay (execute the stream numerically, docs/functional.md)")
     fn.add_argument("--functional", action="store_true", help="run the stream on real weights instead of costing it")
     fn.add_argument("--weights", default=None, help="the model's ONNX file (base weights, and its LoRA if unmerged)")

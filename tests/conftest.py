@@ -49,3 +49,10 @@ def program_text(compiled, tmp_path_factory) -> Path:
     text = tmp_path_factory.mktemp("text") / "prog.txt"
     assert main(["disasm", str(compiled), "-o", str(text)]) == 0
     return text
+
+
+@pytest.fixture(autouse=True)
+def replay_cache_home(tmp_path_factory, monkeypatch):
+    """Every test's replay cache (``primal run``, ``viz``, ``thermal``) in a fresh directory of its own, never the
+    user's ``~/.cache``, so no test reads a schedule another test (or a monkeypatched executor) kept."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path_factory.mktemp("xdg-cache")))

@@ -364,7 +364,10 @@ def critical_path(rp: Replay, request: int = 0, generate: int | None = None) -> 
     pass that finishes last (from its prefill ARGMAX to its last decode ARGMAX) divided by its ``steps``;
     a generation of ``generate`` tokens past the replayed steps (:mod:`.steady`, which the metrics check)
     adds its last step's path once per repeat, divided by ``generate``. With one pass (batch 1, or
-    pipelining off) ITL's ``total_s`` is the metrics' ``itl_s``."""
+    pipelining off) ITL's ``total_s`` is the metrics' ``itl_s``. ``rp`` must be a full replay, not one read
+    from a :class:`~primal_compiler.executor.cache.ReplayCache` (it has no dependency edges)."""
+    if rp.from_cache:
+        raise ValueError("the critical path needs a full replay; this one was read from the replay cache")
     ttft, decode, steps = request_windows(rp, request)
     repeats = max(0, (generate or steps) - steps)
     paths = walks(rp, [ttft, decode] + ([last_step(rp, decode)] if repeats else []))

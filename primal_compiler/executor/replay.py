@@ -11,15 +11,19 @@ prints is computed from these arrays, so changing the stream changes them.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
-from functools import cache
+import functools
 
 import numpy as np
 
 from primal_compiler.errors import InputError
 from primal_compiler.executor import costs, deps, leakage, memory, power, transfers
+from primal_compiler.executor.cache import ReplayCache, Schedule, lookup, replay_key, store
 from primal_compiler.executor.buffers import program_tiles, tile_shapes
 from primal_compiler.executor.control import Control, control
 from primal_compiler.executor.linkstate import WAIT_LIMIT
@@ -71,6 +75,7 @@ class Replay:
     link_wait: LinkWait
     memory: memory.Memory | None  # scratchpad occupancy (None for a hand-written stream without a model)
     max_active_pes: int = 0  # RRAM macros of a CT converting at once (costs.throttled); 0: no limit
+    from_cache: bool = False  # its schedule read from a ReplayCache: no dependency edges, no per-link waits
 
     @property
     def transfers(self) -> transfers.Transfers:
@@ -123,9 +128,11 @@ def blocking(records, mode: str) -> np.ndarray:
 
 
 def replay(meta: dict, arrays: dict, stream: Stream, target: PrimalTarget, where: str = "program", mode: str | None = None,
-           max_active_pes: int = 0) -> Replay:
+           max_active_pes: int = 0, cache: ReplayCache | None = None) -> Replay:
     """Replay ``stream`` on ``target`` under control ``mode`` (default: the target's ``system.control``), with at
     most ``max_active_pes`` RRAM macros of a CT converting at once (:func:`costs.throttled`; 0: no limit).
+    With ``cache`` (and no throttle), the ``deps``, ``schedule`` and ``memory`` stages are read from it when it
+    holds this replay, and kept in it otherwise (:mod:`.cache`).
 
     InputError naming ``where`` if a record runs on a gated CT, reads a location no record wrote, or a
     CT's program overflows its instruction buffer.
@@ -151,19 +158,52 @@ def replay(meta: dict, arrays: dict, stream: Stream, target: PrimalTarget, where
     busy, unit, energy = costs.record_costs(ctx, where)
     unit = costs.throttled(ctx, unit, max_active_pes)
     mark("costs")
+    ctl = control(stream, target, topo.num_cts, where, mode)
+    mark("control")
+    key = replay_key(meta, arrays, stream, timing_hash(target), ctl.mode) if cache and not max_active_pes else None
+    kept = lookup(cache, key) if cache and key else None
+    hit = kept is not None
+    if key:
+        mark("cache")
+    if kept is not None:
+        none64 = np.zeros(0, np.int64)
+        ptr, pred, waits = np.zeros(len(stream.records) + 1, np.int64), none64, LinkWait(
+            np.zeros(0, np.int32), none64, none64, none64, np.zeros(0, bool))
+    else:
+        kept, ptr, pred, waits = _schedule(stream, target, topo, tr, ctx, ctl, busy, unit, meta, arrays, where, mark)
+    energy["links"] = costs.link_energy(ctx, kept.n_mesh, kept.n_other)
+    start, finish, mem = kept.start, kept.finish, kept.memory
+    end = int(finish.max()) if len(finish) else 0
+    tl = power.timeline(stream.records, start, finish, topo.num_cts, end,
+                        power.sram_powered(arrays, topo.num_cts, topo.pes), topo.pes, target.thermal.leakage_reference_c)
+    none = np.zeros(0, dtype=np.int64)
+    tl = power.scratchpads_kept(tl, target, topo.pes, mem.kv_bytes if mem else None, mem.inst_pe if mem else none,
+                                mem.inst_begin if mem else none, mem.inst_end if mem else none)
+    tl = leakage.at_temperature(tl, stream.records, energy, end, topo, target, where)
+    mark("power")
+    if cache and key and not hit:
+        store(cache, key, kept)
+        mark("cache write")
+    return Replay(meta, arrays, stream, target, topo, ctx, ctl, ptr, pred, busy, unit, kept.dispatch, start, finish,
+                  energy, (kept.n_mesh, kept.n_other), tl, tuple(stages), waits, mem, max_active_pes, hit)
+
+
+def _schedule(stream: Stream, target: PrimalTarget, topo: Topology, tr: transfers.Transfers, ctx: costs.Ctx,
+              ctl: Control, busy: np.ndarray, unit: np.ndarray, meta: dict, arrays: dict, where: str,
+              mark: Callable[[str], None]) -> tuple[Schedule, np.ndarray, np.ndarray, LinkWait]:
+    """The ``deps``, ``schedule`` and ``memory`` stages: (the schedule, dependency CSR, link waits)."""
     prints = deps.footprints(stream)
     ptr, pred = deps.predecessors(stream, where, prints)
     mark("deps")
-    ctl = control(stream, target, topo.num_cts, where, mode)
-    mark("control")
+    r = target.router
     a, b = touched(stream.records)
     link, num_links, mesh_ids = used_links(tr.link, topo.num_links, topo.d2d_base)
     mesh_links = len(mesh_ids)
     ports = local_ports(topo, mesh_ids, r.injection_ports, r.ejection_ports)
     dispatch, start, finish, bad, n_mesh, n_other, wait, link_by, link_bound, link_mesh, stuck, ejected = schedule(
         stream.records["op"].astype(np.int64), busy, unit, ptr, pred, tr.link_ptr, link, tr.link_offset,
-        tr.hold_mesh, tr.hold_other, a, b, blocking(stream.records, ctl.mode), ctl.seq, ctl.issue_cycles, ctl.reload, ctx.num_units,
-        num_links, topo.num_cts, mesh_links, r.link_schedule == "cut-through",
+        tr.hold_mesh, tr.hold_other, a, b, blocking(stream.records, ctl.mode), ctl.seq, ctl.issue_cycles, ctl.reload,
+        ctx.num_units, num_links, topo.num_cts, mesh_links, r.link_schedule == "cut-through",
         r.hop_latency_cycles, target.d2d.latency_cycles, r.buffer_link_cycles, r.arbitration == "age", *ports,
         r.injection_ports, r.ejection_ports)
     del link  # the renumbered link of every row (4 bytes each, 68 M rows on Llama-2-13B): the schedule's alone
@@ -178,21 +218,11 @@ def replay(meta: dict, arrays: dict, stream: Stream, target: PrimalTarget, where
         rec = int(np.searchsorted(tr.link_ptr, int(np.argmax(wait)), side="right") - 1)
         raise InputError(where, f"record {rec} ({Opcode(stream.records['op'][rec]).name}) waits {WAIT_LIMIT:,} cycles "
                                 f"or more in routers, beyond what the replay records per link")
-    energy["links"] = costs.link_energy(ctx, n_mesh, n_other)
     mark("schedule")
-    end = int(finish.max()) if len(finish) else 0
     mem = memory.occupancy(stream, prints, start, finish, ctx, meta, arrays) if "model_ir" in meta else None
     mark("memory")
-    tl = power.timeline(stream.records, start, finish, topo.num_cts, end,
-                        power.sram_powered(arrays, topo.num_cts, topo.pes), topo.pes, target.thermal.leakage_reference_c)
-    none = np.zeros(0, dtype=np.int64)
-    tl = power.scratchpads_kept(tl, target, topo.pes, mem.kv_bytes if mem else None, mem.inst_pe if mem else none,
-                                mem.inst_begin if mem else none, mem.inst_end if mem else none)
-    tl = leakage.at_temperature(tl, stream.records, energy, end, topo, target, where)
-    mark("power")
-    return Replay(meta, arrays, stream, target, topo, ctx, ctl, ptr, pred, busy, unit, dispatch, start, finish, energy,
-                  (n_mesh, n_other), tl, tuple(stages), LinkWait(wait, ejected, link_by, link_bound, link_mesh), mem,
-                  max_active_pes)
+    return (Schedule(dispatch, start, finish, n_mesh, n_other, mem), ptr, pred,
+            LinkWait(wait, ejected, link_by, link_bound, link_mesh))
 
 
 def used_links(link: np.ndarray, num_links: int, mesh_links: int) -> tuple[np.ndarray, int, np.ndarray]:
@@ -219,7 +249,23 @@ def energy_only(key: str) -> bool:
             or key in ("power_gating.gated_leakage_fraction", "power_gating.retained_leakage_fraction"))
 
 
-@cache
+def timing_hash(target: PrimalTarget) -> str:
+    """sha256 of every value of ``target`` a replay's timing and scratchpad occupancy depend on: all but its
+    :func:`energy_only` keys and its name and description (what :mod:`.cache` keys a schedule by)."""
+    flat: dict[str, object] = {}
+
+    def walk(prefix: str, d: dict) -> None:
+        for k, v in d.items():
+            if isinstance(v, dict):
+                walk(f"{prefix}{k}.", v)
+            elif not energy_only(f"{prefix}{k}") and f"{prefix}{k}" not in ("name", "description"):
+                flat[f"{prefix}{k}"] = v
+
+    walk("", target.to_dict())
+    return hashlib.sha256(json.dumps(flat, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+@functools.cache
 def _units() -> dict[str, str]:
     from primal_compiler.target.table import schema
 

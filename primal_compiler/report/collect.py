@@ -16,6 +16,7 @@ from primal_compiler.compiled import Compiled
 from primal_compiler.errors import InputError
 
 if TYPE_CHECKING:
+    from primal_compiler.executor.cache import ReplayCache
     from primal_compiler.isa.stream import Stream
 
 
@@ -62,14 +63,17 @@ def planned_generation(meta: dict) -> int | None:
 
 def replay_report(compiled: Compiled, validate: bool = True,
                   baselines: Selection = DEFAULT_BASELINES, control: str | None = None,
-                  critical_path: bool = False, memory: str = "report", generate: int | None = None) -> dict:
+                  critical_path: bool = False, memory: str = "report", generate: int | None = None,
+                  cache: ReplayCache | None = None) -> dict:
     """Replay a program (under ``control``, default the target's) and collect its metrics over ``generate``
     tokens per sequence (default: what its codegen plans, :func:`planned_generation`, or the replayed steps
     when the decode has not settled in them: ``metrics["generation"]`` says why), hop validation,
     the seed's H100 baseline and the GPU baseline family; with ``critical_path``, also
     ``metrics["critical_path"]``: where request 0's TTFT and ITL go (``executor.critical``). ``memory``
     ``"strict"``: an InputError naming the record, CT, PE and buffer of the first scratchpad overflow;
-    ``"report"``: overflows are reported in ``metrics["memory"]`` only."""
+    ``"report"``: overflows are reported in ``metrics["memory"]`` only. The replay reads and keeps its
+    schedule in ``cache`` (:mod:`~primal_compiler.executor.cache`) unless the critical path is asked for,
+    which needs a full replay."""
     from primal_compiler.baselines.family import family_for_program
     from primal_compiler.executor.critical import critical_path as breakdown
     from primal_compiler.executor.metrics import metrics
@@ -77,7 +81,8 @@ def replay_report(compiled: Compiled, validate: bool = True,
     from primal_compiler.executor.validate import validate_hops
 
     meta, where = compiled.meta, compiled.where
-    rp = replay(meta, compiled.arrays, compiled.stream, compiled.target, where, control)
+    rp = replay(meta, compiled.arrays, compiled.stream, compiled.target, where, control,
+                cache=None if critical_path else cache)
     if memory == "strict" and rp.memory is not None:
         from primal_compiler.executor.memory import check
 

@@ -13,6 +13,7 @@ from primal_compiler.thermal import PHASES
 
 
 def cmd_thermal(args) -> None:
+    from primal_compiler.argtypes import replay_cache
     from primal_compiler.executor.replay import replay
     from primal_compiler.report import collect
     from primal_compiler.target import require_primal, with_overrides
@@ -24,7 +25,7 @@ def cmd_thermal(args) -> None:
         target = c.target
         if args.ambient_c is not None:
             target = require_primal(with_overrides(target, {"thermal.ambient_c": args.ambient_c}), c.where)
-        rp = replay(c.meta, c.arrays, c.stream, target, c.where)
+        rp = replay(c.meta, c.arrays, c.stream, target, c.where, cache=replay_cache(args))
         step("temperatures")
         report = thermal_report(rp, args.phase)
     report["program"] = c.where
@@ -40,7 +41,7 @@ def cmd_thermal(args) -> None:
 
 def add_parser(sub) -> None:
     """Register ``thermal`` on an argparse subparsers object."""
-    from primal_compiler.argtypes import float_arg, path_arg
+    from primal_compiler.argtypes import add_cache_flag, float_arg, path_arg
 
     sp = sub.add_parser("thermal", help="every CT's die temperature and ADC offset under a replayed phase's "
                                         "power, sustained (a compact RC model of the package)")
@@ -54,4 +55,5 @@ def add_parser(sub) -> None:
                     help="thermal-aware policy: the most RRAM macros per CT converting at once that keep every die "
                          "at or under this temperature (degC), found by replaying, and its cost in throughput")
     sp.add_argument("--json", action="store_true", help="print one JSON object (per-CT power and temperature too)")
+    add_cache_flag(sp)
     sp.set_defaults(func=cmd_thermal)

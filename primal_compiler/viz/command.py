@@ -11,22 +11,27 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from primal_compiler.errors import InputError
 from primal_compiler.outdir import check_destination, output_directory
 from primal_compiler.terminal import steps
+
+if TYPE_CHECKING:
+    from primal_compiler.executor.cache import ReplayCache
 
 FORMATS = ("png", "svg")
 ORDER = ("placement", "traffic", "hops", "power", "thermal", "breakdown")
 
 
 def render_all(out, dest=None, compare=None, fmt: str = "png", target: str | None = None,
-               max_events: int | None = None, force: bool = False) -> dict:
+               max_events: int | None = None, force: bool = False, cache: ReplayCache | None = None) -> dict:
     """Render everything for compile output ``out`` into ``dest`` (default OUT/viz).
 
     ``dest`` is created, or replaced only when it is an earlier output of ours and ``force`` is set;
     it may not be OUT, OTHER or a directory holding them (:func:`primal_compiler.outdir.output_directory`).
 
+    The replays read and keep their schedules in ``cache`` (:mod:`~primal_compiler.executor.cache`).
     Returns ``{"dir", "files", "seconds"}``; seconds hold load, replay, each job's own time and
     ``render`` (wall time of all rendering).
     """
@@ -41,13 +46,13 @@ def render_all(out, dest=None, compare=None, fmt: str = "png", target: str | Non
     with steps(1 + (compare is not None) + len(ORDER) + 2, "viz") as step, \
             output_directory(dest, "viz", force, inputs=inputs) as tmp:
         step("load and replay")
-        d = data.load(out, target)
+        d = data.load(out, target, cache)
         timings: dict[str, float] = dict(d.seconds)
         runs = [d]
         other = None
         if compare is not None:
             step("load and replay OTHER")
-            other = data.load(compare, target)
+            other = data.load(compare, target, cache)
             if other.meta.get("model") != d.meta.get("model"):
                 raise InputError("--compare", f"compares two runs of one model: {out} is {d.meta.get('model')}, "
                                               f"{compare} is {other.meta.get('model')}")
@@ -80,7 +85,10 @@ def render_all(out, dest=None, compare=None, fmt: str = "png", target: str | Non
 
 
 def cmd_viz(args) -> None:
-    result = render_all(args.out, args.output, args.compare, args.format, args.target, args.max_events, args.force)
+    from primal_compiler.argtypes import replay_cache
+
+    result = render_all(args.out, args.output, args.compare, args.format, args.target, args.max_events, args.force,
+                        replay_cache(args))
     t = result["seconds"]
     print(f"wrote {result['dir']}/ ({', '.join(result['files'])})")
     own = ", ".join(f"{k} {t[k]:.2f} s" for k in (*ORDER, "trace", "html"))
@@ -90,7 +98,7 @@ def cmd_viz(args) -> None:
 
 def add_parser(sub) -> None:
     """Register ``viz`` on an argparse subparsers object."""
-    from primal_compiler.argtypes import int_arg, path_arg
+    from primal_compiler.argtypes import add_cache_flag, int_arg, path_arg
 
     sp = sub.add_parser("viz", help="placement maps, traffic heat-maps, hop histograms, power timelines, "
                                     "a Perfetto trace and an HTML report of a compiled program")
@@ -103,4 +111,5 @@ def add_parser(sub) -> None:
     sp.add_argument("--target", default=None, help="target name (default: the one recorded in the program)")
     sp.add_argument("--max-events", type=int_arg(1, 2_000_000), default=None,  # Perfetto's UI loads a few million
                     help=f"cap on trace events (default {200_000:,}, at most 2,000,000); closer spans merge to meet it")
+    add_cache_flag(sp)
     sp.set_defaults(func=cmd_viz)

@@ -21,6 +21,7 @@ from primal_compiler.ir.tiles import ROLE_CODES, Macro, Part
 from primal_compiler.isa.container import plain_json
 
 if TYPE_CHECKING:
+    from primal_compiler.executor.cache import ReplayCache
     from primal_compiler.executor.replay import Replay
     from primal_compiler.isa.stream import Stream
     from primal_compiler.target.spec import PrimalTarget
@@ -99,8 +100,9 @@ def read_records(out: Path) -> list:
     return records
 
 
-def load(out, target_name: str | None = None) -> VizData:
-    """Load and replay compile output ``out`` (or a program file); every failure is an InputError naming the file.
+def load(out, target_name: str | None = None, cache: ReplayCache | None = None) -> VizData:
+    """Load and replay compile output ``out`` (or a program file), reading and keeping its schedule in ``cache``
+    (:mod:`~primal_compiler.executor.cache`); every failure is an InputError naming the file.
 
     The program comes through :func:`~primal_compiler.report.collect.load_compiled`, so its placement, KV map and
     mapping arrays exist and index each other, and sections ``prefill:0``/``decode:0`` end with ARGMAX.
@@ -118,7 +120,7 @@ def load(out, target_name: str | None = None) -> VizData:
     meta, arrays, stream, target, where = c.meta, c.arrays, c.stream, c.target, c.where
     seconds["load"] = time.perf_counter() - t
     t = time.perf_counter()
-    rp = replay(meta, arrays, stream, target, where)
+    rp = replay(meta, arrays, stream, target, where, cache=cache)
     seconds["replay"] = time.perf_counter() - t
     m = metrics(rp, generate=planned_generation(meta), where=where, required=False)  # what primal run reports
     records = read_records(out) if out.is_dir() else []
