@@ -109,7 +109,7 @@ def cmd_run(args) -> None:
     from primal_compiler.argtypes import replay_cache
     from primal_compiler.pipeline import Workload
     from primal_compiler.report import collect
-    from primal_compiler.report.run import render_run, saved_report
+    from primal_compiler.report.run import render_run
 
     from primal_compiler.baselines.family import selection
 
@@ -162,7 +162,7 @@ def cmd_run(args) -> None:
                                        critical_path=args.critical_path, memory=args.memory or "report",
                                        generate=args.generate, cache=replay_cache(args))
     if compiling and args.output is not None:  # written once the replay succeeded
-        compiled.write_compiled(program, target, Path(args.output), args.force, inputs, saved_report(report))
+        compiled.write_compiled(program, target, Path(args.output), args.force, inputs, report)
         print(f"wrote {args.output}/ (program.primal, report.json, report.txt, placement, summary.json, records.json)",
               file=sys.stderr)
     print(json.dumps(report, indent=2, sort_keys=True) if args.json else render_run(report))

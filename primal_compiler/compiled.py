@@ -148,9 +148,11 @@ def program_file(program: Program, target: PrimalTarget) -> tuple[dict, dict[str
 
 
 def write_compiled(program: Program, target: PrimalTarget, out: Path, force: bool = False, inputs: tuple[str, ...] = (),
-                   report: tuple[str, str] | None = None) -> None:
+                   report: dict | None = None) -> None:
     """Write OUT/ atomically: placement.npz, placement.txt, summary.json, records.json, program.primal, and
-    the run's ``report`` (its ``report.json`` and ``report.txt`` texts) when it was replayed.
+    the run's ``report`` when it was replayed, as ``report.json`` and ``report.txt``
+    (:func:`~primal_compiler.report.run.saved_report`), ``report.json`` naming the program it was made from
+    by the sha256 ``program.primal`` carries (``program_sha256``).
 
     OUT is created, or replaced only when it is an earlier output of ours and ``force`` is set
     (:func:`primal_compiler.outdir.output_directory`).
@@ -165,11 +167,14 @@ def write_compiled(program: Program, target: PrimalTarget, out: Path, force: boo
         (tmp / "summary.json").write_text(json.dumps(summary(program, target), indent=2, sort_keys=True) + "\n")
         records = [{"name": r.name, "spec": r.spec, "details": r.details} for r in program.records]
         (tmp / "records.json").write_text(json.dumps(records, indent=1, sort_keys=True, default=float) + "\n")
-        if report is not None:
-            (tmp / "report.json").write_text(report[0])
-            (tmp / "report.txt").write_text(report[1])
         if program.stream is not None:
-            from primal_compiler.isa.container import PROGRAM_FILE, save_program
+            from primal_compiler.isa.container import PROGRAM_FILE, program_sha256, save_program
 
             meta, arrays = program_file(program, target)
             save_program(tmp / PROGRAM_FILE, meta, arrays, program.stream)
+            if report is not None:
+                from primal_compiler.report.run import saved_report
+
+                texts = saved_report(report | {"program_sha256": program_sha256(tmp / PROGRAM_FILE)})
+                (tmp / "report.json").write_text(texts[0])
+                (tmp / "report.txt").write_text(texts[1])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import subprocess
 import sys
@@ -51,6 +52,7 @@ def test_run_keeps_its_numbers_beside_the_program(tmp_path, capsys):
         assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes()
     saved = (tmp_path / "a" / "report.txt").read_text()
     assert saved.splitlines()[0] == text.splitlines()[0] and "replay:" in text and "replay:" not in saved
+    assert kept["program_sha256"] == hashlib.sha256((tmp_path / "a" / "program.primal").read_bytes()[:-32]).hexdigest()
 
 
 @pytest.mark.parametrize("args, message", [

@@ -135,6 +135,17 @@ def is_program_file(path: str | os.PathLike) -> bool:
         return False
 
 
+def program_sha256(path: str | os.PathLike) -> str:
+    """The sha256 a program file carries in its last 32 bytes (of every byte before them), in hex: what names
+    the program a saved report was made from. Read as stored; :func:`load_program` is what checks it."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(-_TRAILER, os.SEEK_END)
+            return f.read(_TRAILER).hex()
+    except OSError as exc:
+        raise InputError(str(path), f"cannot read its checksum: {exc.strerror or exc}") from None
+
+
 def load_program(path: str | os.PathLike, target=None,
                  require_compiled: bool = False) -> tuple[dict, dict[str, np.ndarray], Stream]:
     """(meta, arrays, stream) of a program file, checked byte by byte; InputError(path, ...) on any problem.

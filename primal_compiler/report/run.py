@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import json
+import sys
+from pathlib import Path
 
 from primal_compiler.baselines.family import render_family
+from primal_compiler.errors import InputError
 from primal_compiler.executor.critical import CLASS_KEYS, LABELS
 from primal_compiler.report.text import human_bytes, human_time
 
@@ -138,3 +141,30 @@ def saved_report(report: dict) -> tuple[str, str]:
     replay's wall times (``metrics.replay_s``), so the same program and target write the same bytes."""
     kept = {**report, "metrics": without_wall_times(report["metrics"])}
     return json.dumps(kept, indent=2, sort_keys=True) + "\n", render_run(kept) + "\n"
+
+
+def read_saved(program_file: Path) -> dict | None:
+    """The run report saved beside ``program_file`` (``OUT/report.json``, written by ``primal run MODEL -o
+    OUT``), or None when there is none. An InputError naming it when it is unreadable or was made from another
+    program (its ``program_sha256`` is not the one ``program_file`` carries); one without ``program_sha256``
+    (saved before reports named their program) is set aside, said in one line, since it cannot be checked."""
+    from primal_compiler.inputs import TEXT_LIMIT_BYTES, read_text
+    from primal_compiler.isa.container import plain_json, program_sha256
+
+    path = program_file.parent / "report.json"
+    if program_file.name != "program.primal" or not path.exists():
+        return None
+    try:
+        saved = plain_json(read_text(path, TEXT_LIMIT_BYTES))
+    except (ValueError, RecursionError) as exc:
+        raise InputError(str(path), f"not a run report: {type(exc).__name__}: {exc}") from None
+    if not isinstance(saved, dict) or saved.get("format") != "primal-run":
+        raise InputError(str(path), "not a run report (no \"format\": \"primal-run\")")
+    if "program_sha256" not in saved:
+        print(f"{path}: names no program (saved by an older version), set aside", file=sys.stderr)
+        return None
+    mine = program_sha256(program_file)
+    if saved["program_sha256"] != mine:
+        raise InputError(str(path), f"made from another program (sha256 {str(saved['program_sha256'])[:16]}...), "
+                                    f"not {program_file.name} ({mine[:16]}...); remove it or rerun `primal run`")
+    return saved

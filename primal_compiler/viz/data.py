@@ -33,7 +33,8 @@ LORA_A, LORA_B = 1, 2  # bits of :func:`pe_lora`
 
 @dataclass(eq=False)
 class VizData:
-    """A replayed program: container parts, the :class:`~primal_compiler.executor.replay.Replay`, metrics."""
+    """A replayed program: container parts, the :class:`~primal_compiler.executor.replay.Replay`, metrics, and
+    the run report saved beside it (``saved``: ``OUT/report.json`` of this very program, or None)."""
 
     out: Path
     where: str
@@ -46,6 +47,7 @@ class VizData:
     h100: dict | None
     records: list = field(default_factory=list)
     seconds: dict = field(default_factory=dict)
+    saved: dict | None = None
 
     @property
     def num_cts(self) -> int:
@@ -108,6 +110,7 @@ def load(out, target_name: str | None = None, cache: ReplayCache | None = None) 
     mapping arrays exist and index each other, and sections ``prefill:0``/``decode:0`` end with ARGMAX.
     """
     from primal_compiler.report.collect import h100_for, load_compiled, planned_generation
+    from primal_compiler.report.run import read_saved
     from primal_compiler.executor.metrics import metrics
     from primal_compiler.executor.replay import replay
 
@@ -118,6 +121,7 @@ def load(out, target_name: str | None = None, cache: ReplayCache | None = None) 
     t = time.perf_counter()
     c = load_compiled(out, target_name)
     meta, arrays, stream, target, where = c.meta, c.arrays, c.stream, c.target, c.where
+    saved = read_saved(Path(where))  # checked against the program before the replay
     seconds["load"] = time.perf_counter() - t
     t = time.perf_counter()
     rp = replay(meta, arrays, stream, target, where, cache=cache)
@@ -125,7 +129,7 @@ def load(out, target_name: str | None = None, cache: ReplayCache | None = None) 
     m = metrics(rp, generate=planned_generation(meta), where=where, required=False)  # what primal run reports
     records = read_records(out) if out.is_dir() else []
     return VizData(out if out.is_dir() else out.parent, where, meta, arrays, stream, target, rp, m,
-                   h100_for(meta, m), records, seconds)
+                   h100_for(meta, m), records, seconds, saved)
 
 
 def pe_roles(d: VizData, ct: int) -> np.ndarray:

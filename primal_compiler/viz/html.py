@@ -167,12 +167,15 @@ prints its timings on the terminal. Click a table's header to sort it, a picture
 
 
 def render(d: VizData, out: Path, pictures: list[str], other: VizData | None = None) -> list[str]:
-    """Write ``report.html``: a pure function of the program (and ``other``'s, with ``--compare``) and its
-    pictures (no dates, no timings)."""
+    """Write ``report.html``: a pure function of the program (and ``other``'s, with ``--compare``), its saved
+    run report and its pictures (no dates, no timings). The full text report is the saved one (``primal run
+    MODEL -o OUT``'s, with its GPU baselines) when it was made on the target drawn, else the replay's."""
     from primal_compiler.report.run import render_run, without_wall_times
 
     metrics = without_wall_times(d.metrics)
     report = {"model": d.meta.get("model"), "target": d.target.name, "metrics": metrics, "h100": d.h100}
+    if d.saved is not None and d.saved.get("target") == d.target.name:
+        report = d.saved
     try:
         text = render_run(report)
     except (KeyError, TypeError, ZeroDivisionError) as exc:  # the page must not depend on the text layout
