@@ -171,6 +171,7 @@ def cmd_run(args) -> None:
 def cmd_reproduce(args) -> None:
     from primal_compiler.argtypes import unused
     from primal_compiler.baselines.family import selection
+    from primal_compiler.argtypes import replay_cache
     from primal_compiler.report.reproduce import Study, render_reproduce, reproduce
 
     if args.solve_budget_s != args.defaults["solve_budget_s"] and not args.solve:
@@ -182,7 +183,7 @@ def cmd_reproduce(args) -> None:
     def say(line: str) -> None:
         print(line, file=sys.stderr, flush=True)
 
-    rows = reproduce(study, say, solve_budget_s=args.solve_budget_s if args.solve else 0.0)
+    rows = reproduce(study, say, args.solve_budget_s if args.solve else 0.0, replay_cache(args))
     print(json.dumps(rows, indent=2) if args.json else render_reproduce(rows))
 
 
@@ -304,6 +305,7 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--solve-budget-s", type=float_arg(1.0, 86_400.0), default=1800.0,
                     help="wall-time budget of --solve in seconds (default 1800)")
     add_family_args(sp)
+    add_cache_flag(sp)
     sp.set_defaults(func=cmd_reproduce, defaults={"solve_budget_s": sp.get_default("solve_budget_s")})
 
     from primal_compiler.baselines.command import add_parser as add_baseline

@@ -29,6 +29,7 @@ from primal_compiler.report import collect, pe
 from primal_compiler import compiled
 from primal_compiler.baselines.family import DEFAULT, Selection, family_for_program
 from primal_compiler.executor.metrics import energy_metrics, metrics
+from primal_compiler.executor.cache import ReplayCache
 from primal_compiler.executor.replay import Replay, energy_only, replay, reprice, without_link_rows
 from primal_compiler.ir.facts import Fact, facts
 from primal_compiler.ir.program import Program
@@ -88,14 +89,16 @@ def _codegen(pipeline: str) -> str:
 
 class Runner:
     """Compiles and replays the variants of one study, reporting progress through ``say``; with ``keep``, each
-    named run's program and (light) replay stay for :meth:`rerun`."""
+    named run's program and (light) replay stay for :meth:`rerun`; each :meth:`run` reads and keeps its replay's
+    schedule in ``cache`` (:mod:`~primal_compiler.executor.cache`), the solver's one-off reruns never."""
 
-    def __init__(self, study: Study, say: Callable[[str], None] = lambda s: None, keep: bool = False) -> None:
+    def __init__(self, study: Study, say: Callable[[str], None] = lambda s: None, keep: bool = False,
+                 cache: ReplayCache | None = None) -> None:
         """Check the study up front (every pipeline it runs parses, its target is a PRIMAL one), then place once."""
         from primal_compiler.frontend import load_model
         from primal_compiler.target import load_primal_target
 
-        self.study, self.say, self.keep = study, say, keep
+        self.study, self.say, self.keep, self.cache = study, say, keep, cache
         self.codegen = study.codegen or _codegen(study.pipeline)  # its options ride every row's tail
         parse_pipeline(f"blocking{{context={study.context}}},lora-sparsity{{zero_fraction={study.zero_fraction}}},"
                        f"{self.kv(study.context)},{self.kv(study.batch8_context, 8)}")
@@ -134,7 +137,7 @@ class Runner:
         target = target or self.target
         program = PassManager(parse_pipeline(tail)).run(placed or self.placed, target)
         meta, arrays = compiled.program_file(program, target)
-        rp = replay(meta, arrays, program.need_stream(), target)
+        rp = replay(meta, arrays, program.need_stream(), target, cache=self.cache)
         m = metrics(rp)
         m |= {"h100": collect.h100_for(meta, m), "baselines": family_for_program(meta, m, self.study.baselines)}
         if self.keep and name:
@@ -251,17 +254,19 @@ def table(study: Study, r: Runs) -> list[dict]:
             *_family_rows(r["b8"], f"batch 8, context {study.batch8_context}", energy=False)]
 
 
-def reproduce(study: Study, say: Callable[[str], None] = lambda s: None, solve_budget_s: float = 0.0) -> list[dict]:
+def reproduce(study: Study, say: Callable[[str], None] = lambda s: None, solve_budget_s: float = 0.0,
+              cache: ReplayCache | None = None) -> list[dict]:
     """The reproduction rows of ``study`` (see the module docstring); with a positive ``solve_budget_s``, every
-    row more than 25% from the seed also carries ``solve`` (:mod:`primal_compiler.report.solve`)."""
-    runner = Runner(study, say, keep=solve_budget_s > 0)
+    row more than 25% from the seed also carries ``solve`` (:mod:`primal_compiler.report.solve`). Each variant's
+    replay reads and keeps its schedule in ``cache``."""
+    runner = Runner(study, say, keep=solve_budget_s > 0, cache=cache)
     measured = runs(study, runner)
     rows = table(study, measured)
     reading = study.reading()
     read: dict[str, float] = {}
     if reading is not None:
         say(f"the seed's reading: {reading.target} with {reading.codegen}")
-        read = {r["metric"]: r["ours"] for r in table(reading, runs(reading, Runner(reading, say)))}
+        read = {r["metric"]: r["ours"] for r in table(reading, runs(reading, Runner(reading, say, cache=cache)))}
     for r in rows:
         r["reading"] = read.get(r["metric"])
     if solve_budget_s > 0:

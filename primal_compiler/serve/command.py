@@ -14,7 +14,7 @@ THINK_S = 30.0
 
 
 def cmd_serve(args) -> None:
-    from primal_compiler.argtypes import unused
+    from primal_compiler.argtypes import replay_cache, unused
     from primal_compiler.serve.costs import Policy
     from primal_compiler.serve.report import render_serve
 
@@ -27,7 +27,7 @@ def cmd_serve(args) -> None:
 
     report = serve(args.model, args.lora, tuple(args.adapters), args.trace, args.target, args.pipeline,
                    args.context, policy, lambda line: print(line, file=sys.stderr, flush=True), args.json,
-                   args.perfetto, args.force)
+                   args.perfetto, args.force, replay_cache(args))
     print(json.dumps(report, indent=2, sort_keys=True) if args.json else render_serve(report))
 
 
@@ -64,7 +64,7 @@ def cmd_trace(args) -> None:
 
 def add_parsers(sub) -> None:
     """Register ``serve`` and ``trace`` on an argparse subparsers object."""
-    from primal_compiler.argtypes import float_arg, int_arg, option_arg, path_arg, pipeline_arg
+    from primal_compiler.argtypes import add_cache_flag, float_arg, int_arg, option_arg, path_arg, pipeline_arg
 
     sp = sub.add_parser("serve", help="replay a request trace over several adapters: per-request TTFT and ITL, "
                                       "throughput, tokens/J, adapter switches (docs/serving.md)")
@@ -95,6 +95,7 @@ def add_parsers(sub) -> None:
                     help="also write the timeline (batches, adapter residency, every request) as Perfetto JSON")
     sp.add_argument("--force", action="store_true", help="replace the --perfetto file if it exists")
     sp.add_argument("--json", action="store_true", help="print one JSON object, every request's times too")
+    add_cache_flag(sp)
     sp.set_defaults(func=cmd_serve)
 
     sp = sub.add_parser("trace", help="write a seeded Poisson request trace (docs/serving.md)")

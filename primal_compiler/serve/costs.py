@@ -44,6 +44,7 @@ import numpy as np
 
 from primal_compiler import compiled
 from primal_compiler.executor import leakage, power
+from primal_compiler.executor.cache import ReplayCache
 from primal_compiler.executor.metrics import metrics, window_energy_j
 from primal_compiler.executor.replay import Replay, replay
 from primal_compiler.ir.program import Program
@@ -142,12 +143,14 @@ def idle_watts(rp: Replay) -> float:
 
 class CostTable:
     """The shapes of one placed program under one policy, each replayed when first asked for; ``sources``: per
-    adapter, the PEFT directory its zero blocks come from ("": the policy's ``zero_fraction`` sample)."""
+    adapter, the PEFT directory its zero blocks come from ("": the policy's ``zero_fraction`` sample). Each
+    shape's replay reads and keeps its schedule in ``cache`` (:mod:`~primal_compiler.executor.cache`)."""
 
     def __init__(self, placed: Program, target: PrimalTarget, context: int, policy: Policy,
-                 say: Callable[[str], None] = lambda line: None, sources: tuple[str, ...] = ()) -> None:
+                 say: Callable[[str], None] = lambda line: None, sources: tuple[str, ...] = (),
+                 cache: ReplayCache | None = None) -> None:
         self.placed, self.target, self.context, self.policy, self.say = placed, target, context, policy, say
-        self.sources = sources
+        self.sources, self.cache = sources, cache
         self.shapes: dict[tuple[int, int, int, str], Shape] = {}
         self.idle_w: float | None = None
         self.slots = KvRing(context=context).sequences(placed, target)
@@ -165,7 +168,7 @@ class CostTable:
             self.say(f"serve: replaying batch {batch}, prompt {bucket}{saved}: {spec}")
             program = PassManager(passes).run(self.placed, self.target)
             meta, arrays = compiled.program_file(program, self.target)
-            rp = replay(meta, arrays, program.need_stream(), self.target)
+            rp = replay(meta, arrays, program.need_stream(), self.target, cache=self.cache)
             self.shapes[key] = shape_costs(rp, batch, bucket, spec, history)
             if self.idle_w is None:
                 self.idle_w = idle_watts(rp)

@@ -6,6 +6,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from primal_compiler.errors import InputError
+from primal_compiler.executor.cache import ReplayCache
 from primal_compiler.ir.program import Program
 from primal_compiler.serve.costs import CostTable, Policy
 from primal_compiler.serve.report import serve_report
@@ -50,11 +51,12 @@ def place(model_name: str, lora: str | None, target: PrimalTarget, pipeline: str
 
 def serve_placed(trace: Trace, placed: Program, target: PrimalTarget, context: int, policy: Policy,
                  say: Say = lambda line: None, per_request: bool = True, perfetto: str | None = None,
-                 force: bool = False, sources: tuple[str, ...] = (), inputs: tuple[str, ...] = ()) -> dict:
+                 force: bool = False, sources: tuple[str, ...] = (), inputs: tuple[str, ...] = (),
+                 cache: ReplayCache | None = None) -> dict:
     """The serve report of ``trace`` on a placed program under ``policy`` (``sources``: per adapter, its PEFT
     directory or ""); with ``perfetto``, its timeline written there too (:mod:`.perfetto`; replaced only with
-    ``force``)."""
-    table = CostTable(placed, target, context, policy, say, sources)
+    ``force``). The shapes' replays read and keep their schedules in ``cache``."""
+    table = CostTable(placed, target, context, policy, say, sources, cache)
     run = simulate(trace, table)
     if perfetto is not None:
         from primal_compiler.outdir import output_file
@@ -67,7 +69,7 @@ def serve_placed(trace: Trace, placed: Program, target: PrimalTarget, context: i
 
 def serve(model_name: str, lora: str | None, given: tuple[str, ...], trace_path: str, target_name: str,
           pipeline: str, context: int, policy: Policy, say: Say = lambda line: None, per_request: bool = True,
-          perfetto: str | None = None, force: bool = False) -> dict:
+          perfetto: str | None = None, force: bool = False, cache: ReplayCache | None = None) -> dict:
     """``primal serve``: load the trace and check the timeline's destination (before any compile), place, replay
     the shapes it needs and simulate it."""
     from primal_compiler.outdir import check_destination, existing
@@ -81,4 +83,5 @@ def serve(model_name: str, lora: str | None, given: tuple[str, ...], trace_path:
     target = load_primal_target(target_name)
     placed = place(model_name, lora, target, pipeline, context, policy.max_batch, say,
                    tuple(s for s in sources if s))
-    return serve_placed(trace, placed, target, context, policy, say, per_request, perfetto, force, sources, inputs)
+    return serve_placed(trace, placed, target, context, policy, say, per_request, perfetto, force, sources, inputs,
+                        cache)
