@@ -19,12 +19,13 @@ from primal_compiler import compiled
 from primal_compiler.frontend import load_model
 from primal_compiler.target import load_target
 from primal_compiler.viz import breakdown, data, hops, html, placement, power, trace, traffic
+from primal_compiler.viz.command import picture_formats
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("out", nargs="?", help="compile output directory (default: compile llama2-13b now)")
-    ap.add_argument("--format", default="png", choices=("png", "svg"))
+    ap.add_argument("--format", default="png", help="png, svg, pdf or several, comma-separated")
     args = ap.parse_args()
     tmp = tempfile.TemporaryDirectory()
     out = Path(args.out) if args.out else Path(tmp.name) / "l13"
@@ -40,7 +41,7 @@ def main() -> None:
           f"load {d.seconds['load']:.1f} s, replay {d.seconds['replay']:.1f} s")
     dest = Path(tmp.name) / "viz"
     dest.mkdir()
-    fmt = args.format
+    fmt = picture_formats(args.format)
     steps = [("placement", lambda: placement.render(d, dest, fmt, data.representative_cts(d))),
              ("traffic", lambda: traffic.render(d, dest, fmt)), ("hops", lambda: hops.render([d], dest, fmt)),
              ("power", lambda: power.render(d, dest, fmt)), ("breakdown", lambda: breakdown.render(d, dest, fmt)),
@@ -56,7 +57,7 @@ def main() -> None:
         sizes = ", ".join(f"{f} {(dest / f).stat().st_size / 1024:.0f} KB" for f in files)
         print(f"  {name:<10} {dt:6.2f} s  {sizes}")
     t = time.perf_counter()
-    html.render(d, dest, pictures, {})
+    html.render(d, dest, pictures)
     dt = time.perf_counter() - t
     total += dt
     print(f"  {'html':<10} {dt:6.2f} s  report.html {(dest / 'report.html').stat().st_size / 1024:.0f} KB")

@@ -110,6 +110,5 @@ def figure(d: VizData):
     return fig
 
 
-def render(d: VizData, out, fmt: str) -> list[str]:
-    style.save(figure(d), out / f"breakdown.{fmt}", fmt)
-    return [f"breakdown.{fmt}"]
+def render(d: VizData, out, formats: tuple[str, ...]) -> list[str]:
+    return style.save(figure(d), out, "breakdown", formats)

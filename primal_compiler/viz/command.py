@@ -20,13 +20,14 @@ from primal_compiler.terminal import steps
 if TYPE_CHECKING:
     from primal_compiler.executor.cache import ReplayCache
 
-FORMATS = ("png", "svg")
 ORDER = ("placement", "traffic", "hops", "power", "thermal", "breakdown")
 
 
 def render_all(out, dest=None, compare=None, fmt: str = "png", target: str | None = None,
                max_events: int | None = None, force: bool = False, cache: ReplayCache | None = None) -> dict:
-    """Render everything for compile output ``out`` into ``dest`` (default OUT/viz).
+    """Render everything for compile output ``out`` into ``dest`` (default OUT/viz), every picture in each
+    format ``fmt`` lists (comma-separated, of :data:`~primal_compiler.viz.style.FORMATS`: ``png,pdf`` gives
+    vector output next to the PNG).
 
     ``dest`` is created, or replaced only when it is an earlier output of ours and ``force`` is set;
     it may not be OUT, OTHER or a directory holding them (:func:`primal_compiler.outdir.output_directory`).
@@ -37,8 +38,7 @@ def render_all(out, dest=None, compare=None, fmt: str = "png", target: str | Non
     """
     from primal_compiler.viz import breakdown, data, hops, html, placement, power, thermal, trace, traffic
 
-    if fmt not in FORMATS:
-        raise InputError("--format", f"expected one of {', '.join(FORMATS)}, got {fmt!r}")
+    formats = picture_formats(fmt)
     out = Path(out)
     dest = Path(dest) if dest is not None else out / "viz"
     inputs = (out,) if compare is None else (out, Path(compare))
@@ -61,12 +61,12 @@ def render_all(out, dest=None, compare=None, fmt: str = "png", target: str | Non
         start = time.perf_counter()
         work = {
             "trace": lambda: trace.render(d, tmp, max_events or trace.MAX_EVENTS),
-            "traffic": lambda: traffic.render(d, tmp, fmt),
-            "placement": lambda: placement.render(d, tmp, fmt, data.representative_cts(d)),
-            "power": lambda: power.render(d, tmp, fmt),
-            "thermal": lambda: thermal.render(d, tmp, fmt),
-            "breakdown": lambda: breakdown.render(d, tmp, fmt),
-            "hops": lambda: hops.render(runs, tmp, fmt),
+            "traffic": lambda: traffic.render(d, tmp, formats),
+            "placement": lambda: placement.render(d, tmp, formats, data.representative_cts(d)),
+            "power": lambda: power.render(d, tmp, formats),
+            "thermal": lambda: thermal.render(d, tmp, formats),
+            "breakdown": lambda: breakdown.render(d, tmp, formats),
+            "hops": lambda: hops.render(runs, tmp, formats),
         }
         done = {}
         for name, job in work.items():
@@ -82,6 +82,18 @@ def render_all(out, dest=None, compare=None, fmt: str = "png", target: str | Non
         timings["html"] = time.perf_counter() - t
         timings["render"] = time.perf_counter() - start
     return {"dir": str(dest), "files": files, "seconds": timings}
+
+
+def picture_formats(text: str) -> tuple[str, ...]:
+    """The formats ``--format`` names (comma-separated, each once, of :data:`~primal_compiler.viz.style.FORMATS`);
+    InputError naming ``--format`` on anything else."""
+    from primal_compiler.viz.style import FORMATS
+
+    formats = tuple(text.split(","))
+    if not all(f in FORMATS for f in formats) or len(set(formats)) != len(formats):
+        raise InputError("--format", f"expected one or more of {', '.join(FORMATS)}, comma-separated and each once "
+                                     f"(png,pdf: vector output next to the PNG), got {text[:40]!r}")
+    return formats
 
 
 def cmd_viz(args) -> None:
@@ -107,7 +119,9 @@ def add_parser(sub) -> None:
     sp.add_argument("--force", action="store_true", help="replace DIR if it is an earlier primal viz output")
     sp.add_argument("--compare", type=path_arg, default=None, metavar="OTHER_OUT",
                     help="a second compile output drawn beside OUT in the hop histogram")
-    sp.add_argument("--format", choices=FORMATS, default="png", help="picture format (default png)")
+    sp.add_argument("--format", default="png", metavar="FMT[,FMT]",
+                    help="picture formats, comma-separated, of png, svg and pdf (default png; png,pdf: vector output "
+                         "for a paper next to the PNG the page inlines)")
     sp.add_argument("--target", default=None, help="target name (default: the one recorded in the program)")
     sp.add_argument("--max-events", type=int_arg(1, 2_000_000), default=None,  # Perfetto's UI loads a few million
                     help=f"cap on trace events (default {200_000:,}, at most 2,000,000); closer spans merge to meet it")

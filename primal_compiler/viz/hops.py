@@ -55,6 +55,5 @@ def figure(runs: list[VizData]):
     return fig
 
 
-def render(runs: list[VizData], out, fmt: str) -> list[str]:
-    style.save(figure(runs), out / f"hops.{fmt}", fmt)
-    return [f"hops.{fmt}"]
+def render(runs: list[VizData], out, formats: tuple[str, ...]) -> list[str]:
+    return style.save(figure(runs), out, "hops", formats)

@@ -133,14 +133,21 @@ def memory_note(d: VizData) -> str:
 def page(d: VizData, pictures: list[Path], text_report: str, other: VizData | None = None) -> str:
     title = f"PRIMAL: {d.meta.get('model')} on {d.meta.get('target')}"
     figs = []
-    for p in pictures:
-        key = p.stem.split("_")[0]
+    stems: dict[str, list[Path]] = {}
+    for p in pictures:  # one figure per picture, whatever formats it was written in
+        stems.setdefault(p.stem, []).append(p)
+    for stem, files in stems.items():
+        key = stem.split("_")[0]
         cap = CAPTIONS.get(key, "")
-        if p.stem.startswith("placement_ct"):
-            cap = f"Placement map of CT {int(p.stem[12:])}."
-        elif p.stem == "placement_overview":
+        if stem.startswith("placement_ct"):
+            cap = f"Placement map of CT {int(stem[12:])}."
+        elif stem == "placement_overview":
             cap = "Which layer sits on which CT (package grid, snake order; red: CTs drawn in detail)."
-        figs.append(f"<figure>{_img(p)}<figcaption>{html.escape(p.name)}: {html.escape(cap)}</figcaption></figure>")
+        shown = next((p for p in files if p.suffix.lstrip(".") in MIME), None)
+        links = " ".join(f'<a href="{html.escape(p.name)}">{html.escape(p.name)}</a>' for p in files if p is not shown)
+        names = html.escape(shown.name) + (f" (also {links})" if links else "") if shown else links
+        figs.append(f"<figure>{_img(shown) if shown else ''}<figcaption>{names}: {html.escape(cap)}</figcaption>"
+                    "</figure>")
     secs = d.metrics["records"]
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title><style>{CSS}</style></head>

@@ -160,16 +160,11 @@ def combined_figure(d: VizData, picks: list[int]):
     return fig
 
 
-def render(d: VizData, out, fmt: str, picks: list[int]) -> list[str]:
-    """placement.FMT (overview + maps), placement_overview.FMT and placement_ctNNN.FMT per pick."""
-    names = []
-    style.save(combined_figure(d, picks), out / f"placement.{fmt}", fmt)
-    names.append(f"placement.{fmt}")
-    style.save(overview_figure(d, picks), out / f"placement_overview.{fmt}", fmt)
-    names.append(f"placement_overview.{fmt}")
+def render(d: VizData, out, formats: tuple[str, ...], picks: list[int]) -> list[str]:
+    """placement.FMT (overview + maps), placement_overview.FMT and placement_ctNNN.FMT per pick, in each format."""
+    names = style.save(combined_figure(d, picks), out, "placement", formats)
+    names += style.save(overview_figure(d, picks), out, "placement_overview", formats)
     for ct in picks:
         fig, _ = ct_figure(d, ct)
-        name = f"placement_ct{ct:03d}.{fmt}"
-        style.save(fig, out / name, fmt, tight=False)
-        names.append(name)
+        names += style.save(fig, out, f"placement_ct{ct:03d}", formats, tight=False)
     return names

@@ -157,6 +157,5 @@ def figure(d: VizData):
     return fig
 
 
-def render(d: VizData, out, fmt: str) -> list[str]:
-    style.save(figure(d), out / f"power.{fmt}", fmt)
-    return [f"power.{fmt}"]
+def render(d: VizData, out, formats: tuple[str, ...]) -> list[str]:
+    return style.save(figure(d), out, "power", formats)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+from pathlib import Path
 
 import matplotlib
 
@@ -50,17 +51,28 @@ def close(fig) -> None:
     plt.close(fig)
 
 
+FORMATS = ("png", "svg", "pdf")
+"""Picture formats: PNG (raster, what the HTML page inlines first), SVG and PDF (vector, for a paper)."""
+
+_UNDATED = {"png": None, "svg": {"Date": None}, "pdf": {"CreationDate": None}}
+
+
 def _savefig(fig, target, fmt: str, **kw) -> None:
     """``fig.savefig`` with no date and fixed SVG ids, so the same figure is the same bytes every run."""
     with matplotlib.rc_context({"svg.hashsalt": "primal-compiler"}):
-        fig.savefig(target, format=fmt, dpi=DPI, metadata={"Date": None} if fmt == "svg" else None, **kw)
+        fig.savefig(target, format=fmt, dpi=DPI, metadata=_UNDATED[fmt], **kw)
 
 
-def save(fig, path, fmt: str, tight: bool = True) -> None:
-    """Write ``fig`` to ``path`` in ``fmt`` (png or svg) and close it; ``tight=False`` keeps the pixel layout."""
+def save(fig, out: Path, stem: str, formats: tuple[str, ...], tight: bool = True) -> list[str]:
+    """Write ``fig`` as ``out/STEM.FMT`` in each of ``formats`` (of :data:`FORMATS`) and close it; the names
+    written, in order. ``tight=False`` keeps the pixel layout."""
     kw = {"bbox_inches": "tight", "pad_inches": 0.1} if tight else {}
-    _savefig(fig, path, fmt, **kw)
+    names = []
+    for fmt in formats:
+        _savefig(fig, out / f"{stem}.{fmt}", fmt, **kw)
+        names.append(f"{stem}.{fmt}")
     close(fig)
+    return names
 
 
 def to_bytes(fig, fmt: str) -> bytes:

@@ -51,6 +51,5 @@ def figure(d: VizData):
     return fig
 
 
-def render(d: VizData, out, fmt: str) -> list[str]:
-    style.save(figure(d), out / f"thermal.{fmt}", fmt)
-    return [f"thermal.{fmt}"]
+def render(d: VizData, out, formats: tuple[str, ...]) -> list[str]:
+    return style.save(figure(d), out, "thermal", formats)

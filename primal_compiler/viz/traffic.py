@@ -192,6 +192,5 @@ def figure(d: VizData, sets: list[tuple[str, np.ndarray]] | None = None):
     return fig
 
 
-def render(d: VizData, out, fmt: str) -> list[str]:
-    style.save(figure(d), out / f"traffic.{fmt}", fmt)
-    return [f"traffic.{fmt}"]
+def render(d: VizData, out, formats: tuple[str, ...]) -> list[str]:
+    return style.save(figure(d), out, "traffic", formats)

@@ -45,6 +45,32 @@ def test_svg_format_writes_svg(out_naive, tmp_path):
     assert -1 < page.index("scratchpad: peak") < page.index("<h2>Metrics</h2>")
 
 
+def test_vector_output_next_to_the_png(out_naive, tmp_path):
+    """``--format png,pdf``: every picture as PNG (inlined in the page) and PDF (linked beside it), the PDF
+    undated so two renders give the same bytes."""
+    from primal_compiler.viz.command import render_all
+
+    for name in ("a", "b"):
+        res = render_all(out_naive, tmp_path / name, fmt="png,pdf")
+    for pic in PICTURES:
+        assert (tmp_path / "a" / f"{pic}.pdf").read_bytes()[:5] == b"%PDF-", pic
+        assert (tmp_path / "a" / f"{pic}.pdf").read_bytes() == (tmp_path / "b" / f"{pic}.pdf").read_bytes(), pic
+        assert f"{pic}.png" in res["files"] and f"{pic}.pdf" in res["files"]
+    page = (tmp_path / "a" / "report.html").read_text()
+    assert page.count("<figure>") == len([f for f in res["files"] if f.endswith(".png")])
+    assert '<a href="breakdown.pdf">breakdown.pdf</a>' in page and "data:application/pdf" not in page
+
+
+@pytest.mark.parametrize("fmt", ["jpg", "png,png", "", "png;pdf"])
+def test_an_unsupported_format_is_one_line(out_naive, tmp_path, capsys, fmt):
+    from primal_compiler.cli import main
+
+    assert main(["viz", str(out_naive), "-o", str(tmp_path / "v"), "--format", fmt]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("primal: --format") or "--format" in err.splitlines()[0]
+    assert err.count("\n") == 1 and not (tmp_path / "v").exists()
+
+
 def _close(pixel, color) -> bool:
     return bool(np.abs(np.asarray(pixel[:3]) - np.asarray(to_rgb(color))).max() < 2.5 / 255)
 
@@ -62,7 +88,7 @@ def test_placement_pixels_show_the_role_of_each_placed_tile(vdata, tmp_path, ct)
         pes = np.flatnonzero(label == kind)
         if len(pes):
             others[int(pes[-1])] = (color, placement.cell_center_px(fig, ax, int(pes[-1]), vdata.cols))
-    style.save(fig, tmp_path / "ct.png", "png", tight=False)
+    style.save(fig, tmp_path, "ct", ("png",), tight=False)
     img = imread(tmp_path / "ct.png")
     for i in sel:
         pe = int(a["tile_pe"][i])
