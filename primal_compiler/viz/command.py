@@ -24,7 +24,8 @@ ORDER = ("placement", "traffic", "hops", "power", "thermal", "breakdown")
 
 
 def render_all(out, dest=None, compare=None, fmt: str = "png", target: str | None = None,
-               max_events: int | None = None, force: bool = False, cache: ReplayCache | None = None) -> dict:
+               max_events: int | None = None, force: bool = False, cache: ReplayCache | None = None,
+               critical_path: bool = False) -> dict:
     """Render everything for compile output ``out`` into ``dest`` (default OUT/viz), every picture in each
     format ``fmt`` lists (comma-separated, of :data:`~primal_compiler.viz.style.FORMATS`: ``png,pdf`` gives
     vector output next to the PNG).
@@ -32,7 +33,8 @@ def render_all(out, dest=None, compare=None, fmt: str = "png", target: str | Non
     ``dest`` is created, or replaced only when it is an earlier output of ours and ``force`` is set;
     it may not be OUT, OTHER or a directory holding them (:func:`primal_compiler.outdir.output_directory`).
 
-    The replays read and keep their schedules in ``cache`` (:mod:`~primal_compiler.executor.cache`).
+    The replays read and keep their schedules in ``cache`` (:mod:`~primal_compiler.executor.cache`); with
+    ``critical_path``, OUT's is a full one and the page breaks its TTFT and ITL down along the critical path.
     Returns ``{"dir", "files", "seconds"}``; seconds hold load, replay, each job's own time and
     ``render`` (wall time of all rendering).
     """
@@ -46,7 +48,7 @@ def render_all(out, dest=None, compare=None, fmt: str = "png", target: str | Non
     with steps(1 + (compare is not None) + len(ORDER) + 2, "viz") as step, \
             output_directory(dest, "viz", force, inputs=inputs) as tmp:
         step("load and replay")
-        d = data.load(out, target, cache)
+        d = data.load(out, target, cache, critical_path)
         timings: dict[str, float] = dict(d.seconds)
         runs = [d]
         other = None
@@ -100,11 +102,11 @@ def cmd_viz(args) -> None:
     from primal_compiler.argtypes import replay_cache
 
     result = render_all(args.out, args.output, args.compare, args.format, args.target, args.max_events, args.force,
-                        replay_cache(args))
+                        replay_cache(args), args.critical_path)
     t = result["seconds"]
     print(f"wrote {result['dir']}/ ({', '.join(result['files'])})")
     own = ", ".join(f"{k} {t[k]:.2f} s" for k in (*ORDER, "trace", "html"))
-    extra = f", compare load+replay {t['compare load+replay']:.1f} s" if "compare load+replay" in t else ""
+    extra = "".join(f", {k} {t[k]:.1f} s" for k in ("critical path", "compare load+replay") if k in t)
     print(f"load {t['load']:.1f} s, replay {t['replay']:.1f} s{extra}, render {t['render']:.1f} s ({own})")
 
 
@@ -125,5 +127,7 @@ def add_parser(sub) -> None:
     sp.add_argument("--target", default=None, help="target name (default: the one recorded in the program)")
     sp.add_argument("--max-events", type=int_arg(1, 2_000_000), default=None,  # Perfetto's UI loads a few million
                     help=f"cap on trace events (default {200_000:,}, at most 2,000,000); closer spans merge to meet it")
+    sp.add_argument("--critical-path", action="store_true",
+                    help="break request 0's TTFT and ITL down along their critical paths on the page (a full replay)")
     add_cache_flag(sp)
     sp.set_defaults(func=cmd_viz)

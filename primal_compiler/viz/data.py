@@ -102,9 +102,13 @@ def read_records(out: Path) -> list:
     return records
 
 
-def load(out, target_name: str | None = None, cache: ReplayCache | None = None) -> VizData:
+def load(out, target_name: str | None = None, cache: ReplayCache | None = None, critical: bool = False) -> VizData:
     """Load and replay compile output ``out`` (or a program file), reading and keeping its schedule in ``cache``
     (:mod:`~primal_compiler.executor.cache`); every failure is an InputError naming the file.
+
+    ``metrics["critical_path"]`` (:func:`~primal_compiler.executor.critical.critical_path`) is computed with
+    ``critical`` (a full replay: the cache is not read), else taken from the saved run report when it has one
+    for this target, else absent.
 
     The program comes through :func:`~primal_compiler.report.collect.load_compiled`, so its placement, KV map and
     mapping arrays exist and index each other, and sections ``prefill:0``/``decode:0`` end with ARGMAX.
@@ -124,9 +128,17 @@ def load(out, target_name: str | None = None, cache: ReplayCache | None = None) 
     saved = read_saved(Path(where))  # checked against the program before the replay
     seconds["load"] = time.perf_counter() - t
     t = time.perf_counter()
-    rp = replay(meta, arrays, stream, target, where, cache=cache)
+    rp = replay(meta, arrays, stream, target, where, cache=None if critical else cache)
     seconds["replay"] = time.perf_counter() - t
     m = metrics(rp, generate=planned_generation(meta), where=where, required=False)  # what primal run reports
+    if critical:
+        from primal_compiler.executor.critical import critical_path
+
+        t = time.perf_counter()
+        m["critical_path"] = critical_path(rp, generate=m["decode_steps"])
+        seconds["critical path"] = time.perf_counter() - t
+    elif saved is not None and saved.get("target") == target.name and "critical_path" in saved["metrics"]:
+        m["critical_path"] = saved["metrics"]["critical_path"]
     records = read_records(out) if out.is_dir() else []
     return VizData(out if out.is_dir() else out.parent, where, meta, arrays, stream, target, rp, m,
                    h100_for(meta, m), records, seconds, saved)

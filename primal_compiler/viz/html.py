@@ -104,6 +104,30 @@ def metrics_table(d: VizData, other: VizData | None = None) -> str:
     return f"<table class=sortable>{head}{''.join(body)}</table>"
 
 
+def critical_table(d: VizData) -> str:
+    """Where request 0's TTFT and ITL (per step) go along their critical paths, by class of record (``primal run
+    --critical-path``, docs/executor.md), or how to have it computed."""
+    from primal_compiler.executor.critical import CLASS_KEYS, LABELS
+
+    cp = d.metrics.get("critical_path")
+    if not cp:
+        return ("<p>Not computed (it needs a full replay): <code>primal viz OUT --critical-path</code>, or keep it "
+                "with <code>primal run MODEL --critical-path -o OUT</code>.</p>")
+    t, i = cp["ttft"], cp["itl"]
+
+    def cells(part: dict, key: str) -> str:
+        v, total = part["by_class_s"][key], part["total_s"]
+        return f"<td class=num>{v:.4g}</td><td class=num>{100 * v / total if total else 0:.1f}</td>"
+
+    rows = [f"<tr><td>{html.escape(LABELS[k])}</td>{cells(t, k)}{cells(i, k)}</tr>" for k in CLASS_KEYS
+            if t["by_class_s"][k] or i["by_class_s"][k]]
+    head = ("<tr><th>class</th><th>TTFT (s)</th><th>TTFT share (%)</th><th>ITL per step (s)</th>"
+            "<th>ITL share (%)</th></tr>")
+    return (f"<table class=sortable>{head}{''.join(rows)}</table><p>TTFT {t['total_s']:.4g} s, bound by "
+            f"{html.escape(LABELS[t['bound_by']])}; ITL {i['total_s']:.4g} s per step, bound by "
+            f"{html.escape(LABELS[i['bound_by']])} (request 0).</p>")
+
+
 def records_table(d: VizData) -> str:
     if not d.records:
         return "<p>No <code>records.json</code> beside the program.</p>"
@@ -159,6 +183,8 @@ decode {secs['decode']:,}).</p>
 {memory_note(d)}
 <h2>Metrics</h2>
 {metrics_table(d, other)}
+<h2>Where the time goes (critical path)</h2>
+{critical_table(d)}
 <details><summary>full text report (<code>primal run</code>)</summary><pre>{html.escape(text_report)}</pre></details>
 <h2>Pipeline</h2>
 <p><code>{html.escape(str(d.meta.get('pipeline')))}</code></p>

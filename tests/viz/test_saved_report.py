@@ -68,3 +68,22 @@ def test_a_report_naming_no_program_is_set_aside(ran, tmp_path, capsys):
     assert main(["viz", str(out), "-o", str(tmp_path / "viz")]) == 0
     assert "names no program" in capsys.readouterr().err
     assert "GPU baselines" not in (tmp_path / "viz" / "report.html").read_text()
+
+
+def test_the_page_breaks_the_time_down_along_the_critical_path(ran, tmp_path, capsys):
+    """Asked for, the critical path is computed on a full replay; kept by ``run --critical-path -o``, it is read
+    from the saved report (the replay then comes from the cache); otherwise the page says how to get it."""
+    out = _copy(ran, tmp_path)
+    assert main(["viz", str(out), "-o", str(tmp_path / "plain")]) == 0
+    assert "Not computed" in (tmp_path / "plain" / "report.html").read_text()
+    assert main(["viz", str(out), "-o", str(tmp_path / "asked"), "--critical-path"]) == 0
+    asked = (tmp_path / "asked" / "report.html").read_text()
+    assert "<th>TTFT share (%)</th>" in asked and "Not computed" not in asked and "bound by" in asked
+    kept = tmp_path / "kept"
+    assert main(["run", "tiny-llama", "-p", "fast", "--critical-path", "-o", str(kept)]) == 0
+    saved = json.loads((kept / "report.json").read_text())["metrics"]["critical_path"]
+    capsys.readouterr()
+    assert main(["viz", str(kept), "-o", str(tmp_path / "from-saved")]) == 0
+    page = (tmp_path / "from-saved" / "report.html").read_text()
+    assert f"TTFT {saved['ttft']['total_s']:.4g} s" in page and "Not computed" not in page
+    assert f"TTFT {saved['ttft']['total_s']:.4g} s" in asked  # the same program: the same path
