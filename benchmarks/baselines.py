@@ -24,17 +24,22 @@ UNIT = {"ttft_s": ("TTFT", 1e3, "ms"), "itl_s": ("ITL (p50)", 1e3, "ms"),
 
 
 def calibration_markdown(rows: list[dict]) -> str:
-    lines = ["| point | conditions | metric | measured | model | error | |", "|---|---|---|---|---|---|---|"]
+    lines = ["| point | conditions | metric | measured | model | error | held out | |", "|---|---|---|---|---|---|---|---|"]
     for r in rows:
         name, scale, unit = UNIT[r["metric"]]
         mark = "within ±15%" if r["within"] else ("known miss: " + r["miss"] if r["miss"] else "**outside ±15%**")
         lines.append(f"| `{r['id']}` | {r['conditions']} | {name} | {r['measured'] * scale:.4g}{unit} | "
-                     f"{r['model'] * scale:.4g}{unit} | {100 * r['error']:+.1f}% | {mark} |")
+                     f"{r['model'] * scale:.4g}{unit} | {100 * r['error']:+.1f}% | {'yes' if r['held_out'] else ''} | {mark} |")
     ok = [r for r in rows if not r["miss"]]
     worst = max(abs(r["error"]) for r in ok)
     lines.append("")
     lines.append(f"{len(ok)} points asserted, largest error {100 * worst:.1f}%, mean |error| "
                  f"{100 * sum(abs(r['error']) for r in ok) / len(ok):.1f}%; {len(rows) - len(ok)} known misses kept in the table.")
+    held = [r for r in rows if r["held_out"]]
+    if held:  # sources no choice of the model was made with: the only out-of-sample evidence here
+        lines.append(f"held out (no choice made with their source in view): {sum(r['within'] for r in held)} of "
+                     f"{len(held)} within ±{TOLERANCE:.0%}, mean |error| "
+                     f"{100 * sum(abs(r['error']) for r in held) / len(held):.1f}%; the rest are in-sample.")
     return "\n".join(lines)
 
 

@@ -42,14 +42,18 @@ class Point:
     source: str
     kv_bits: int = 16
     usable_fraction: float = 0.0  # 0: the target's own
-    versus_precision: str = ""
+    lora: str = ""  # adapters (a --lora spec), unmerged; "": none
+    adapters: int = 1  # distinct adapters among the batch's sequences
+    versus_precision: str = ""  # a ratio's other configuration: these differ, the rest is the same
     versus_kv_bits: int = 16
+    versus_adapters: int = 0  # 0: the same as ``adapters``
     miss: str = ""
+    held_out: bool = False  # no choice of the model was made with this point's source in view
 
 
 _REQUIRED = ("id", "metric", "value", "model", "gpu", "engine", "precision", "batch", "prompt", "generate", "source")
 #: The Python types a TOML value of each field type may have (an int is a float too).
-_KINDS: dict[str, type | tuple[type, ...]] = {"str": str, "int": int, "float": (int, float)}
+_KINDS: dict[str, type | tuple[type, ...]] = {"str": str, "int": int, "float": (int, float), "bool": bool}
 
 
 def load_points(path: str | Path = MEASUREMENTS) -> list[Point]:
@@ -69,14 +73,16 @@ def load_points(path: str | Path = MEASUREMENTS) -> list[Point]:
             raise InputError(where, f"{missing[0]}: missing key")
         for key, value in entry.items():
             want = _KINDS[types[key]]
-            if isinstance(value, bool) or not isinstance(value, want):
+            if (isinstance(value, bool) and want is not bool) or not isinstance(value, want):
                 raise InputError(where, f"{key}: expected {types[key]}, got {value!r}")
         values: dict[str, Any] = {k: float(v) if types[k] == "float" else v for k, v in entry.items()}
         point = Point(**values)
         if point.metric not in METRICS:
             raise InputError(where, f"metric: must be one of {', '.join(METRICS)}, got {point.metric!r}")
-        if (point.metric == "ratio") != bool(point.versus_precision):
-            raise InputError(where, "versus_precision: required exactly when metric = \"ratio\"")
+        if (point.metric == "ratio") != bool(point.versus_precision or point.versus_adapters):
+            raise InputError(where, "versus_precision or versus_adapters: required exactly when metric = \"ratio\"")
+        if (point.adapters > 1 or point.versus_adapters > 1) and not point.lora:
+            raise InputError(where, "adapters: several distinct adapters need lora")
         if point.id in seen:
             raise InputError(where, f"id: {point.id!r} appears twice")
         seen.add(point.id)
@@ -98,15 +104,18 @@ def predict(point: Point) -> float:
         raise InputError(f"point {point.id}", f"gpu: {point.gpu} is a {target.kind} target; "
                                               f"give a GPU (a100, h100, h200)")
     gpu: GpuTarget = target
-    model, engine = load_model(point.model), load_engine(point.engine)
+    model, engine = load_model(point.model, point.lora or None), load_engine(point.engine)
 
-    def run(precision: str, kv_bits: int):
+    def run(precision: str, kv_bits: int, adapters: int):
         return serve(model, gpu, engine, precision=precision, kv_bits=kv_bits, batch=point.batch,
-                     prompt=point.prompt, generate=point.generate, lora_mode="merged")
+                     prompt=point.prompt, generate=point.generate, lora_mode="unmerged" if point.lora else "merged",
+                     adapters=adapters)
 
-    s = run(point.precision, point.kv_bits)
+    s = run(point.precision, point.kv_bits, point.adapters)
     if point.metric == "ratio":
-        return s.end_to_end_tokens_per_s / run(point.versus_precision, point.versus_kv_bits).end_to_end_tokens_per_s
+        versus = run(point.versus_precision or point.precision, point.versus_kv_bits,
+                     point.versus_adapters or point.adapters)
+        return s.end_to_end_tokens_per_s / versus.end_to_end_tokens_per_s
     return float(getattr(s, point.metric))
 
 
@@ -117,7 +126,10 @@ def table(points: list[Point] | None = None) -> list[dict]:
         got = predict(p)
         error = got / p.value - 1
         cond = (f"{p.model}, {p.gpu}, {p.engine}, {p.precision}" + (f" vs {p.versus_precision}" if p.versus_precision else "")
+                + (f", LoRA {p.lora} unmerged, {p.adapters} adapters" if p.lora else "")
+                + (f" vs {p.versus_adapters}" if p.versus_adapters else "")
                 + f", KV {p.kv_bits}-bit, batch {p.batch}, {p.prompt}/{p.generate}")
         rows.append({"id": p.id, "metric": p.metric, "measured": p.value, "model": got, "error": error,
-                     "within": abs(error) <= TOLERANCE, "miss": p.miss, "source": p.source, "conditions": cond})
+                     "within": abs(error) <= TOLERANCE, "miss": p.miss, "source": p.source, "conditions": cond,
+                     "held_out": p.held_out})
     return rows

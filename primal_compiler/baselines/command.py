@@ -33,10 +33,13 @@ def baseline(args) -> dict:
         raise InputError("--gpu", f"unknown GPU {args.gpu!r}; known: {', '.join(GPUS)}")
     if args.lora is None and args.lora_mode != "unmerged":
         raise unused("--lora-mode", "--lora")
+    if args.lora is None and args.adapters != 1:
+        raise unused("--adapters", "--lora")
     engine = load_engine(args.engine)
     model = load_model(args.model, args.lora)
     s = serve(model, load_gpu_target(args.gpu, "--gpu"), engine, precision=args.precision, kv_bits=args.kv_bits,
-              lora_mode=args.lora_mode, batch=args.batch, prompt=args.prompt, generate=args.generate)
+              lora_mode=args.lora_mode, batch=args.batch, prompt=args.prompt, generate=args.generate,
+              adapters=args.adapters)
     return {"format": "primal-baseline", "model": model.name, "lora": args.lora, **s.to_dict()}
 
 
@@ -46,7 +49,8 @@ def render(r: dict) -> str:
 
     mem = r["details"]["memory"]
     lines = [f"{r['model']} on {r['gpu']} ({r['engine']}, {r['precision']}, KV {r['kv_bits']}-bit, LoRA "
-             f"{r['lora'] or 'none'} {r['lora_mode'] if r['lora'] else ''}".rstrip() + f"), batch {r['batch']}, "
+             f"{r['lora'] or 'none'} {r['lora_mode'] if r['lora'] else ''}".rstrip()
+             + (f", {r['adapters']} distinct adapters" if r["adapters"] > 1 else "") + f"), batch {r['batch']}, "
              f"prompt {r['prompt']}, {r['generate']} generated", ""]
     rows = [
         ("TTFT (prefill of the batch)", human_time(r["ttft_s"])),
@@ -101,5 +105,8 @@ def add_parser(sub) -> None:
     sp.add_argument("--lora-mode", default="unmerged", help="merged or unmerged adapters (default unmerged)")
     for flag, hi in (("--batch", 100_000), ("--prompt", 1_000_000), ("--generate", 1_000_000)):
         sp.add_argument(flag, type=int_arg(1, hi), required=True, help=f"{flag[2:]} (1..{hi:,})")
+    sp.add_argument("--adapters", type=int_arg(1, 100_000), default=1,
+                    help="distinct adapters among the batch's sequences (unmerged; default 1): each further one is "
+                         "gathered by an SGMV/BGMV-class kernel (docs/baselines.md)")
     sp.add_argument("--json", action="store_true", help="one JSON object")
     sp.set_defaults(func=cmd_baseline)

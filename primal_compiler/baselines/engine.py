@@ -17,7 +17,10 @@ Per forward pass over T token rows (decode: T = batch; prefill: batch x prompt):
   per token and layer at the stream roof;
 * every kernel adds the engine's fixed time, every pass its host time;
 * unmerged LoRA adds ``kernels_per_projection`` kernels per adapted
-  projection (fixed time + their own roofline); merged LoRA adds nothing.
+  projection (fixed time + their own roofline), and each further distinct
+  adapter in the batch (``adapters``) ``gather_fixed_s`` plus its A and B
+  read at ``gather_bandwidth_fraction`` of the HBM peak (an SGMV/BGMV-class
+  kernel, Punica); merged LoRA adds nothing and serves one adapter.
 
 Power per phase = min(TDP, idle + memory_dynamic_w x HBM utilisation +
 compute_dynamic_w x tensor utilisation); energy sums power x time over the
@@ -96,6 +99,7 @@ class Serving:
     kv_bits: int
     lora_mode: str
     batch: int
+    adapters: int
     prompt: int
     generate: int
     ttft_s: float
@@ -122,29 +126,36 @@ class Serving:
 
 
 def memory_need(model: Model, gpu: GpuTarget, precision: str, kv_bits: int, lora_mode: str, batch: int,
-                positions: int) -> dict[str, float]:
-    """HBM bytes of weights, adapters (unmerged only) and the KV cache of ``batch x positions``, and the usable share."""
+                positions: int, adapters: int = 1) -> dict[str, float]:
+    """HBM bytes of weights, ``adapters`` adapters (unmerged only) and the KV cache of ``batch x positions``, and
+    the usable share."""
     prec = PRECISION[precision]
     lin = sum(_linear_params(layer) for layer in model.layers)
     weights = lin * prec.weight_bits / 8 + (model.base_params - lin) * 2
-    adapters = model.lora_params * 2 if lora_mode == "unmerged" else 0.0
+    lora = model.lora_params * 2 * adapters if lora_mode == "unmerged" else 0.0
     kv = batch * positions * sum(2 * layer.attention.kv_size for layer in model.layers) * kv_bits / 8
-    need = weights + adapters + kv
+    need = weights + lora + kv
     usable = gpu.memory.hbm_capacity_bytes * gpu.memory.usable_fraction
-    return {"weight_bytes": weights, "lora_bytes": adapters, "kv_bytes": kv, "need_bytes": need, "usable_bytes": usable}
+    return {"weight_bytes": weights, "lora_bytes": lora, "kv_bytes": kv, "need_bytes": need, "usable_bytes": usable}
 
 
 def serve(model: Model, gpu: GpuTarget, engine: EngineProfile, *, precision: str, batch: int, prompt: int,
-          generate: int, kv_bits: int = 16, lora_mode: str = "unmerged") -> Serving:
-    """Prefill and decode costs of ``model`` on ``gpu`` with ``engine`` (see the module docstring)."""
-    _check(gpu, engine, precision, kv_bits, lora_mode, batch=batch, prompt=prompt, generate=generate)
-    mem = memory_need(model, gpu, precision, kv_bits, lora_mode, batch, prompt + generate)
+          generate: int, kv_bits: int = 16, lora_mode: str = "unmerged", adapters: int = 1) -> Serving:
+    """Prefill and decode costs of ``model`` on ``gpu`` with ``engine`` (see the module docstring), its ``batch``
+    sequences on ``adapters`` distinct adapters (1 .. batch; more than one only unmerged)."""
+    _check(gpu, engine, precision, kv_bits, lora_mode, batch=batch, prompt=prompt, generate=generate, adapters=adapters)
+    if adapters > batch:
+        raise InputError("--adapters", f"{adapters} distinct adapters in a batch of {batch}: at most one per sequence")
+    if adapters > 1 and lora_mode == "merged":
+        raise InputError("--adapters", "a merged model serves one adapter; several in one batch run unmerged "
+                                       "(--lora-mode unmerged)")
+    mem = memory_need(model, gpu, precision, kv_bits, lora_mode, batch, prompt + generate, adapters)
     if mem["need_bytes"] > mem["usable_bytes"]:
         raise InputError(gpu.name, f"does not fit: {model.name} in {precision} at batch {batch}, {prompt + generate} "
                                    f"positions needs {mem['need_bytes'] / GB:.1f} GB (weights {mem['weight_bytes'] / GB:.1f}, "
                                    f"LoRA {mem['lora_bytes'] / GB:.2f}, KV cache {mem['kv_bytes'] / GB:.1f}) but "
                                    f"{mem['usable_bytes'] / GB:.1f} GB is usable")
-    w = _Work(model, gpu, engine, PRECISION[precision], kv_bits, lora_mode)
+    w = _Work(model, gpu, engine, PRECISION[precision], kv_bits, lora_mode, adapters)
     pre_t, pre_bytes, pre_flops, pre_parts = w.prefill(batch, prompt)
     ctx = np.arange(prompt + 1, prompt + generate, dtype=np.float64)  # KV positions each decode step attends over
     dec_t, dec_bytes, dec_flops, dec_parts = w.decode(batch, ctx)
@@ -164,7 +175,7 @@ def serve(model: Model, gpu: GpuTarget, engine: EngineProfile, *, precision: str
     }
     return Serving(
         gpu=gpu.name, engine=engine.name, precision=precision, kv_bits=kv_bits, lora_mode=lora_mode, batch=batch,
-        prompt=prompt, generate=generate, ttft_s=pre_t, itl_s=itl, itl_end_s=float(dec_t[-1]),
+        adapters=adapters, prompt=prompt, generate=generate, ttft_s=pre_t, itl_s=itl, itl_end_s=float(dec_t[-1]),
         tokens_per_s=batch / itl, end_to_end_tokens_per_s=batch * generate / (pre_t + decode_s),
         tokens_per_j=1.0 / energy_per_token, energy_per_token_j=energy_per_token, power_w=decode_j / decode_s,
         prefill_power_w=pre_p, prefill_energy_j=pre_p * pre_t, decode_energy_j=decode_j,
@@ -201,8 +212,8 @@ class _Work:
     """Bytes, FLOPs and times of the passes of one configuration."""
 
     def __init__(self, model: Model, gpu: GpuTarget, engine: EngineProfile, prec: Precision, kv_bits: int,
-                 lora_mode: str) -> None:
-        self.m, self.g, self.e, self.p = model, gpu, engine, prec
+                 lora_mode: str, adapters: int = 1) -> None:
+        self.m, self.g, self.e, self.p, self.adapters = model, gpu, engine, prec, adapters
         self.bw = gpu.memory.hbm_bandwidth_bytes_per_s * gpu.memory.stream_bandwidth_fraction
         d = engine.decode
         self.f_w = {"dense": d.weight_bandwidth_fraction, "w8a16": d.w8a16_bandwidth_fraction,
@@ -234,11 +245,14 @@ class _Work:
         vec_bytes = tokens * (self.vec + self.m.hidden_size * 2)  # + embedding rows gathered
         fixed = self.kernels * e.kernels.fixed_s + e.kernels.host_per_pass_s
         lora_t, lora_bytes, lora_flops = 0.0, 0.0, 0.0
+        hbm = self.g.memory.hbm_bandwidth_bytes_per_s
         for fan_in, fan_out, r in self.lora:
             nbytes = (fan_in + fan_out) * r * 2 + tokens * (fan_in + 2 * r + 2 * fan_out) * 2
             nflops = 2 * tokens * r * (fan_in + fan_out)
             lora_t += e.lora.kernels_per_projection * e.kernels.fixed_s + max(nbytes / self.bw, nflops / (peak16 * e.prefill.gemm_compute_fraction))
-            lora_bytes, lora_flops = lora_bytes + nbytes, lora_flops + nflops
+            further = (self.adapters - 1) * (fan_in + fan_out) * r * 2  # the other distinct adapters' A and B
+            lora_t += (self.adapters - 1) * e.lora.gather_fixed_s + further / (hbm * e.lora.gather_bandwidth_fraction)
+            lora_bytes, lora_flops = lora_bytes + nbytes + further, lora_flops + nflops
         parts = {"gemm": gemm, "lm_head": head, "vectors": vec_bytes / self.bw, "fixed": fixed, "lora": lora_t}
         nbytes = self.weight_bytes + self.head * 2 + vec_bytes + lora_bytes
         return parts, nbytes, gemm_flops + head_flops + lora_flops

@@ -68,6 +68,8 @@ class LoraSpec(Table):
     """How unmerged LoRA adapters run (merged adapters cost nothing at inference)."""
 
     kernels_per_projection: int = _f("count", "kernels per adapted projection and pass when unmerged (shrink x@A, expand (xA)@B, any scale/add)", ge=1, le=100)
+    gather_fixed_s: float = _f("s", "fixed time per further distinct adapter in a batch, per adapted projection and pass (gathering its A and B: SGMV/BGMV segment set-up, or a per-adapter loop's kernels)", ge=0, le=1e-3)
+    gather_bandwidth_fraction: float = _f("fraction", "HBM bandwidth at which a further distinct adapter's A and B are read, of the HBM peak", gt=0, le=1)
 
 
 @dataclass(frozen=True)

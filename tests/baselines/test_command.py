@@ -44,11 +44,22 @@ def test_llama3_in_fp8_on_an_h100(capsys):
     (["--precision", "int3"], "unknown precision 'int3'"),
     (["--engine", "tgi"], "unknown engine 'tgi'"),
     (["--lora-mode", "both"], "merged or unmerged"),
+    (["--adapters", "2"], "--adapters: 2 distinct adapters in a batch of 1"),
+    (["--adapters", "2", "--batch", "4", "--lora-mode", "merged"], "a merged model serves one adapter"),
 ])
 def test_bad_input_is_one_line(capsys, extra, message):
     assert main([*ISSUE, *extra]) == 2
     err = capsys.readouterr().err.strip()
     assert message in err and len(err.splitlines()) == 1 and "Traceback" not in err
+
+
+def test_several_adapters_in_one_batch(capsys):
+    assert main(["baseline", "llama2-7b", "--lora", "all:16", "--gpu", "a100", "--precision", "fp16", "--batch", "32",
+                 "--prompt", "256", "--generate", "256", "--adapters", "32"]) == 0
+    assert "32 distinct adapters" in capsys.readouterr().out
+    assert main(["baseline", "llama2-7b", "--gpu", "a100", "--precision", "fp16", "--batch", "32", "--prompt", "256",
+                 "--generate", "256", "--adapters", "2"]) == 2
+    assert "--adapters" in capsys.readouterr().err
 
 
 def test_does_not_fit_says_how_much(capsys):
