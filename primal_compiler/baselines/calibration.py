@@ -56,10 +56,11 @@ class Point:
     versus_adapters: int = 0  # 0: the same as ``adapters``
     miss: str = ""
     held_out: bool = False  # no choice of the model was made with this point's source in view
-    study: str = ""  # the publication or data set the point comes from (power points: what leave-one-out leaves out)
+    study: str = ""  # the publication or data set the point comes from (what leave-one-study-out leaves out)
 
 
-_REQUIRED = ("id", "metric", "value", "model", "gpu", "engine", "precision", "batch", "prompt", "generate", "source")
+_REQUIRED = ("id", "metric", "value", "model", "gpu", "engine", "precision", "batch", "prompt", "generate", "source",
+             "study")
 #: The Python types a TOML value of each field type may have (an int is a float too).
 _KINDS: dict[str, type | tuple[type, ...]] = {"str": str, "int": int, "float": (int, float), "bool": bool}
 
@@ -89,8 +90,6 @@ def load_points(path: str | Path = MEASUREMENTS) -> list[Point]:
             raise InputError(where, f"metric: must be one of {', '.join(METRICS)}, got {point.metric!r}")
         if (point.metric == "ratio") != bool(point.versus_precision or point.versus_adapters):
             raise InputError(where, "versus_precision or versus_adapters: required exactly when metric = \"ratio\"")
-        if point.metric == "power_w" and not point.study:
-            raise InputError(where, "study: required for a power_w point (its leave-one-study-out group)")
         if (point.adapters > 1 or point.versus_adapters > 1) and not point.lora:
             raise InputError(where, "adapters: several distinct adapters need lora")
         if point.id in seen:
@@ -144,5 +143,5 @@ def table(points: list[Point] | None = None) -> list[dict]:
                 + f", KV {p.kv_bits}-bit, batch {p.batch}, {p.prompt}/{p.generate}")
         rows.append({"id": p.id, "metric": p.metric, "measured": p.value, "model": got, "error": error,
                      "within": abs(error) <= tolerance(p.metric), "miss": p.miss, "source": p.source, "conditions": cond,
-                     "held_out": p.held_out})
+                     "held_out": p.held_out, "study": p.study})
     return rows
