@@ -52,7 +52,7 @@ class Point:
     lora: str = ""  # adapters (a --lora spec), unmerged; "": none
     adapters: int = 1  # distinct adapters among the batch's sequences
     versus_precision: str = ""  # a ratio's other configuration: these differ, the rest is the same
-    versus_kv_bits: int = 16
+    versus_kv_bits: int = 0  # 0: the same as ``kv_bits``
     versus_adapters: int = 0  # 0: the same as ``adapters``
     miss: str = ""
     held_out: bool = False  # no choice of the model was made with this point's source in view
@@ -88,8 +88,9 @@ def load_points(path: str | Path = MEASUREMENTS) -> list[Point]:
         point = Point(**values)
         if point.metric not in METRICS:
             raise InputError(where, f"metric: must be one of {', '.join(METRICS)}, got {point.metric!r}")
-        if (point.metric == "ratio") != bool(point.versus_precision or point.versus_adapters):
-            raise InputError(where, "versus_precision or versus_adapters: required exactly when metric = \"ratio\"")
+        if (point.metric == "ratio") != bool(point.versus_precision or point.versus_kv_bits or point.versus_adapters):
+            raise InputError(where, "versus_precision, versus_kv_bits or versus_adapters: required exactly when "
+                                    "metric = \"ratio\"")
         if (point.adapters > 1 or point.versus_adapters > 1) and not point.lora:
             raise InputError(where, "adapters: several distinct adapters need lora")
         if point.id in seen:
@@ -125,7 +126,7 @@ def predict(point: Point, memory_dynamic_w: float | None = None) -> float:
 
     s = run(point.precision, point.kv_bits, point.adapters)
     if point.metric == "ratio":
-        versus = run(point.versus_precision or point.precision, point.versus_kv_bits,
+        versus = run(point.versus_precision or point.precision, point.versus_kv_bits or point.kv_bits,
                      point.versus_adapters or point.adapters)
         return s.end_to_end_tokens_per_s / versus.end_to_end_tokens_per_s
     return float(getattr(s, point.metric))

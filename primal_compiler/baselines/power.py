@@ -18,6 +18,7 @@ from __future__ import annotations
 import statistics
 
 from primal_compiler.baselines.calibration import Point, load_points, predict, tolerance
+from primal_compiler.errors import InputError
 from primal_compiler.target.gpu import GpuTarget
 
 __all__ = ["U_REF", "implied_share", "leave_one_study_out", "pooled_share", "slope"]
@@ -41,7 +42,11 @@ def implied_share(point: Point) -> float:
     """The share at which the model draws ``point.value`` watts under the point's conditions."""
     gpu = _gpu(point)
     lo, hi = predict(point, 0.0), predict(point, 100.0)
-    return (point.value - lo) / ((hi - lo) / 100.0) * U_REF / (gpu.power.tdp_w - gpu.power.idle_w)
+    share = (point.value - lo) / ((hi - lo) / 100.0) * U_REF / (gpu.power.tdp_w - gpu.power.idle_w)
+    if abs(predict(point, slope(gpu, share)) / point.value - 1) > 1e-6:  # linear only below the TDP cap
+        raise InputError(f"point {point.id}", "its decode reaches the TDP cap in the model: no share gives its "
+                                              "reading, so it cannot set or score the power slope")
+    return share
 
 
 def _studies(points: list[Point]) -> dict[str, list[float]]:
@@ -65,7 +70,9 @@ def leave_one_study_out(points: list[Point] | None = None) -> list[dict]:
     """Per power point: its study, the measured watts, the model's as shipped (``in_sample``) and with the share
     of the other studies (``held_out``, with that ``share``), and both relative errors."""
     chosen = _power_points(points)
-    rows = []
+    rows: list[dict] = []
+    if len({p.study for p in chosen}) < 2:
+        return rows  # one study leaves none to score it with
     for study in sorted({p.study for p in chosen}):
         others = [p for p in chosen if p.study != study]
         share = pooled_share(others)

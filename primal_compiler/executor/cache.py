@@ -8,14 +8,16 @@ figures are byte-identical (``tests/executor/test_cache.py``).
 
 Guarantees:
 
-- An entry is used only when its key matches: the sha256 of the program (meta, arrays, stream), the
-  target's content hash, the control mode, and the source of this package (so a changed simulator never
+- An entry is used only when its key matches: the sha256 of the program (meta, arrays, stream), every
+  target value the timing depends on (``replay.timing_hash``: energy-only keys left out, so a replay under
+  changed energy constants reads the schedule and prices it anew), the control mode, and the source of this package (so a changed simulator never
   reads an old schedule). A throttled replay (``max_active_pes``) is never cached.
 - An entry is used only when the sha256 of its bytes, written beside them, matches; anything else (a
   truncated, edited or foreign file) is reported in one line and replayed over, never read.
 - A cache directory that cannot be created, read or written is reported in one line; the replay runs
   without it. Entries are written to a temporary sibling and renamed into place, so a reader sees a whole
-  entry or none; only files named like entries are ever removed (the oldest first, past ``limit_bytes``).
+  entry or none; only files named like entries are ever removed (the oldest first, past ``limit_bytes``),
+  and temporaries of entries whose writing process no longer runs (one killed mid-write).
 - A replay served from the cache has no dependency edges and no per-link waits (``Replay.from_cache``):
   the critical path (:mod:`.critical`) needs a full replay and callers asking for it pass no cache.
 """
@@ -44,12 +46,24 @@ from primal_compiler.version import __version__
 
 FORMAT = "primal-replay-cache/1"
 _ENTRY = re.compile(r"^[0-9a-f]{64}\.npz$")
+_TMP = re.compile(r"^\.[0-9a-f]{64}\.npz\.primal-tmp\.(?P<pid>\d+)\.[0-9a-f]{12}$")
 _PER_RECORD = ("dispatch", "start", "finish", "n_mesh", "n_other")
 _MEMORY = ("kv_bytes", "peak_bytes", "peak_cycle", "inst_loc", "inst_bytes", "inst_first", "inst_begin", "inst_end")
 
 
 def _stderr(line: str) -> None:
     print(line, file=sys.stderr)
+
+
+def _running(pid: int) -> bool:
+    """Whether process ``pid`` exists (one of another user counts)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True
+    return True
 
 
 def default_directory() -> Path:
@@ -150,20 +164,25 @@ def lookup(c: ReplayCache, key: str) -> Schedule | None:
             stored = {name: z[name] for name in z.files}
         header = json.loads(bytes(stored.pop("header")).decode())
         checksum = bytes(stored.pop("checksum")).decode()
-    except (OSError, ValueError, KeyError, zipfile.BadZipFile, UnicodeDecodeError) as exc:
+        signed = (isinstance(header, dict) and header.get("format") == FORMAT and header.get("key") == key
+                  and _checksum(header, stored) == checksum)
+        if not signed:
+            c.say(f"{path}: replay cache entry corrupted (its sha256 does not match); replaying")
+            return None
+        stored = {name: stored[name].astype(dtype) for name, dtype in header["dtypes"].items()}
+        mem = header["memory"]
+        memory = None if mem is None else Memory(
+            capacity_bytes=int(mem["capacity_bytes"]), phase_peak=dict(mem["phase_peak"]), pes=int(mem["pes"]),
+            overflow=None if mem["overflow"] is None else tuple(mem["overflow"]),
+            **{n: stored[f"memory.{n}"] for n in _MEMORY})
+        kept = Schedule(stored["dispatch"], stored["start"], stored["finish"], stored["n_mesh"], stored["n_other"],
+                        memory)
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, zipfile.BadZipFile, UnicodeDecodeError) as exc:
         c.say(f"{path}: replay cache entry unreadable ({type(exc).__name__}); replaying")
         return None
-    if header.get("format") != FORMAT or header.get("key") != key or _checksum(header, stored) != checksum:
-        c.say(f"{path}: replay cache entry corrupted (its sha256 does not match); replaying")
-        return None
-    stored = {name: stored[name].astype(dtype) for name, dtype in header["dtypes"].items()}
-    mem = header["memory"]
-    memory = None if mem is None else Memory(
-        capacity_bytes=int(mem["capacity_bytes"]), phase_peak=dict(mem["phase_peak"]), pes=int(mem["pes"]),
-        overflow=None if mem["overflow"] is None else tuple(mem["overflow"]),
-        **{n: stored[f"memory.{n}"] for n in _MEMORY})
-    os.utime(path)  # its use, for the oldest-first eviction
-    return Schedule(stored["dispatch"], stored["start"], stored["finish"], stored["n_mesh"], stored["n_other"], memory)
+    with suppress(OSError):  # its use, for the oldest-first eviction; an entry gone or read-only meanwhile is fine
+        os.utime(path)
+    return kept
 
 
 def store(c: ReplayCache, key: str, s: Schedule) -> None:
@@ -189,13 +208,22 @@ def store(c: ReplayCache, key: str, s: Schedule) -> None:
             tmp.unlink(missing_ok=True)
         c.say(f"{c.directory}: replay cache not written ({exc.strerror or exc}); the replay ran without it")
         return
+    except BaseException:  # an interrupt mid-write leaves no temporary behind
+        with suppress(OSError):
+            tmp.unlink(missing_ok=True)
+        raise
     _evict(c, path.name)
 
 
 def _evict(c: ReplayCache, kept: str) -> None:
     """Remove the least recently used entries (never ``kept``, the one just written) while the entries hold
-    more than ``c.limit_bytes``."""
+    more than ``c.limit_bytes``, and temporaries of entries whose writing process no longer runs (killed
+    mid-write)."""
     try:
+        for p in c.directory.iterdir():
+            m = _TMP.match(p.name)
+            if m and not _running(int(m["pid"])) and p.is_file() and not p.is_symlink():
+                p.unlink()
         entries = [(p.stat().st_mtime_ns, p.name, p) for p in c.directory.iterdir()
                    if _ENTRY.match(p.name) and p.is_file() and not p.is_symlink()]
         total = sum(p.stat().st_size for _, _, p in entries)
@@ -204,7 +232,6 @@ def _evict(c: ReplayCache, kept: str) -> None:
                 break
             if name == kept:
                 continue
-                break
             total -= path.stat().st_size
             path.unlink()
     except OSError as exc:

@@ -102,6 +102,14 @@ def read_records(out: Path) -> list:
     return records
 
 
+def same_run(saved: dict | None, target: str, m: dict) -> bool:
+    """Whether the saved run report ``saved`` is of the replay whose metrics are ``m``: the same target, control
+    mode and generation (a run with ``--control central`` or another ``--generate`` is another run)."""
+    if not isinstance(saved, dict) or saved.get("target") != target or not isinstance(saved.get("metrics"), dict):
+        return False
+    return all(saved["metrics"].get(k) == m.get(k) for k in ("control", "decode_steps", "generation"))
+
+
 def load(out, target_name: str | None = None, cache: ReplayCache | None = None, critical: bool = False) -> VizData:
     """Load and replay compile output ``out`` (or a program file), reading and keeping its schedule in ``cache``
     (:mod:`~primal_compiler.executor.cache`); every failure is an InputError naming the file.
@@ -137,7 +145,7 @@ def load(out, target_name: str | None = None, cache: ReplayCache | None = None, 
         t = time.perf_counter()
         m["critical_path"] = critical_path(rp, generate=m["decode_steps"])
         seconds["critical path"] = time.perf_counter() - t
-    elif saved is not None and saved.get("target") == target.name and "critical_path" in saved["metrics"]:
+    elif saved is not None and same_run(saved, target.name, m) and "critical_path" in saved["metrics"]:
         m["critical_path"] = saved["metrics"]["critical_path"]
     records = read_records(out) if out.is_dir() else []
     return VizData(out if out.is_dir() else out.parent, where, meta, arrays, stream, target, rp, m,

@@ -7,7 +7,7 @@ import html
 import json
 from pathlib import Path
 
-from primal_compiler.viz.data import VizData
+from primal_compiler.viz.data import VizData, same_run
 
 CSS = """
 body { font-family: sans-serif; margin: 1.5em auto; max-width: 1400px; color: #222; }
@@ -202,12 +202,13 @@ prints its timings on the terminal. Click a table's header to sort it, a picture
 def render(d: VizData, out: Path, pictures: list[str], other: VizData | None = None) -> list[str]:
     """Write ``report.html``: a pure function of the program (and ``other``'s, with ``--compare``), its saved
     run report and its pictures (no dates, no timings). The full text report is the saved one (``primal run
-    MODEL -o OUT``'s, with its GPU baselines) when it was made on the target drawn, else the replay's."""
+    MODEL -o OUT``'s, with its GPU baselines) when it is of the replay drawn (:func:`~.data.same_run`), else
+    the replay's."""
     from primal_compiler.report.run import render_run, without_wall_times
 
     metrics = without_wall_times(d.metrics)
     report = {"model": d.meta.get("model"), "target": d.target.name, "metrics": metrics, "h100": d.h100}
-    if d.saved is not None and d.saved.get("target") == d.target.name:
+    if d.saved is not None and same_run(d.saved, d.target.name, d.metrics):
         report = d.saved
     try:
         text = render_run(report)

@@ -150,3 +150,42 @@ def test_primal_run_reads_what_it_kept(tmp_path, capsys):
     assert "schedule" in stages[2] and "cache" not in stages[3]  # the critical path and --no-cache replay in full
     assert runs[0] == runs[1] == runs[2] == runs[3]
     assert len(_entries(ReplayCache())) == 1  # in this test's own $XDG_CACHE_HOME (tests/conftest.py)
+
+
+def test_an_entry_whose_time_cannot_be_touched_is_still_read(compiled, small_target, store, monkeypatch):
+    _replay(compiled, small_target, store)
+
+    def refuse(*args, **kwargs):
+        raise PermissionError("read-only")
+
+    monkeypatch.setattr(replay_cache.os, "utime", refuse)  # a read-only cache, or the entry evicted meanwhile
+    assert _replay(compiled, small_target, store).from_cache
+
+
+def test_an_interrupted_write_leaves_no_temporary(compiled, small_target, store, monkeypatch):
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(replay_cache.np, "savez", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        _replay(compiled, small_target, store)
+    assert [p.name for p in store.directory.iterdir()] == []
+
+
+def test_a_killed_writers_temporary_goes_at_the_next_write(compiled, small_target, store):
+    store.directory.mkdir(parents=True)
+    dead = store.directory / f".{'0' * 64}.npz.primal-tmp.{2**22 + 12345}.{'a' * 12}"
+    alive = store.directory / f".{'1' * 64}.npz.primal-tmp.{os.getpid()}.{'b' * 12}"
+    for p in (dead, alive):
+        p.write_bytes(b"half an entry")
+    _replay(compiled, small_target, store)
+    assert not dead.exists() and alive.exists()  # another writer, still running, keeps its own
+
+
+def test_a_signed_entry_with_a_foreign_header_is_said_and_replayed(compiled, small_target, store, said):
+    _replay(compiled, small_target, store)
+    (path,) = _entries(store)
+    with np.load(path) as z:
+        stored = {k: z[k] for k in z.files if k not in ("header", "checksum")}
+    np.savez(path, **stored, header=np.frombuffer(b"[1, 2]", np.uint8), checksum=np.frombuffer(b"x", np.uint8))
+    assert not _replay(compiled, small_target, store).from_cache and len(said) == 1

@@ -87,3 +87,13 @@ def test_the_page_breaks_the_time_down_along_the_critical_path(ran, tmp_path, ca
     page = (tmp_path / "from-saved" / "report.html").read_text()
     assert f"TTFT {saved['ttft']['total_s']:.4g} s" in page and "Not computed" not in page
     assert f"TTFT {saved['ttft']['total_s']:.4g} s" in asked  # the same program: the same path
+
+
+def test_a_saved_report_of_another_control_mode_is_not_shown(tmp_path, capsys):
+    """``run --control central --critical-path -o OUT`` saved a central run; viz replays under the target's own
+    (distributed) control, so the page shows neither that critical path nor that text report."""
+    out = tmp_path / "central"
+    assert main(["run", "tiny-llama", "-p", "fast", "--control", "central", "--critical-path", "-o", str(out)]) == 0
+    assert main(["viz", str(out), "-o", str(tmp_path / "viz")]) == 0
+    page = (tmp_path / "viz" / "report.html").read_text()
+    assert "Not computed" in page and "GPU baselines" not in page
