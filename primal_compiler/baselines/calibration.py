@@ -115,7 +115,7 @@ def predict(point: Point, memory_dynamic_w: float | None = None) -> float:
         target = with_overrides(target, {"power.memory_dynamic_w": memory_dynamic_w})
     if not isinstance(target, GpuTarget):
         raise InputError(f"point {point.id}", f"gpu: {point.gpu} is a {target.kind} target; "
-                                              f"give a GPU (a100, h100, h200)")
+                                              f"give a GPU (a100, a100-40gb, h100, h200)")
     gpu: GpuTarget = target
     model, engine = load_model(point.model, point.lora or None), load_engine(point.engine)
 

@@ -18,7 +18,7 @@ import json
 
 from primal_compiler.errors import InputError
 
-GPUS = ("a100", "h100", "h200")
+GPUS = ("a100", "a100-40gb", "h100", "h200")
 
 
 def baseline(args) -> dict:

@@ -83,7 +83,7 @@ def load_gpu_target(name_or_path: str | Path, where: str) -> GpuTarget:
     """:func:`load_target`, refusing anything but a GPU target with ``InputError(where, ...)``."""
     target = load_target(name_or_path)
     if not isinstance(target, GpuTarget):
-        raise InputError(where, f"{name_or_path} is a {target.kind} target; give a GPU (a100, h100, h200)")
+        raise InputError(where, f"{name_or_path} is a {target.kind} target; give a GPU (a100, a100-40gb, h100, h200)")
     return target
 
 

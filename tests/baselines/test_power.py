@@ -16,7 +16,7 @@ def test_there_are_readings_from_three_studies_at_batch_1_and_above():
     assert len({p.study for p in POWER}) >= 3 and sum(p.batch == 1 for p in POWER) >= 8
 
 
-@pytest.mark.parametrize("gpu", ["a100", "h100", "h200"])
+@pytest.mark.parametrize("gpu", ["a100", "a100-40gb", "h100", "h200"])
 def test_the_targets_carry_the_pooled_slope(gpu):
     """targets/*.toml's memory_dynamic_w is share x (tdp - idle) / 0.9 with the share pooled from
     measurements.toml: change a reading and this fails until the targets are rewritten from it."""
