@@ -118,7 +118,8 @@ def _walk(root: Path) -> list[str]:
     return sorted(e for e in out if e != MARKER)
 
 
-def _alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """Whether process ``pid`` exists (one of another user counts): whose temporary files are still in use."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -136,7 +137,7 @@ def _sweep_stale(dest: Path) -> None:
         return
     for name in sorted(siblings):
         m = _TMP.match(name)
-        if not m or m["name"] != dest.name or _alive(int(m["pid"])):
+        if not m or m["name"] != dest.name or pid_alive(int(m["pid"])):
             continue
         stale = dest.parent / name
         if m["kind"] == "old" and not os.path.lexists(dest):

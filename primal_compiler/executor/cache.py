@@ -41,6 +41,7 @@ from typing import Any
 import numpy as np
 
 from primal_compiler.executor.memory import Memory
+from primal_compiler.outdir import pid_alive
 from primal_compiler.isa.stream import Stream
 from primal_compiler.version import __version__
 
@@ -53,17 +54,6 @@ _MEMORY = ("kv_bytes", "peak_bytes", "peak_cycle", "inst_loc", "inst_bytes", "in
 
 def _stderr(line: str) -> None:
     print(line, file=sys.stderr)
-
-
-def _running(pid: int) -> bool:
-    """Whether process ``pid`` exists (one of another user counts)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except OSError:
-        return True
-    return True
 
 
 def default_directory() -> Path:
@@ -222,7 +212,7 @@ def _evict(c: ReplayCache, kept: str) -> None:
     try:
         for p in c.directory.iterdir():
             m = _TMP.match(p.name)
-            if m and not _running(int(m["pid"])) and p.is_file() and not p.is_symlink():
+            if m and not pid_alive(int(m["pid"])) and p.is_file() and not p.is_symlink():
                 p.unlink()
         entries = [(p.stat().st_mtime_ns, p.name, p) for p in c.directory.iterdir()
                    if _ENTRY.match(p.name) and p.is_file() and not p.is_symlink()]
