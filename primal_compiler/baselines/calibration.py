@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from primal_compiler.errors import InputError
 from primal_compiler.inputs import read_toml
@@ -106,17 +106,16 @@ def predict(point: Point, memory_dynamic_w: float | None = None) -> float:
     from primal_compiler.baselines.engine import serve
     from primal_compiler.baselines.profile import load_engine
     from primal_compiler.frontend import load_model
-    from primal_compiler.target import GpuTarget, load_target, with_overrides
+    from primal_compiler.target import GpuTarget, load_gpu_target, with_overrides
 
-    target = load_target(point.gpu)
+    overrides: dict[str, float] = {}
     if point.usable_fraction:
-        target = with_overrides(target, {"memory.usable_fraction": point.usable_fraction})
+        overrides["memory.usable_fraction"] = point.usable_fraction
     if memory_dynamic_w is not None:
-        target = with_overrides(target, {"power.memory_dynamic_w": memory_dynamic_w})
-    if not isinstance(target, GpuTarget):
-        raise InputError(f"point {point.id}", f"gpu: {point.gpu} is a {target.kind} target; "
-                                              f"give a GPU (a100, a100-40gb, h100, h200)")
-    gpu: GpuTarget = target
+        overrides["power.memory_dynamic_w"] = memory_dynamic_w
+    gpu = load_gpu_target(point.gpu, f"point {point.id}: gpu")
+    if overrides:
+        gpu = cast(GpuTarget, with_overrides(gpu, overrides))  # overrides keep a target's kind
     model, engine = load_model(point.model, point.lora or None), load_engine(point.engine)
 
     def run(precision: str, kv_bits: int, adapters: int):

@@ -144,11 +144,6 @@ def serve(model: Model, gpu: GpuTarget, engine: EngineProfile, *, precision: str
     """Prefill and decode costs of ``model`` on ``gpu`` with ``engine`` (see the module docstring), its ``batch``
     sequences on ``adapters`` distinct adapters (1 .. batch; more than one only unmerged)."""
     _check(gpu, engine, precision, kv_bits, lora_mode, batch=batch, prompt=prompt, generate=generate, adapters=adapters)
-    if adapters > batch:
-        raise InputError("--adapters", f"{adapters} distinct adapters in a batch of {batch}: at most one per sequence")
-    if adapters > 1 and lora_mode == "merged":
-        raise InputError("--adapters", "a merged model serves one adapter; several in one batch run unmerged "
-                                       "(--lora-mode unmerged)")
     mem = memory_need(model, gpu, precision, kv_bits, lora_mode, batch, prompt + generate, adapters)
     if mem["need_bytes"] > mem["usable_bytes"]:
         raise InputError(gpu.name, f"does not fit: {model.name} in {precision} at batch {batch}, {prompt + generate} "
@@ -202,6 +197,12 @@ def _check(gpu: GpuTarget, engine: EngineProfile, precision: str, kv_bits: int, 
         raise InputError("--kv-bits", f"must be 16 or 8, got {kv_bits!r}")
     if lora_mode not in LORA_MODES:
         raise InputError("--lora-mode", f"must be merged or unmerged, got {lora_mode!r}")
+    if counts["adapters"] > counts["batch"]:
+        raise InputError("--adapters", f"{counts['adapters']} distinct adapters in a batch of {counts['batch']}: "
+                                       f"at most one per sequence")
+    if counts["adapters"] > 1 and lora_mode == "merged":
+        raise InputError("--adapters", "a merged model serves one adapter; several in one batch run unmerged "
+                                       "(--lora-mode unmerged)")
 
 
 def _linear_params(layer) -> int:
