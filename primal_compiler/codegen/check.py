@@ -1,7 +1,7 @@
 """Invariants of an emitted program, checked vectorized; each raises AssertionError naming a record.
 
 - :func:`check_power`: no record touches a CT while it is gated.
-- :func:`check_configs`: every fired SMAC_SRAM follows a CONFIG of its PE in the same request.
+- :func:`check_configs`: every fired SMAC_SRAM follows a CONFIG of its PE and SRAM slot.
 - :func:`check_kv_appends`: within a prefill or decode step, no two KV_APPENDs write the same token slot
   (the same piece of it, when a head split over two roots is appended in two).
 - :func:`check_kv_map`: every unit has its own (CT, PE, slot) inside the layer's CTs and capacity.
@@ -42,23 +42,21 @@ def check_power(stream: Stream) -> None:
 
 def check_configs(stream: Stream) -> None:
     rec = stream.records
-    starts = [s.start for s in stream.sections if s.name.startswith("adapter:")]
-    request = np.searchsorted(np.array(starts, dtype=np.int64), np.arange(len(stream)), side="right")
-    pe_key = rec["ct"].astype(np.int64) << 16 | rec["pe"]
+    pe_key = (rec["ct"].astype(np.int64) << 16 | rec["pe"]) << 16
     cfg = np.flatnonzero(rec["op"] == Opcode.CONFIG)
-    cfg_key = rec["dst_ct"][cfg].astype(np.int64) << 16 | rec["dst_pe"][cfg]
+    cfg_key = (rec["dst_ct"][cfg].astype(np.int64) << 16 | rec["dst_pe"][cfg]) << 16 | rec["arg"][cfg] & 0xFFFF
     smac = np.flatnonzero((rec["op"] == Opcode.SMAC_SRAM) & ((rec["flags"] & Flag.SKIPPED) == 0))
     n = len(stream) + 1
-    ck = (request[cfg] * (1 << 32) + cfg_key) * n + cfg
-    order = np.argsort(ck)
-    ck = ck[order]
-    sk = (request[smac] * (1 << 32) + pe_key[smac]) * n + smac
+    _, dense = np.unique(np.concatenate([cfg_key, pe_key[smac] | rec["arg"][smac] & 0xFFFF]), return_inverse=True)
+    ck = np.sort(dense[: len(cfg)] * n + cfg)  # (PE and slot, record) pairs fit 63 bits once the keys are ranked
+    sk = dense[len(cfg) :] * n + smac
     at = np.searchsorted(ck, sk) - 1
     ok = at >= 0
     ok[ok] = ck[at[ok]] // n == sk[ok] // n
     if not ok.all():
         k = int(smac[np.flatnonzero(~ok)[0]])
-        raise AssertionError(f"record {k} SMAC_SRAM at CT {rec['ct'][k]} PE {rec['pe'][k]} runs before its CONFIG")
+        raise AssertionError(f"record {k} SMAC_SRAM at CT {rec['ct'][k]} PE {rec['pe'][k]} slot {rec['arg'][k]} "
+                             "runs before a CONFIG of its slot")
 
 
 def check_kv_appends(stream: Stream) -> None:

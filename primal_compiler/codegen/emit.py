@@ -35,6 +35,7 @@ import numpy as np
 from primal_compiler.codegen.attention import AttentionEmitter
 from primal_compiler.codegen.block import Block, shifted
 from primal_compiler.codegen.layer import LayerEmitter, offsets
+from primal_compiler.codegen.residency import Slots, sram_slots
 from primal_compiler.codegen.routes import LayerRoutes
 from primal_compiler.ir.tiles import Macro
 from primal_compiler.isa.opcodes import CONTROLLER, NONE16, REPROGRAM, ActFn, BufKind, Flag, HiddenBuf, Opcode, buf, hidden
@@ -70,8 +71,12 @@ class _Out:
         self.length = 0
         self.sections: list[Section] = []
 
-    def put(self, block: Block, ct_shift: int = 0, layer: int | None = None, vectors: int = 1, flags: int = 0):
+    def put(self, block: Block, ct_shift: int = 0, layer: int | None = None, vectors: int = 1, flags: int = 0,
+            slot: int = 0):
+        """Append ``block`` shifted by ``ct_shift`` CTs, its SMAC_SRAM records on SRAM slot ``slot``."""
         rec = shifted(block.records(), ct_shift, layer, self.groups)
+        if slot:
+            rec["arg"][rec["op"] == Opcode.SMAC_SRAM] = slot
         if vectors != 1:
             rec["count"] *= vectors
             rec["nbytes"] *= vectors
@@ -95,12 +100,15 @@ class _Out:
 
 
 class ProgramEmitter:
-    def __init__(self, program: Program, target: PrimalTarget, history: int = 0, reprogram: bool = False) -> None:
+    def __init__(self, program: Program, target: PrimalTarget, history: int = 0, reprogram: bool = False,
+                 uses: tuple[int, ...] = ()) -> None:
         self.p, self.target, self.history = program, target, history
         self.reprogram = reprogram  # LoRA weights rewritten at every pass (module docstring)
-        self.adapter_id = 0  # the adapter of the request being emitted
         self.model, self.kv = program.model, program.need_kv()
         self.geo = geometry(program.model, target)
+        count = sram_slots(program.need_tiles(), target, self.geo.lora_bits)
+        self.slots = Slots(1 if reprogram else max(count, 1), uses)  # which adapter each SRAM slot holds, given
+        # ``uses``: the adapter of every pass in stream order (codegen/residency.py)
         self.geo_pes = target.ct.pes
         self.act_bytes = self.model.precision.activation_bits / 8
         zero = program.need_tiles().zero
@@ -149,13 +157,13 @@ class ProgramEmitter:
                   arg=offsets(so, 0), layer=layer, flags=Flag.D2D if src[0] != dst[0] else 0)
         return b
 
-    def phase(self, out: _Out, start: int, tokens: int, flags: int, seqs: range, decide: list[range]) -> None:
+    def phase(self, out: _Out, start: int, tokens: int, flags: int, seqs: range, decide: list[range],
+              slot: int = 0) -> None:
         """Every layer and the LM head for ``tokens`` new tokens of sequences ``seqs`` from position ``start``,
         then one ARGMAX per range of ``decide`` (the passes whose next tokens it picks); with ``decide``
-        empty (a prompt chunk that is not the last), the layers only: no LM head, no ARGMAX."""
+        empty (a prompt chunk that is not the last), the layers only: no LM head, no ARGMAX. Its LoRA
+        products read SRAM slot ``slot``."""
         batch, L = len(seqs), self.model.num_layers
-        if self.reprogram:
-            out.put(self.reprogram_block(), flags=flags)
         for n in range(L + 1 if decide else L):
             tp = self.templates[self.template_of[n]]
             shift = self._first_ct(n) - tp.first_ct
@@ -163,10 +171,10 @@ class ProgramEmitter:
             out.put(self.handoff(n, vectors, seqs.start, bool(flags & Flag.PREFILL)), flags=flags)
             if n == 0 and tp.embed_norm is not None:  # Bloom: the residual stream starts from the normed embeddings
                 out.put(tp.embed_norm, shift, n, vectors, flags)
-            out.put(tp.pre, shift, n, vectors, flags)
+            out.put(tp.pre, shift, n, vectors, flags, slot)
             if tp.attention is not None:
                 out.put(tp.attention.emit(start, tokens, seqs), shift, n, 1, flags)
-            out.put(tp.post, shift, n, vectors, flags)
+            out.put(tp.post, shift, n, vectors, flags, slot)
         if not decide:
             return
         vocab = self.model.vocab_size
@@ -180,77 +188,137 @@ class ProgramEmitter:
                      dst_buf=buf(BufKind.TOKEN, d.start), count=vocab * len(d), arg=ActFn.ARGMAX, layer=L)
         out.put(tail, flags=flags)
 
-    def adapter(self, out: _Out, barrier: int, adapter: int = 0) -> None:
-        """MASK the all-zero LoRA blocks, CONFIG the others with ``adapter``'s weights (into slot 0; when the
-        program reprograms at every pass, each pass does instead), then a barrier."""
+    def adapter(self, out: _Out, barrier: int, loads: list[tuple[int, int]]) -> None:
+        """MASK the all-zero LoRA blocks in every slot, CONFIG the others with each ``(adapter, slot)`` of
+        ``loads`` (none when the program reprograms at every pass: each pass does instead), then a barrier."""
         t = self.p.need_tiles()
         sram = np.flatnonzero(t.macro == Macro.SRAM)
         ct, pe = t.ct[t.host[sram]], t.pe[sram]
         zero = t.zero[sram] == 1
         b = Block()
         if zero.any():
-            b.add_columns(int(zero.sum()), op=Opcode.MASK, ct=ct[zero], pe=pe[zero], arg=1, layer=t.layer[sram][zero])
-        if not self.reprogram:
-            self._configs(b, adapter)
+            b.add_columns(int(zero.sum()), op=Opcode.MASK, ct=ct[zero], pe=pe[zero], arg=(1 << self.slots.count) - 1,
+                          layer=t.layer[sram][zero])
+        for adapter, slot in loads:
+            self._configs(b, adapter, slot)
         b.add(op=Opcode.SYNC, ct=CONTROLLER, pe=0, arg=barrier)
         out.put(b)
 
-    def _configs(self, b: Block, adapter: int) -> None:
-        """A CONFIG from the controller of every LoRA tile that is not all zero, with ``adapter``'s weights:
-        zero blocks are neither written nor computed."""
+    def _configs(self, b: Block, adapter: int, slot: int) -> None:
+        """A CONFIG from the controller of every LoRA tile that is not all zero, with ``adapter``'s weights into
+        SRAM slot ``slot``: zero blocks are neither written nor computed."""
         t = self.p.need_tiles()
         sram = np.flatnonzero(t.macro == Macro.SRAM)
         keep = sram[t.zero[sram] != 1]
         b.add_columns(len(keep), op=Opcode.CONFIG, ct=CONTROLLER, pe=0, dst_ct=t.ct[t.host[keep]], dst_pe=t.pe[keep],
-                      dst_buf=buf(BufKind.SRAM, 0), nbytes=t.bytes[keep], arg=adapter << 16, layer=t.layer[keep],
-                      flags=Flag.D2D)
+                      dst_buf=buf(BufKind.SRAM, slot), nbytes=t.bytes[keep], arg=adapter << 16 | slot,
+                      layer=t.layer[keep], flags=Flag.D2D)
 
-    def reprogram_block(self) -> Block:
-        """A pass's LoRA reprogramming, serial: every layer's CONFIG, then a barrier (:data:`~primal_compiler.isa.opcodes.REPROGRAM`) no
-        layer of the pass passes before every write lands; ``srpg`` pipelines it."""
-        b = Block()
-        self._configs(b, self.adapter_id)
-        b.add(op=Opcode.SYNC, ct=CONTROLLER, pe=0, arg=REPROGRAM)
-        return b
+    def pass_slot(self, out: _Out, adapter: int, flags: int) -> int:
+        """The SRAM slot a pass on ``adapter`` reads, after writing it first when the program reprograms at
+        every pass or no slot holds ``adapter`` (:mod:`.residency`): every layer's CONFIG, then a barrier
+        (:data:`~primal_compiler.isa.opcodes.REPROGRAM`) no layer of the pass passes before every write lands;
+        ``srpg`` pipelines it."""
+        slot = None if self.reprogram else self.slots.find(adapter)
+        if slot is None:
+            slot = self.slots.load(adapter, (adapter,))
+            b = Block()
+            self._configs(b, adapter, slot)
+            b.add(op=Opcode.SYNC, ct=CONTROLLER, pe=0, arg=REPROGRAM)
+            out.put(b, flags=flags)
+        return slot
 
 
-def emit_stream(program: Program, target: PrimalTarget, prompt: int, requests: tuple[int, ...], steps: int = 1,
-                pipeline: bool = True, prefill_chunk: int = 0, history: int = 0, reprogram: bool = False) -> Stream:
-    """The instruction stream of ``requests`` (adapter id per request) on a placed program with a KV map.
+def emit_stream(program: Program, target: PrimalTarget, prompt: int, requests: tuple[tuple[int, ...], ...],
+                steps: int = 1, pipeline: bool = True, prefill_chunk: int = 0, history: int = 0,
+                reprogram: bool = False) -> Stream:
+    """The instruction stream of ``requests`` (per request, the adapter id of every sequence of the batch, or
+    one id for them all) on a placed program with a KV map.
 
     ``pipeline`` (batch > 1): each decode step runs one pass per sequence through the layers (records
     of one vector, its own EMBED and ARGMAX), sequence after sequence, so the layers' CTs work on
     different sequences at once and a sequence's next step starts when its own token is known; the
     prefill stays one pass of every sequence's prompt, ending with one ARGMAX per sequence. Off, one
-    pass carries every sequence (records of ``batch`` vectors, one ARGMAX per step). ``history``: tokens
-    each request's conversation already holds in the KV cache (module docstring). ``reprogram``: every
-    pass rewrites the LoRA weights (module docstring).
+    pass carries every sequence (records of ``batch`` vectors, one ARGMAX per step). A request whose
+    sequences name several adapters (a mixed batch; ``pipeline`` needed) prefills each run of consecutive
+    sequences on one adapter as its own pass, and each pass reads the slot holding its adapter, written
+    before the pass when none does (module docstring). ``history``: tokens each request's conversation
+    already holds in the KV cache (module docstring). ``reprogram``: every pass rewrites the LoRA weights
+    (module docstring).
     """
     has_lora = bool((program.need_tiles().macro == Macro.SRAM).any())
-    em = ProgramEmitter(program, target, history, reprogram and has_lora)
-    out = _Out()
     batch = program.need_kv().batch
-    passes = decode_passes(batch, pipeline)
-    for r, adapter in enumerate(requests):
-        em.adapter_id = adapter
-        if has_lora and (r == 0 or adapter != requests[r - 1]):
+    plan = list(_plan(requests, batch, decode_passes(batch, pipeline), prompt, prefill_chunk or prompt, steps))
+    em = ProgramEmitter(program, target, history, reprogram and has_lora, tuple(p.adapter for p in plan))
+    out, slot, start = _Out(), 0, 0
+    for p in plan:
+        if p.first_of_request:
+            if p.request:
+                out.section(f"decode:{p.request - 1}", start)
+            adapters = requests[p.request]
+            if has_lora:
+                ahead = tuple(dict.fromkeys(adapters * batch if len(adapters) == 1 else adapters))[: em.slots.count]
+                held = [a for a in ahead if em.slots.find(a) is not None]
+                loads = [] if em.reprogram else [(a, em.slots.load(a, ahead)) for a in ahead if a not in held]
+                if loads or (em.reprogram and (p.request == 0 or adapters != requests[p.request - 1])):
+                    start = out.length
+                    em.adapter(out, barrier=p.request, loads=loads)
+                    out.section(f"adapter:{p.request}", start)
             start = out.length
-            em.adapter(out, barrier=r, adapter=adapter)
-            out.section(f"adapter:{r}", start)
-        start = out.length
-        chunk = prefill_chunk or prompt
-        for first in range(0, prompt, chunk):
-            n = min(chunk, prompt - first)
-            em.phase(out, history + first, n, Flag.PREFILL, range(batch), passes if first + n == prompt else [])
-        out.section(f"prefill:{r}", start)
-        start = out.length
-        for step in range(steps):
-            for seqs in passes:
-                em.phase(out, history + prompt + step, 1, 0, seqs, [seqs])
-        out.section(f"decode:{r}", start)
+        if p.first_decode:
+            out.section(f"prefill:{p.request}", start)
+            start = out.length
+        if has_lora and (p.first >= 0 or em.reprogram):  # a later prompt chunk keeps its run's slot
+            slot = em.pass_slot(out, p.adapter, p.flags)
+        em.slots.passed()
+        em.phase(out, history + p.position, p.tokens, p.flags, p.seqs, p.decide, slot)
+    out.section(f"decode:{len(requests) - 1}", start)
     stream = out.stream()
     _mark_skipped(stream.records, program.need_tiles(), em.geo_pes)
     return stream
+
+
+@dataclass(frozen=True)
+class _Pass:
+    """One pass of the plan: its request, sequences, adapter, first position (after the history), tokens, flags
+    and the passes whose next tokens it picks; ``first`` is 0 for a run's first prefill chunk, -1 for a later
+    chunk (same adapter, no new slot unless every pass reprograms), the decode step otherwise."""
+
+    request: int
+    seqs: range
+    adapter: int
+    position: int
+    tokens: int
+    flags: int
+    decide: list[range]
+    first: int
+    first_of_request: bool
+    first_decode: bool
+
+
+def _plan(requests: tuple[tuple[int, ...], ...], batch: int, passes: list[range], prompt: int, chunk: int,
+          steps: int):
+    """Every pass of the program in stream order (:func:`emit_stream`)."""
+    for r, request in enumerate(requests):
+        adapters = request * batch if len(request) == 1 else request
+        head = True
+        for seqs in adapter_runs(adapters):
+            decide = [p for p in passes if p.start in seqs]
+            for first in range(0, prompt, chunk):
+                n = min(chunk, prompt - first)
+                yield _Pass(r, seqs, adapters[seqs.start], first, n, Flag.PREFILL,
+                            decide if first + n == prompt else [], 0 if first == 0 else -1, head, False)
+                head = False
+        for step in range(steps):
+            for k, seqs in enumerate(passes):
+                yield _Pass(r, seqs, adapters[seqs.start], prompt + step, 1, 0, [seqs], step, False,
+                            step == 0 and k == 0)
+
+
+def adapter_runs(adapters: tuple[int, ...]) -> list[range]:
+    """The runs of consecutive sequences on one adapter, in order."""
+    cuts = [s for s in range(1, len(adapters)) if adapters[s] != adapters[s - 1]]
+    return [range(a, b) for a, b in zip([0, *cuts], [*cuts, len(adapters)], strict=True)]
 
 
 def decode_passes(batch: int, pipeline: bool) -> list[range]:

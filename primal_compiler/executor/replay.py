@@ -28,6 +28,7 @@ from primal_compiler.executor.buffers import program_tiles, tile_shapes
 from primal_compiler.executor.control import Control, control
 from primal_compiler.executor.linkstate import WAIT_LIMIT
 from primal_compiler.executor.kernel import schedule
+from primal_compiler.executor.sram_slots import check_slots, lora_bits
 from primal_compiler.executor.topology import Topology, local_ports, port_pes
 from primal_compiler.isa.opcodes import CONTROLLER, NONE16, Opcode
 from primal_compiler.isa.stream import Stream
@@ -152,6 +153,8 @@ def replay(meta: dict, arrays: dict, stream: Stream, target: PrimalTarget, where
     tr = transfers.expand(stream, topo, local_rate)
     mark("transfers")
     rram_rows, rram_cols, sram_rows, sram_cols = tile_shapes(program_tiles(arrays), topo.num_cts, topo.pes)
+    if "tile_macro" in arrays:  # a compiled program: its SRAM slots must exist (a hand-written stream has no tiles)
+        check_slots(stream.records, sram_rows, sram_cols, topo.pes, target, lora_bits(meta), where)
     kv = meta.get("kv") or {}
     ctx = costs.Ctx(target, topo, stream.records, stream, tr, rram_rows, rram_cols, sram_rows, sram_cols,
                     costs.bank_lanes(target, kv), int(kv.get("head_dim", 0)))

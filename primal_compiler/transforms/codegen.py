@@ -28,16 +28,19 @@ MAX_REQUESTS = 64
 MAX_ADAPTER_ID = 0xFFFF
 
 
-def parse_requests(text: str) -> tuple[int, ...]:
-    """Adapter id of each request, e.g. ``"0;1;0"``; ``ValueError`` naming ``requests`` on anything else."""
+def parse_requests(text: str) -> tuple[tuple[int, ...], ...]:
+    """Per request, the adapter id of each sequence of its batch, e.g. ``"0;1+1+2+3;0"`` (``+`` between a
+    mixed batch's sequences; one id: every sequence); ``ValueError`` naming ``requests`` on anything else."""
     parts = text.split(";")
     if len(parts) > MAX_REQUESTS:
         raise ValueError(f"requests lists {len(parts)} requests; at most {MAX_REQUESTS}")
     try:
-        ids = tuple(int(x) for x in parts)
+        ids = tuple(tuple(int(x) for x in part.split("+")) for part in parts)
     except ValueError:
-        raise ValueError(f"requests must be ';'-separated adapter ids, got {text[:60]!r}") from None
-    if not 0 <= min(ids) <= max(ids) <= MAX_ADAPTER_ID:
+        raise ValueError("requests must be ';'-separated requests, each an adapter id or '+'-separated ids (one "
+                         f"per sequence), got {text[:60]!r}") from None
+    flat = [a for request in ids for a in request]
+    if not 0 <= min(flat) <= max(flat) <= MAX_ADAPTER_ID:
         raise ValueError(f"requests must be adapter ids in 0..{MAX_ADAPTER_ID}, got {text[:60]!r}")
     return ids
 
@@ -51,8 +54,10 @@ class Codegen(Pass):
     ``prompt + s`` and ends with the controller's ARGMAX; positions past the
     context wrap around the KV ring (the oldest token is overwritten, so a
     query attends to the last ``context`` tokens). ``requests`` lists each
-    request's adapter id; a request whose adapter differs from the previous
-    one reloads the LoRA weights (CONFIG). Batch and context come from
+    request's adapter id, or (``+``-separated) each of its sequences' (a
+    mixed batch): the SRAM-DCIM macros hold as many adapters as their slots
+    (codegen/residency.py) and an adapter no slot holds is written (CONFIG)
+    before the pass that needs it. Batch and context come from
     ``kv-ring``. ``history`` (context save): each request continues a
     conversation whose first ``history`` tokens are already in its KV slots
     (saved from an earlier turn on its adapter), so its prompt is prefilled
@@ -100,7 +105,7 @@ class Codegen(Pass):
         if adapters < 1:
             return changes
         requests = ";".join(str(k) for k in range(adapters)) if adapters > 1 and self.requests == "0" else self.requests
-        top = max(parse_requests(requests))
+        top = max(a for request in parse_requests(requests) for a in request)
         if top >= adapters:
             given = f"{adapters} --adapter director{'ies were' if adapters > 1 else 'y was'} given"
             raise InputError("--adapter", f"codegen{{requests={self.requests}}} names adapter {top}, but {given}")
@@ -140,6 +145,13 @@ class Codegen(Pass):
                                                   f"{shards(h, rows)} hub shards of rram.rows {rows}, more than the "
                                                   f"{HIDDEN_SHARDS} a buffer tag names")
         requests = parse_requests(self.requests)
+        for r, request in enumerate(requests):
+            if len(request) not in (1, kv.batch):
+                raise InputError(f"{self.name}.requests", f"request {r} names {len(request)} adapters; a batch of "
+                                                          f"{kv.batch} (kv-ring) takes one, or one per sequence")
+            if len(set(request)) > 1 and not self.pipeline:
+                raise InputError(f"{self.name}.requests", f"request {r} mixes adapters, which needs pipeline=true "
+                                                          "(one pass per sequence: a pass reads one SRAM slot)")
 
         def emit(chunk: int) -> Stream:
             return emit_stream(program, target, prompt, requests, self.steps, self.pipeline, chunk, self.history,
