@@ -84,16 +84,15 @@ def test_resident_adapters_load_once_and_each_pass_reads_its_slot(placed, small_
 
 
 def test_more_adapters_than_slots_load_no_more_than_the_fewest_possible(placed, small_target):
-    """Four adapters cycling through two slots: a least-recently-used policy would miss every pass (3 prefill
-    runs... 16 loads); the compiler's plan matches an exhaustive search for the fewest loads."""
+    """Four adapters cycling through two slots: a least-recently-used policy would load before each of the 16
+    passes; the compiler's plan matches an exhaustive search for the fewest loads."""
     steps = 3
     p = _program(placed[4], small_target, "0+1+2+3", steps=steps)
     uses = (0, 1, 2, 3) * (1 + steps)  # the prefill's four runs, then each step's four passes
     loads = len(_configs(p)) // _tiles_per_load(p)
     assert loads == _fewest_loads(uses, frozenset(), 2) < len(uses)
     check_configs(p.need_stream())
-    s = Slots(2, uses)  # and the policy alone, on a sequence where recency and future use disagree
-    order = (0, 1, 0, 2, 1, 2, 0)
+    order = (0, 1, 0, 2, 1, 2, 0)  # and the policy alone, where recency and future use disagree
     s = Slots(2, order)
     loads = 0
     for a in order:
