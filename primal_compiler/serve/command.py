@@ -7,7 +7,7 @@ import json
 import sys
 
 from primal_compiler.errors import InputError
-from primal_compiler.serve import SEED_ZERO_FRACTION
+from primal_compiler.serve import BATCHING, SEED_ZERO_FRACTION
 
 #: ``primal trace --think``'s default: mean seconds between a conversation's turns.
 THINK_S = 30.0
@@ -22,7 +22,7 @@ def cmd_serve(args) -> None:
         raise unused("--force", "--perfetto FILE")
 
     policy = Policy(prefetch=not args.no_prefetch, sparse=not args.no_sparse, max_batch=args.max_batch,
-                    zero_fraction=args.zero_fraction, context_save=not args.no_context_save)
+                    zero_fraction=args.zero_fraction, context_save=not args.no_context_save, batching=args.batching)
     from primal_compiler.serve.run import serve
 
     report = serve(args.model, args.lora, tuple(args.adapters), args.trace, args.target, args.pipeline,
@@ -82,7 +82,11 @@ def add_parsers(sub) -> None:
     sp.add_argument("--context", type=option_arg("kv-ring", "context"), default=2048,
                     help="context tokens per sequence of the KV space (prompt + generation must fit)")
     sp.add_argument("--max-batch", type=int_arg(1, 64), default=1,
-                    help="batch up to this many waiting requests that share an adapter (default 1: no batching)")
+                    help="batch up to this many waiting requests (default 1: no batching)")
+    sp.add_argument("--batching", choices=BATCHING, default="same-adapter",
+                    help="which requests share a batch: the oldest's adapter only (default), the oldest whatever "
+                         "their adapters, or the adapters the SRAM-DCIM slots hold first and never more than the "
+                         "slots (docs/serving.md)")
     sp.add_argument("--no-prefetch", action="store_true",
                     help="load an adapter only after the previous request and before its own prefill")
     sp.add_argument("--no-sparse", action="store_true", help="configure every LoRA block, zero or not")

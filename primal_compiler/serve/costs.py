@@ -29,6 +29,10 @@ batch's own records plus every CT's static power over the interval):
   records may be dispatched before request 1's last token and do some work
   early, makes this figure, if anything, short by that head start.
 
+A batch on several adapters (``adapters`` > 1) is the same three requests,
+each on that many adapters in runs as even as they go (request 0 on adapters
+0..k-1, requests 1 and 2 on k..2k-1: ``codegen{requests=0+0+1+1;2+2+3+3;...}``),
+its zero blocks the ``zero_fraction`` sample (zeros every adapter shares).
 A switch's exposed cost is its start's time less the same start without a
 switch. A decode step is request 2's ITL and energy per token x batch (the
 run report's definitions, docs/executor.md) at position ``bucket``. Idle
@@ -49,8 +53,9 @@ from primal_compiler.executor.metrics import metrics, window_energy_j
 from primal_compiler.executor.replay import Replay, replay
 from primal_compiler.ir.program import Program
 from primal_compiler.isa.opcodes import Opcode, step_ends
+from primal_compiler.codegen.residency import sram_slots
 from primal_compiler.passmgr import Pass, PassManager, parse_pipeline, print_pipeline
-from primal_compiler.serve import SEED_ZERO_FRACTION
+from primal_compiler.serve import BATCHING, SEED_ZERO_FRACTION
 from primal_compiler.target.spec import PrimalTarget
 from primal_compiler.transforms.kv_ring import KvRing
 from primal_compiler.transforms.lora_sparsity import LoraSparsity
@@ -62,7 +67,15 @@ class Policy:
 
     prefetch: bool = True  # SRPG's pipelined reconfiguration, across requests too: srpg{pipeline_config}
     sparse: bool = True  # block-sparse LoRA encoding: CONFIG sends only non-zero blocks (lora-sparsity)
-    max_batch: int = 1  # batch up to this many waiting requests that share an adapter (1: no batching)
+    max_batch: int = 1  # batch up to this many waiting requests (1: no batching)
+    # Which waiting requests share a batch (serve/sim.py): "same-adapter" (the oldest's adapter only), "mixed" (the
+    # oldest, whatever their adapters), "resident" (the adapters the SRAM-DCIM slots hold first, then any, never
+    # more adapters than slots).
+    batching: str = "same-adapter"
+
+    def __post_init__(self) -> None:
+        if self.batching not in BATCHING:
+            raise ValueError(f"batching must be one of {', '.join(BATCHING)}, got {self.batching!r}")
     zero_fraction: float = SEED_ZERO_FRACTION  # LoRA blocks all zero in every adapter, when sparse
     context_save: bool = True  # a conversation's KV cache stays in the scratchpads for its next turn
 
@@ -76,6 +89,7 @@ class Shape:
     batch: int
     bucket: int
     history: int
+    adapters: int
     start_s: dict[str, float]
     start_j: dict[str, float]
     step_s: float
@@ -88,19 +102,27 @@ class Shape:
         return dict(self.__dict__)
 
 
-def tail(policy: Policy, context: int, batch: int, bucket: int, source: str = "", history: int = 0) -> tuple[Pass, ...]:
+def mixed(batch: int, adapters: int, first: int) -> str:
+    """A request of ``batch`` sequences on ``adapters`` adapters from id ``first``, in runs as even as they go."""
+    return "+".join(str(first + s * adapters // batch) for s in range(batch)) if adapters > 1 else str(first)
+
+
+def tail(policy: Policy, context: int, batch: int, bucket: int, source: str = "", history: int = 0,
+         adapters: int = 1) -> tuple[Pass, ...]:
     """The pipeline tail a shape is compiled with; ``source``: the PEFT directory whose zero blocks the
-    block-sparse encoding masks ("": a ``zero_fraction`` sample)."""
+    block-sparse encoding masks ("": a ``zero_fraction`` sample); ``adapters``: distinct adapters in the batch
+    (its three requests: adapters 0.., then ``adapters``.. twice)."""
     saved = f"history={history}," if history else ""
+    a, b = mixed(batch, adapters, 0), mixed(batch, adapters, adapters)
     rest = parse_pipeline(f"kv-ring{{context={context},batch={batch}}},codegen{{prompt={bucket},{saved}steps=2,"
-                          f"requests=0;1;1}},srpg{{pipeline_config={'true' if policy.prefetch else 'false'}}}")
+                          f"requests={a};{b};{b}}},srpg{{pipeline_config={'true' if policy.prefetch else 'false'}}}")
     if not policy.sparse:
         return rest
     mask = LoraSparsity(adapter=source) if source else LoraSparsity(zero_fraction=policy.zero_fraction)
     return (mask, *rest)
 
 
-def shape_costs(rp: Replay, batch: int, bucket: int, spec: str, history: int = 0) -> Shape:
+def shape_costs(rp: Replay, batch: int, bucket: int, spec: str, history: int = 0, adapters: int = 1) -> Shape:
     """The figures of one shape's replay (module docstring)."""
     r = rp.stream.records
     sec = {s.name: np.arange(s.start, s.stop) for s in rp.stream.sections}
@@ -121,7 +143,7 @@ def shape_costs(rp: Replay, batch: int, bucket: int, spec: str, history: int = 0
     start_s["idle_same"], start_j["idle_same"] = start_s["b2b_same"], start_j["b2b_same"]
     m = metrics(rp, 2)
     load = req(0)[r["op"][req(0)] == Opcode.CONFIG]
-    return Shape(batch, bucket, history, start_s, start_j, m["itl_s"], m["energy_per_token_j"] * batch,
+    return Shape(batch, bucket, history, adapters, start_s, start_j, m["itl_s"], m["energy_per_token_j"] * batch,
                  int(r["nbytes"][load].astype(np.int64).sum()),
                  rp.seconds(int(rp.finish[load].max()) - int(rp.start[load].min())) if len(load) else 0.0, spec)
 
@@ -151,25 +173,29 @@ class CostTable:
                  cache: ReplayCache | None = None) -> None:
         self.placed, self.target, self.context, self.policy, self.say = placed, target, context, policy, say
         self.sources, self.cache = sources, cache
-        self.shapes: dict[tuple[int, int, int, str], Shape] = {}
+        self.shapes: dict[tuple[int, int, int, str, int], Shape] = {}
         self.idle_w: float | None = None
         self.slots = KvRing(context=context).sequences(placed, target)
+        self.sram_slots = sram_slots(placed.need_tiles(), target, placed.model.precision.lora_weight_bits)
 
-    def shape(self, batch: int, bucket: int, adapter: int = 0, history: int = 0) -> Shape:
+    def shape(self, batch: int, bucket: int, adapter: int = 0, history: int = 0, adapters: int = 1) -> Shape:
         """The shape of a batch of ``batch`` on ``bucket`` tokens after ``history`` saved ones switching to
-        adapter ``adapter``; adapters without a directory, and every adapter without block-sparse encoding,
-        share one."""
-        source = self.sources[adapter] if self.policy.sparse and adapter < len(self.sources) else ""
-        key = (batch, bucket, history, source)
+        adapter ``adapter`` (``adapters`` > 1: as many distinct adapters, masked by the ``zero_fraction`` sample,
+        zeros every adapter shares); adapters without a directory, and every adapter without block-sparse
+        encoding, share one."""
+        one = self.policy.sparse and adapters == 1 and adapter < len(self.sources)
+        source = self.sources[adapter] if one else ""
+        key = (batch, bucket, history, source, adapters)
         if key not in self.shapes:
-            passes = tail(self.policy, self.context, batch, bucket, source, history)
+            passes = tail(self.policy, self.context, batch, bucket, source, history, adapters)
             spec = print_pipeline(passes)
             saved = f" after {history} saved" if history else ""
-            self.say(f"serve: replaying batch {batch}, prompt {bucket}{saved}: {spec}")
+            mix = f" on {adapters} adapters" if adapters > 1 else ""
+            self.say(f"serve: replaying batch {batch}{mix}, prompt {bucket}{saved}: {spec}")
             program = PassManager(passes).run(self.placed, self.target)
             meta, arrays = compiled.program_file(program, self.target)
             rp = replay(meta, arrays, program.need_stream(), self.target, cache=self.cache)
-            self.shapes[key] = shape_costs(rp, batch, bucket, spec, history)
+            self.shapes[key] = shape_costs(rp, batch, bucket, spec, history, adapters)
             if self.idle_w is None:
                 self.idle_w = idle_watts(rp)
         return self.shapes[key]

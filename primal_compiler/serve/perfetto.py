@@ -3,7 +3,7 @@
 Process 0, "machine": thread 0 the batches, each as its exposed adapter
 switch ("switch cold -> A" / "switch warm -> A"), its prefill and its decode
 steps; thread 1 adapter residency, one span per stretch of batches on one
-loaded adapter. Process 1, "requests": one async track per request (``id``
+set of loaded adapters (names joined by ``+``). Process 1, "requests": one async track per request (``id``
 = its index in the trace), "queued" from arrival to its batch's start,
 "prefill" (or "prefill resumed", over its saved context) to its first
 token, "decode" to its last. Times in microseconds;
@@ -39,15 +39,16 @@ def events(trace: Trace, run: dict) -> list[dict]:
     members = np.bincount(run["batch"], minlength=len(log["start_s"]))
     for b, (t, exposed, first, end, k, sw) in enumerate(zip(*(log[key] for key in log))):
         if sw:
-            out.append(_span(f"switch {('cold', 'warm')[sw - 1]} -> {names[k]}", 0, 0, t, t + exposed, batch=b))
+            out.append(_span(f"switch {('cold', 'warm')[sw - 1]} -> {'+'.join(names[a] for a in k)}", 0, 0, t,
+                             t + exposed, batch=b))
         out.append(_span("prefill", 0, 0, t + exposed, first, batch=b, requests=int(members[b])))
         if end > first:
             out.append(_span("decode", 0, 0, first, end, batch=b, requests=int(members[b])))
     since = 0
     for b in range(1, len(log["adapter"]) + 1):
         if b == len(log["adapter"]) or log["switch"][b]:
-            out.append(_span(names[log["adapter"][since]], 0, 1, log["start_s"][since], log["end_s"][b - 1],
-                             batches=b - since))
+            held = "+".join(names[a] for a in log["adapter"][since])
+            out.append(_span(held, 0, 1, log["start_s"][since], log["end_s"][b - 1], batches=b - since))
             since = b
     for i in range(len(trace)):
         prefill = "prefill resumed" if run["saved_tokens"][i] else "prefill"

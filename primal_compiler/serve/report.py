@@ -9,7 +9,10 @@ the last token; **tokens/J** divides them by all the energy of that span:
 adapter switches, prefills, decode steps and the idle machine between
 batches. A switch's **exposed** time is what it adds to its batch's first
 tokens; its **CONFIG** time is the span of the load's CONFIG records, hidden
-behind compute or not. **Context save** counts the returning turns (those
+behind compute or not. A batch on more adapters than the SRAM-DCIM slots
+hold rewrites them between passes: its decode steps' **exposed** time is
+their time less the same steps on one adapter. **Reprogramming exposed** is
+both summed over the run. **Context save** counts the returning turns (those
 with a history), how many resumed their saved KV cache, the history tokens
 they did not prefill again, and the saved conversations that gave their
 slots up. Percentiles are over requests (linear interpolation).
@@ -50,7 +53,10 @@ def serve_report(trace: Trace, policy: Policy, run: dict, model: str, target: st
         "adapter_switches": {"total": int((switched > 0).sum()), "cold": int((switched == 1).sum()),
                              "warm": int((switched == 2).sum())},
         "reconfiguration": {"exposed_s": run["reconfig_s"], "config_s": run["config_s"],
+                            "decode_exposed_s": run["decode_exposed_s"],
                             "energy_j": run["energy_j"]["reconfiguration"]},
+        "max_adapters_per_batch": run["max_adapters_per_batch"],
+        "reprogramming_exposed_s": run["reconfig_s"] + run["decode_exposed_s"],
         "context_save": {"returning": int((trace.history > 0).sum()),
                          "resumed": int((run["saved_tokens"] > 0).sum()),
                          "saved_tokens": int(run["saved_tokens"].sum()),
@@ -82,7 +88,7 @@ def render_serve(r: dict) -> str:
         f"{r['generated_tokens']:,} tokens generated over {r['span_s']:.4g} s in {r['batches']:,} batches",
         f"  policy          prefetch {on(p['prefetch'])}, block-sparse LoRA {on(p['sparse'])}"
         + (f" ({p['zero_fraction']:.1%} of blocks zero)" if p["sparse"] else "")
-        + f", batching up to {p['max_batch']} requests of one adapter, context save {on(p['context_save'])}",
+        + f", batching up to {p['max_batch']} requests ({p['batching']}), context save {on(p['context_save'])}",
         f"  TTFT            {_ms(r['ttft_s'])}",
         f"  ITL             {_ms(r['itl_s'])}",
         f"  queueing        {_ms(r['queueing_s'])}",
@@ -93,11 +99,14 @@ def render_serve(r: dict) -> str:
         f"  adapter switch  {sw['total']:,} ({sw['cold']:,} cold, {sw['warm']:,} warm): "
         f"{r['reconfiguration']['exposed_s'] * 1e3:.4g} ms exposed of {r['reconfiguration']['config_s'] * 1e3:.4g} ms "
         "of CONFIG records",
+        f"  mixed batches   up to {r['max_adapters_per_batch']} adapters a batch; rewriting adapters between passes "
+        f"adds {r['reconfiguration']['decode_exposed_s'] * 1e3:.4g} ms to decode steps "
+        f"({r['reprogramming_exposed_s'] * 1e3:.4g} ms of reprogramming exposed in all)",
         f"  context save    {cs['resumed']:,} of {cs['returning']:,} returning turns resumed, "
         f"{cs['saved_tokens']:,} tokens not prefilled again ({cs['prefilled_tokens']:,} prefilled); "
         f"{cs['kv_slots']:,} KV slots, {cs['evictions']:,} saved contexts evicted",
-        f"  replayed        {len(r['shapes'])} shapes (batch, prompt bucket[, saved]): "
-        + ", ".join(f"({s['batch']}, {s['bucket']}" + (f", {s['history']})" if s["history"] else ")")
-                    for s in r["shapes"]),
+        f"  replayed        {len(r['shapes'])} shapes (batch, prompt bucket[, saved][, adapters]): "
+        + ", ".join(f"({s['batch']}, {s['bucket']}" + (f", {s['history']} saved" if s["history"] else "")
+                    + (f", {s['adapters']} adapters)" if s["adapters"] > 1 else ")") for s in r["shapes"]),
     ]
     return "\n".join(lines)

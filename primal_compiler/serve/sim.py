@@ -1,10 +1,13 @@
 """Requests on one machine, batch after batch, timed and priced by replayed shapes (:mod:`.costs`).
 
-The machine holds one adapter's LoRA weights at a time and runs one batch at
-a time (static batching: a batch runs until its longest generation ends).
-When it is free it takes the oldest waiting request and, with batching, up
-to ``max_batch - 1`` more of the ``SCAN x max_batch`` oldest waiting
-requests on the same adapter, oldest first, that, like the oldest, resume a
+The machine runs one batch at a time (static batching: a batch runs until
+its longest generation ends). When it is free it takes the oldest waiting
+request and, with batching, up to ``max_batch - 1`` more of the ``SCAN x
+max_batch`` oldest waiting requests, oldest first, that the policy's
+``batching`` admits (``same-adapter``: on the oldest's adapter; ``mixed``:
+any; ``resident``: first those on an adapter the batch already takes or the
+last batch left in the SRAM-DCIM slots, then any, never more adapters than
+the slots, so no pass rewrites them) and that, like the oldest, resume a
 saved context or do not (:mod:`.context`) and whose conversation has no
 older turn still waiting (a conversation's turns run in order, one a
 batch); with nothing waiting it idles until the next arrival. A batch of ``n`` runs as the program of the
@@ -20,7 +23,10 @@ attention work, never less).
 
 A batch starts back to back (*warm*) when it was already waiting as the
 previous batch ended, else on an idle machine (*cold*), and switches
-adapters when its adapter differs from the loaded one; each of the four
+adapters when its set of adapters differs from the last batch's; a batch on
+``k`` adapters is priced by the shapes replayed on ``k`` (:mod:`.costs`), and
+what its decode steps take beyond the same steps on one adapter is the
+reprogramming they expose. Each of the four
 cases has its own replayed time to the first tokens and energy
 (:mod:`.costs`). A switch's exposed time and energy (the report's
 reconfiguration) are its case's less the same start without a switch; the
@@ -31,16 +37,17 @@ prefill ends; each later token one decode step after the one before.
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
 
 import numpy as np
 
 from primal_compiler.errors import InputError
 from primal_compiler.serve.context import SavedContexts, prefill_tokens
-from primal_compiler.serve.costs import CostTable, Shape
+from primal_compiler.serve.costs import CostTable, Policy, Shape
 from primal_compiler.serve.trace import Trace
 
 
-SCAN = 16  # a batch is drawn from the 16 x max_batch oldest waiting requests of its adapter
+SCAN = 16  # a batch is drawn from the 16 x max_batch oldest waiting requests it may take
 
 
 def bucket(tokens: int, context: int) -> int:
@@ -53,20 +60,24 @@ def batch_size(n: int, max_batch: int) -> int:
     return min(1 << max(0, int(n - 1).bit_length()), max_batch)
 
 
-def _members(queue: deque[int], trace: Trace, kv: SavedContexts, max_batch: int) -> list[int]:
-    """The batch the head of ``queue`` leads (module docstring); the rest stay in ``queue``, in order.
+def _members(queue: deque[int], trace: Trace, kv: SavedContexts, max_batch: int,
+             fits: Callable[[list[int], int], bool] = lambda members, k: True,
+             members: list[int] | None = None) -> list[int]:
+    """The batch the head of ``queue`` leads (module docstring), added to ``members``; the rest stay in ``queue``,
+    in order. ``fits(members, k)``: whether request ``k`` may join (the batching policy's rule).
 
-    A conversation's turn passed over keeps every later turn of that conversation out of the batch, so
-    turns run in their order; the scan stops once the batch is full or ``SCAN x max_batch`` requests were
-    looked at (so an overloaded queue costs no more per batch than a short one)."""
-    resumes = kv.saved(trace, queue[0]) > 0
-    members: list[int] = []
-    blocked: set[int] = set()
+    A conversation's turn passed over, or already a member, keeps every later turn of that conversation out of
+    the batch, so turns run in their order, one a batch; the scan stops once the batch is full or
+    ``SCAN x max_batch`` requests were looked at (so an overloaded queue costs no more per batch than a short
+    one)."""
+    members = [] if members is None else members
+    blocked = {c for c in trace.conversation[members].tolist() if c >= 0}
+    resumes = kv.saved(trace, members[0] if members else queue[0]) > 0
     rest: list[int] = []
     while queue and len(members) < max_batch and len(members) + len(rest) < SCAN * max_batch:
         k = queue.popleft()
         c = int(trace.conversation[k])
-        if c not in blocked and (kv.saved(trace, k) > 0) == resumes:
+        if c not in blocked and (kv.saved(trace, k) > 0) == resumes and (not members or fits(members, k)):
             members.append(k)
         else:
             rest.append(k)
@@ -74,6 +85,22 @@ def _members(queue: deque[int], trace: Trace, kv: SavedContexts, max_batch: int)
             blocked.add(c)
     queue.extendleft(reversed(rest))
     return members
+
+
+def _batch(policy: Policy, waiting: deque[int], by_adapter: dict[int, deque[int]], trace: Trace, kv: SavedContexts,
+           held: frozenset[int], slots: int) -> list[int]:
+    """The next batch under ``policy.batching`` (module docstring); ``held``: the adapters the last batch left in
+    the SRAM-DCIM slots, ``slots`` of them at most."""
+    if policy.batching == "same-adapter":
+        return _members(by_adapter[int(trace.adapter[waiting[0]])], trace, kv, policy.max_batch)
+    if policy.batching == "mixed":
+        return _members(waiting, trace, kv, policy.max_batch)
+    adapter = trace.adapter
+    known = lambda members: {int(adapter[m]) for m in members}  # noqa: E731
+    members = _members(waiting, trace, kv, policy.max_batch,  # first the adapters it holds or already takes
+                       lambda ms, k: int(adapter[k]) in known(ms) | held and len(known(ms) | {int(adapter[k])}) <= slots)
+    return _members(waiting, trace, kv, policy.max_batch, lambda ms, k: len(known(ms) | {int(adapter[k])}) <= slots,
+                    members)
 
 
 def simulate(trace: Trace, table: CostTable) -> dict:
@@ -97,7 +124,8 @@ def simulate(trace: Trace, table: CostTable) -> dict:
     reconfig_s = config_s = 0.0
     log: dict[str, list] = {"start_s": [], "exposed_s": [], "first_token_s": [], "end_s": [], "adapter": [],
                             "switch": []}  # per batch, in order
-    loaded, t, prev_end, nxt = -1, float(trace.arrival_s[0]), None, 0
+    loaded: frozenset[int] = frozenset()
+    t, prev_end, nxt, decode_exposed, widest = float(trace.arrival_s[0]), None, 0, 0.0, 0
     while True:
         while waiting and taken[waiting[0]]:  # batched with an earlier head
             waiting.popleft()
@@ -107,26 +135,30 @@ def simulate(trace: Trace, table: CostTable) -> dict:
             t = max(t, float(trace.arrival_s[nxt]))  # idle until the next arrival
         while nxt < n and trace.arrival_s[nxt] <= t:
             waiting.append(nxt)
-            by_adapter.setdefault(int(trace.adapter[nxt]), deque()).append(nxt)
+            if policy.batching == "same-adapter":
+                by_adapter.setdefault(int(trace.adapter[nxt]), deque()).append(nxt)
             nxt += 1
-        adapter = int(trace.adapter[waiting[0]])
-        queue = by_adapter[adapter]
-        members = _members(queue, trace, kv, policy.max_batch)
+        members = _batch(policy, waiting, by_adapter, trace, kv, loaded, table.sram_slots)
         taken[members] = True
+        adapter, group = int(trace.adapter[members[0]]), frozenset(trace.adapter[members].tolist())
+        widest = max(widest, len(group))
         size = batch_size(len(members), policy.max_batch)
         saved = [kv.saved(trace, k) for k in members]
         saved_tokens[members] = saved
         kv.admit(trace, members, size)
         fresh = bucket(int(prefill_tokens(trace, members, saved).max()), context)
         history = min(bucket(max(saved), context), context - 1 - fresh) if max(saved) else 0
-        pre = table.shape(size, fresh, adapter, history)
+        pre = table.shape(size, fresh, adapter, history, len(group))
         steps = int(trace.generate[members].max()) - 1
         end_pos = trace.history[members] + trace.prompt[members] + trace.generate[members]
-        dec = table.shape(size, bucket(int(end_pos.max()) - 1, context), adapter)
+        dec = table.shape(size, bucket(int(end_pos.max()) - 1, context), adapter, 0, len(group))
+        if len(group) > 1:  # what rewriting adapters between passes adds to each step
+            one = table.shape(size, bucket(int(end_pos.max()) - 1, context), adapter)
+            decode_exposed += steps * max(0.0, dec.step_s - one.step_s)
         if prev_end is not None and t > prev_end:
             energy["idle"] += (t - prev_end) * (table.idle_w or 0.0)
         b2b = prev_end is not None and t == prev_end
-        switch = adapter != loaded
+        switch = group != loaded
         case = ("b2b_" if b2b else "idle_") + ("switch" if switch else "same")
         exposed = 0.0
         if switch:
@@ -144,13 +176,14 @@ def simulate(trace: Trace, table: CostTable) -> dict:
         batch_of[members] = len(log["start_s"])
         energy["decode"] += steps * dec.step_j
         end = ready + steps * dec.step_s
-        for key, value in zip(log, (t, exposed, ready, end, adapter, (2 if b2b else 1) if switch else 0)):
+        for key, value in zip(log, (t, exposed, ready, end, tuple(sorted(group)), (2 if b2b else 1) if switch else 0)):
             log[key].append(value)
         kv.keep(trace, members)
         t = end
-        prev_end, loaded = t, adapter
+        prev_end, loaded = t, group
     return {"start_s": start, "first_token_s": first, "finish_s": finish, "itl_s": itl, "batch": batch_of,
             "switched": switched, "energy_j": energy, "reconfig_s": reconfig_s, "config_s": config_s,
+            "decode_exposed_s": decode_exposed, "max_adapters_per_batch": widest,
             "batches": len(log["start_s"]), "saved_tokens": saved_tokens, "evictions": kv.evictions,
             "kv_slots": table.slots,
             "batch_log": log,

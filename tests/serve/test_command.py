@@ -45,7 +45,7 @@ def test_serve_prints_the_report_and_its_json(trace_file, capsys):
     r = json.loads(capsys.readouterr().out)
     assert r["requests"] == 12 and len(r["per_request"]["first_token_s"]) == 12
     assert r["policy"] == {"prefetch": True, "sparse": True, "max_batch": 2, "zero_fraction": 0.245,
-                           "context_save": True}
+                           "context_save": True, "batching": "same-adapter"}
     assert r["tokens_per_j"] > 0 and r["ttft_s"]["p99"] >= r["ttft_s"]["p50"] > 0
 
 
@@ -144,3 +144,27 @@ def test_context_save_resumes_returning_turns_and_prefills_less(tmp_path, capsys
     back = [i for i, s in enumerate(on["per_request"]["saved_tokens"]) if s]
     ttft = lambda r: [r["per_request"]["first_token_s"][i] - r["per_request"]["start_s"][i] for i in back]  # noqa: E731
     assert sum(ttft(on)) < sum(ttft(off))
+
+
+def test_mixed_batching_puts_several_adapters_in_a_batch_and_reports_the_reprogramming(tmp_path, capsys):
+    """The issue's command: four adapters, batches of four. Rank 8 fills the one SRAM slot, so a mixed batch
+    rewrites adapters between passes, and the report says how much of it shows; same-adapter batching shows none
+    of it in decode, and resident batching, with one slot, never mixes."""
+    path = tmp_path / "t4.jsonl"
+    assert main(["trace", "-o", str(path), "--adapters", "A", "B", "C", "D", "--requests", "16", "--rate", "200000",
+                 "--zipf", "0", "--prompt", "8:24", "--generate", "4:12", "--context", "64", "--seed", "1"]) == 0
+    capsys.readouterr()
+    base = ["serve", "tiny-llama", "--adapters", "A", "B", "C", "D", "--max-batch", "4", "--trace", str(path),
+            "--context", "64", "-p", "fast", "--json", "--batching"]
+    reports = {}
+    for policy in ("mixed", "same-adapter", "resident"):
+        assert main(base + [policy]) == 0
+        reports[policy] = json.loads(capsys.readouterr().out)
+    mixed = reports["mixed"]
+    assert mixed["max_adapters_per_batch"] > 1 and mixed["reprogramming_exposed_s"] > 0
+    assert mixed["reconfiguration"]["decode_exposed_s"] > 0
+    assert any(s["adapters"] > 1 for s in mixed["shapes"])
+    for policy in ("same-adapter", "resident"):
+        r = reports[policy]
+        assert r["max_adapters_per_batch"] == 1 and r["reconfiguration"]["decode_exposed_s"] == 0
+        assert r["reprogramming_exposed_s"] == r["reconfiguration"]["exposed_s"]

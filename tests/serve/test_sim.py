@@ -15,17 +15,20 @@ from primal_compiler.serve.trace import Trace
 class Table:
     """A stand-in cost table: the same starts for every shape, decode steps slower in larger batches."""
 
-    def __init__(self, max_batch: int = 1, idle_w: float = 0.5, slots: int = 8, save: bool = True) -> None:
-        self.policy, self.context, self.idle_w = Policy(max_batch=max_batch, context_save=save), 64, idle_w
+    def __init__(self, max_batch: int = 1, idle_w: float = 0.5, slots: int = 8, save: bool = True,
+                 batching: str = "same-adapter", sram_slots: int = 1) -> None:
+        self.policy = Policy(max_batch=max_batch, context_save=save, batching=batching)
+        self.context, self.idle_w = 64, idle_w
         self.shapes: dict[tuple[int, ...], Shape] = {}
-        self.slots = slots
+        self.slots, self.sram_slots = slots, sram_slots
 
-    def shape(self, batch: int, bucket_: int, adapter: int = 0, history: int = 0) -> Shape:
-        s = Shape(batch, bucket_, history,
+    def shape(self, batch: int, bucket_: int, adapter: int = 0, history: int = 0, adapters: int = 1) -> Shape:
+        """Each adapter past the first adds 2 s to a decode step (its rewrite between passes)."""
+        s = Shape(batch, bucket_, history, adapters,
                   {"idle_switch": 10.0, "b2b_switch": 8.0, "b2b_same": 5.0, "idle_same": 5.0},
                   {"idle_switch": 100.0, "b2b_switch": 80.0, "b2b_same": 50.0, "idle_same": 50.0},
-                  1.0 + 0.5 * (batch - 1), 2.0 * batch, 0, 4.0, "")
-        self.shapes[(batch, bucket_) + ((history,) if history else ())] = s
+                  1.0 + 0.5 * (batch - 1) + 2.0 * (adapters - 1), 2.0 * batch, 0, 4.0, "")
+        self.shapes[(batch, bucket_) + ((history,) if history else ()) + ((adapters,) if adapters > 1 else ())] = s
         return s
 
 
@@ -154,3 +157,37 @@ def test_a_batch_is_drawn_from_the_oldest_waiting_requests_only():
     x, y = 33, len(rows) - 1
     assert run["saved_tokens"][34:y].min() == 4  # every second turn resumes
     assert run["batch"][y] != run["batch"][x] and list(run["batch"]).count(run["batch"][x]) == 1
+
+
+def test_mixed_batching_takes_the_oldest_whatever_their_adapters_by_hand():
+    t = trace([(0.0, 0, 10, 2), (0.1, 0, 20, 3), (0.2, 1, 10, 2), (0.3, 0, 40, 2), (0.4, 1, 10, 2)])
+    table = Table(max_batch=2, batching="mixed")
+    run = simulate(t, table)
+    # batch 0: r0 alone (A); at 11 s: r1 (A) and r2 (B) together, then r3 (A) and r4 (B)
+    assert list(run["batch"]) == [0, 1, 1, 2, 2]
+    step = 1.5 + 2.0  # a batch of 2 on 2 adapters
+    first = run["first_token_s"]
+    assert first[1] == first[2] == pytest.approx(11 + 8)  # {A, B} differs from {A}: a warm switch
+    assert run["finish_s"][1] == pytest.approx(19 + 2 * step)  # r1's 3 tokens: two steps after its first
+    assert first[3] == pytest.approx(19 + 2 * step + 5)  # {A, B} again: no switch
+    assert run["max_adapters_per_batch"] == 2
+    assert run["decode_exposed_s"] == pytest.approx(2 * 2.0 + 1 * 2.0)  # steps x what the second adapter adds
+    assert run["batch_log"]["adapter"] == [(0,), (0, 1), (0, 1)]
+
+
+def test_resident_batching_never_takes_more_adapters_than_slots_and_prefers_those_held():
+    rows = [(0.0, 0, 10, 2), (0.1, 1, 10, 2), (0.2, 2, 10, 2), (0.3, 0, 10, 2), (0.4, 2, 10, 2), (0.5, 1, 10, 2)]
+    t = trace(rows)
+    t = Trace(t.arrival_s, t.adapter, t.prompt, t.generate, ("A", "B", "C"), t.conversation, t.history)
+    run = simulate(t, Table(max_batch=4, batching="resident", sram_slots=2))
+    # batch 0: r0 alone on A. Then all wait; r1 leads on B. First scan (adapters taken or held: B, A): r3 (A) and
+    # r5 (B) join, r2 and r4 (C) do not; second scan (any, at most 2 adapters): C would be a third. Then r2, r4.
+    assert list(run["batch"]) == [0, 1, 2, 1, 2, 1]
+    assert run["max_adapters_per_batch"] == 2 and run["decode_exposed_s"] == pytest.approx(2.0 * 1)
+    one = simulate(t, Table(max_batch=4, batching="resident", sram_slots=1))
+    assert one["max_adapters_per_batch"] == 1 and one["decode_exposed_s"] == 0.0
+
+
+def test_a_batching_policy_is_one_of_three():
+    with pytest.raises(ValueError, match="batching must be one of same-adapter, mixed, resident, got 'fifo'"):
+        Policy(batching="fifo")
