@@ -146,13 +146,14 @@ def _embed(m: Machine, r: tuple) -> None:
         if first + n > len(m.prompt):
             raise m.fail(f"prefills tokens {first}..{first + n - 1} but the prompt has {len(m.prompt)}")
         ids, m.position, m.prefilled = m.prompt[first : first + n], first, first + n
-        if first == 0:
-            m.request_step = 0
     else:
         if n != 1:
             raise m.fail(f"a decode step embeds one token, not {n}")
-        ids = [m.token]
-        m.used_state(("ctl",))
+        seq = _sequence(m, r[SRC_BUF])
+        if seq not in m.token:
+            raise m.fail(f"embeds the token of sequence {seq}, which no ARGMAX picked")
+        ids, m.position = [m.token[seq]], m.next_position[seq]
+        m.used_state(("ctl", seq))
     m.tokens = n
     x = m.embed[ids]
     if m.model.embed_scale != 1.0:
@@ -257,17 +258,30 @@ def _argmax(m: Machine, r: tuple) -> None:
     logits = m.read(CTL, r[SRC_BUF])
     if logits.shape != (1, m.model.vocab_size):
         raise m.fail(f"logits of shape {logits.shape}, expected (1, {m.model.vocab_size})")
+    seq = _sequence(m, r[DST_BUF])
+    step = 0 if r[FLAGS] & Flag.PREFILL else m.request_step.get(seq, 0)  # a prefill starts the sequence's request
     m.logits.append(logits[0].copy())
-    forced = m.forced[m.request_step] if m.request_step < len(m.forced) else None
-    m.token = int(np.argmax(logits[0])) if forced is None else forced
+    m.logit_seq.append(seq)
+    forced = m.forced[step] if step < len(m.forced) else None
+    m.token[seq] = int(np.argmax(logits[0])) if forced is None else forced
     if m.prefilled not in (0, len(m.prompt)):
         raise m.fail(f"ends the prefill after {m.prefilled} of the prompt's {len(m.prompt)} tokens")
-    m.position += m.tokens
+    m.next_position[seq] = m.position + m.tokens
     m.prefilled = 0
     m.steps += 1
-    m.request_step += 1
-    m.wrote_state(("ctl",))
+    m.request_step[seq] = step + 1
+    m.wrote_state(("ctl", seq))
     m.end_step()
+
+
+def _sequence(m: Machine, tag: int) -> int:
+    """The sequence a TOKEN buffer belongs to (a decode EMBED reads it, an ARGMAX writes it)."""
+    if tag >> 12 != BufKind.TOKEN:
+        raise m.fail(f"names {buf_name(tag)}, not a sequence's TOKEN buffer")
+    seq = tag & 0xFFF
+    if seq >= m.kv.batch:
+        raise m.fail(f"names the token of sequence {seq}; the batch has {m.kv.batch}")
+    return seq
 
 
 def act(m: Machine, r: tuple) -> None:

@@ -76,14 +76,16 @@ class Machine:
         self.log = Provenance(len(stream.records)) if producers else None
         # controller (NMC)
         self.prompt: list[int] = []
-        self.token = -1
+        self.token: dict[int, int] = {}  # per sequence of the batch, the token its last ARGMAX picked
+        self.next_position: dict[int, int] = {}  # per sequence, the position of its next token
         self.position = 0  # position of the first token of the current step
         self.tokens = 0  # tokens of the current step
         self.prefilled = 0  # prompt tokens the current prefill's chunks embedded so far
         self.steps = 0  # steps finished (ARGMAX records executed)
-        self.request_step = 0  # steps finished in the current request
+        self.request_step: dict[int, int] = {}  # per sequence, steps finished in its current request
         self.forced: list[int] = []  # force[k] replaces the token step k generated (teacher forcing)
-        self.logits: list[np.ndarray] = []
+        self.logits: list[np.ndarray] = []  # every ARGMAX's logits, in order
+        self.logit_seq: list[int] = []  # the sequence each of them belongs to
         self.embed = numerics.table(params.embed)
         self.pos_embed = None if params.pos_embed is None else numerics.table(params.pos_embed)
         if self.model.rope_inv_freq:  # the file's own frequencies (any scaling scheme)

@@ -9,7 +9,7 @@ a tuple:
 * ``("sram", ct, pe, slot)``: SRAM slot contents, written by CONFIG;
 * ``("mask", ct, pe)``: the whole mask register, written by MASK; ``("mask", ct, pe, slot)``: its bit
   ``slot``, cleared by CONFIG of that slot;
-* ``("ctl",)``: the controller's last token and position counter, written by ARGMAX.
+* ``("ctl", seq)``: the controller's last token and position counter of sequence ``seq``, written by ARGMAX.
 
 Records run in index order, so the writer of a value held under several keys (mask bit ``s`` of a PE) is
 the latest of their writers. Each read logs ``(consumer, producer)`` for the producers of exactly the

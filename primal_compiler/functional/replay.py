@@ -11,7 +11,9 @@ program's ``codegen{requests=...}``; adapter k is the k-th directory given).
 The result holds the first request's generated tokens and the logits of
 each of its steps, and every request's tokens.
 
-Supported programs: batch 1 (kv-ring ``batch=1``), pre-norm decoder
+Supported programs: batch 1 (kv-ring ``batch=1``), or a batch whose every pass carries one sequence
+(``codegen{pipeline=true}`` and one adapter per sequence, ``requests=a+b+...``: each sequence gets the
+prompt and ``FunctionalResult.sequence_tokens`` its tokens), pre-norm decoder
 layers, square crossbars (``rram.rows == rram.cols``) and LoRA tiles as tall
 as a crossbar (``sram.rows == rram.rows``), which codegen assumes when it
 wires LoRA B outputs into root columns and MLP outputs into the next
@@ -74,18 +76,20 @@ class FunctionalResult:
     precision: str
     records: int  # records executed over all requests
     seconds: float
-    request_tokens: list[list[int]] = field(default_factory=list)  # generated ids of every request
+    request_tokens: list[list[int]] = field(default_factory=list)  # generated ids of every request (its sequence 0)
     # (consumer, producer) int64 record indices, one row per distinct pair: a value ``producer`` wrote was
     # consumed by ``consumer`` (every request's records); only with ``producers=True``, else None
     producers: tuple[np.ndarray, np.ndarray] | None = None
     crossbars: int = 0  # RRAM crossbars the replay used
     crossbars_stored: int = 0  # of which hold a quantized file's codes as they are (hardware mode)
+    sequence_tokens: list[list[list[int]]] = field(default_factory=list)  # per request, each sequence's ids
 
     def summary(self) -> dict:
         """JSON-ready facts (no logits)."""
         return {"tokens": self.tokens, "prompt": self.prompt, "precision": self.precision,
                 "steps": len(self.tokens), "records": self.records, "seconds": round(self.seconds, 6),
-                "request_tokens": self.request_tokens, "crossbars": self.crossbars,
+                "request_tokens": self.request_tokens, "sequence_tokens": self.sequence_tokens,
+                "crossbars": self.crossbars,
                 "crossbars_stored": self.crossbars_stored}
 
 
@@ -94,16 +98,18 @@ def _plan(program: Program, where: str, prompt: list[int], generate: int) -> lis
     model, stream, kv = program.model, program.stream, program.kv
     if stream is None or kv is None:
         raise InputError(where, "has no instruction stream; compile it through kv-ring and codegen")
-    if kv.batch != 1:
-        raise InputError(where, f"was compiled for batch {kv.batch}; the functional replay runs batch 1")
-    rec = stream.records
+    rec, batch = stream.records, kv.batch
     plan: list[tuple[str, int, int, int | None]] = []
     for s in stream.sections:
         part = rec[s.start : s.stop]
-        steps = int(((part["op"] == Opcode.ACT) & (part["arg"] == ActFn.ARGMAX)).sum())
+        argmax = (part["op"] == Opcode.ACT) & (part["arg"] == ActFn.ARGMAX)
+        steps = int(argmax.sum())
+        is_embed = (part["op"] == Opcode.ACT) & ((part["arg"] & ARG_ENUM_MASK[Opcode.ACT]) == ActFn.EMBED)
+        if batch > 1:
+            _one_sequence_a_pass(where, s.name, part, argmax, is_embed, model.hidden_size, batch)
         if s.name.startswith("prefill:"):
-            embed = part[(part["op"] == Opcode.ACT) & ((part["arg"] & ARG_ENUM_MASK[Opcode.ACT]) == ActFn.EMBED)]
-            tokens = int(embed["count"].astype(np.int64).sum()) // model.hidden_size if len(embed) else 0
+            embed = part[is_embed]
+            tokens = int(embed["count"].astype(np.int64).sum()) // model.hidden_size // batch if len(embed) else 0
             history = int(embed["arg"].max()) >> 8 if len(embed) else 0
             if history:
                 raise InputError(where, f"{s.name} continues a saved conversation of {history} tokens "
@@ -113,15 +119,30 @@ def _plan(program: Program, where: str, prompt: list[int], generate: int) -> lis
                 raise InputError(where, f"{s.name} prefills {tokens} tokens but the prompt has {len(prompt)}; "
                                         f"compile for the prompt (codegen{{prompt={len(prompt)}}})")
         if s.name.startswith("decode:"):
-            if steps < generate - 1:
-                raise InputError(where, f"{s.name} has {steps} decode steps; generating {generate} tokens needs "
-                                        f"{generate - 1} (codegen{{steps={generate - 1}}})")
-            plan.append((s.name, s.start, s.stop, generate - 1))
+            if steps < (generate - 1) * batch:
+                raise InputError(where, f"{s.name} has {steps // batch} decode steps; generating {generate} tokens "
+                                        f"needs {generate - 1} (codegen{{steps={generate - 1}}})")
+            plan.append((s.name, s.start, s.stop, (generate - 1) * batch))
         else:
             plan.append((s.name, s.start, s.stop, None))
     if not any(s.name.startswith("prefill:") for s in stream.sections):
         raise InputError(where, "has no prefill section")
     return plan
+
+
+def _one_sequence_a_pass(where: str, name: str, part: np.ndarray, argmax: np.ndarray, embed: np.ndarray, hidden: int,
+                         batch: int) -> None:
+    """A batch replays when each pass carries one sequence (the stream does not say which sequence a row of a
+    merged pass belongs to): one token a decode EMBED, an EMBED before every prefill ARGMAX."""
+    why = (f"was compiled for batch {batch} with {name} carrying several sequences in one pass; the functional "
+           "replay runs a batch whose every pass carries one sequence (codegen{pipeline=true}, and a prefill per "
+           "sequence: one adapter per sequence, requests=a+b+...)")
+    if name.startswith("decode:") and (part["count"][embed].astype(np.int64) != hidden).any():
+        raise InputError(where, why)
+    if name.startswith("prefill:"):
+        seen = np.cumsum(embed)[argmax]  # EMBEDs up to each ARGMAX: a new one before each
+        if len(seen) != batch or (np.diff(seen) == 0).any():
+            raise InputError(where, why)
 
 
 def _check_program(program: Program, target: PrimalTarget, where: str, prompt: list[int], generate: int) -> None:
@@ -232,8 +253,11 @@ def replay_functional(program: Program, target: PrimalTarget, weights_path: str 
                 raise m.fail(f"no functional semantics for opcode {Opcode(r[OP]).name}")
             handler(m, r)
             executed += 1
-    runs = [m.logits[a : a + generate] for a in firsts]
-    tokens = [[int(np.argmax(x)) for x in run] for run in runs]
-    return FunctionalResult(tokens[0], np.stack(runs[0]).astype(np.float32), prompt, precision, executed,
-                            time.perf_counter() - start_time, tokens, None if m.log is None else m.log.pairs(),
-                            len(m.crossbars), sum(x.stored for x in m.crossbars.values()))
+    bounds = [*firsts, len(m.logits)]
+    runs = [[[x for x, q in zip(m.logits[a:b], m.logit_seq[a:b], strict=True) if q == seq][:generate]
+             for seq in range(program.need_kv().batch)] for a, b in zip(bounds, bounds[1:])]
+    tokens = [[[int(np.argmax(x)) for x in run] for run in request] for request in runs]
+    return FunctionalResult(tokens[0][0], np.stack(runs[0][0]).astype(np.float32), prompt, precision, executed,
+                            time.perf_counter() - start_time, [t[0] for t in tokens],
+                            None if m.log is None else m.log.pairs(), len(m.crossbars),
+                            sum(x.stored for x in m.crossbars.values()), tokens)

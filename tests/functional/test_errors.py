@@ -97,7 +97,8 @@ def test_programs_the_replay_cannot_run(replay_target, llama):
     model = load_model(fixture("llama_dynamo"))
     batched = compile_model(model, replay_target, "lower-tiles,blocking,zcurve-order,"
                             "kv-ring{context=32,chunk_tokens=4,batch=2,reserve_bytes=0},codegen{prompt=5}")
-    with pytest.raises(InputError, match=r"program llama_dynamo: was compiled for batch 2; the functional replay runs"):
+    with pytest.raises(InputError, match=r"program llama_dynamo: was compiled for batch 2 with prefill:0 carrying "
+                                         r"several sequences in one pass; the functional replay runs a batch whose"):
         run(batched, replay_target)
     with pytest.raises(InputError, match=r"program llama_dynamo: has no instruction stream"):
         run(llama.evolve(stream=None), replay_target)
