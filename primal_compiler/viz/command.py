@@ -20,7 +20,7 @@ from primal_compiler.terminal import steps
 if TYPE_CHECKING:
     from primal_compiler.executor.cache import ReplayCache
 
-ORDER = ("placement", "traffic", "hops", "power", "thermal", "breakdown")
+ORDER = ("placement", "traffic", "hops", "power", "adapters", "thermal", "breakdown")
 
 
 def render_all(out, dest=None, compare=None, fmt: str = "png", target: str | None = None,
@@ -38,7 +38,7 @@ def render_all(out, dest=None, compare=None, fmt: str = "png", target: str | Non
     Returns ``{"dir", "files", "seconds"}``; seconds hold load, replay, each job's own time and
     ``render`` (wall time of all rendering).
     """
-    from primal_compiler.viz import breakdown, data, hops, html, placement, power, thermal, trace, traffic
+    from primal_compiler.viz import adapters, breakdown, data, hops, html, placement, power, thermal, trace, traffic
 
     formats = picture_formats(fmt)
     out = Path(out)
@@ -66,6 +66,7 @@ def render_all(out, dest=None, compare=None, fmt: str = "png", target: str | Non
             "traffic": lambda: traffic.render(d, tmp, formats),
             "placement": lambda: placement.render(d, tmp, formats, data.representative_cts(d)),
             "power": lambda: power.render(d, tmp, formats),
+            "adapters": lambda: adapters.render(d, tmp, formats),
             "thermal": lambda: thermal.render(d, tmp, formats),
             "breakdown": lambda: breakdown.render(d, tmp, formats),
             "hops": lambda: hops.render(runs, tmp, formats),

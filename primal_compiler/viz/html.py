@@ -59,6 +59,9 @@ CAPTIONS = {
     "hops": "Hop histogram of every transfer leg (share of legs per hop count).",
     "power": "Power state of every CT over the decode step and over an adapter switch (reconfiguring = CONFIG "
              "records writing the CT's SRAM) and power over time.",
+    "adapters": "A batch on more adapters than the SRAM-DCIM slots hold: per layer, each pass's LoRA products "
+                "(solid, in the colour of the adapter they read) and the CONFIG writes of the next adapter "
+                "(hatched), over the first decode step.",
     "thermal": "Every CT die's steady temperature under sustained decode (rise over ambient; the ring marks the "
                "hottest) and the hottest die's warm-up from ambient (primal thermal, docs/thermal.md).",
     "breakdown": "Energy per generated token by component, PRIMAL next to the H100 baseline, and area by PE "
