@@ -49,7 +49,7 @@ from primal_compiler.jit import njit
 
 
 @njit(nogil=True, depends=(linkstate,))
-def run(until, j, t, heap, pool, wake, cal, buf, seen, enter, wait, link, link_off, link_ptr, inj, ej, cfg, hold_mesh,
+def run(until, j, t, heap, pool, wake, cal, cal_at, buf, seen, enter, wait, link, link_off, link_ptr, inj, ej, cfg, hold_mesh,
         hold_other, start, busy, finish, left, ejected, slot, win_link, win_lo, win_hi):  # pragma: no cover - compiled
     """Process events in order: ``until`` :data:`DELIVERED` until record ``j``'s legs are all delivered,
     :data:`DRY` until none is left, :data:`REDUCE` while one is queued before cycle ``t`` and then record
@@ -65,40 +65,45 @@ def run(until, j, t, heap, pool, wake, cal, buf, seen, enter, wait, link, link_o
 
     def _fit(lk, at, length):
         """Earliest start >= ``at`` of a window of ``length`` cycles in the gaps of link ``lk``'s calendar."""
+        b = cal_at[lk]
         s = at
-        for k in range(cal[lk, 0]):
-            if s + length <= cal[lk, 1 + 2 * k]:
+        for k in range(cal[b]):
+            if s + length <= cal[b + 1 + 2 * k]:
                 break
-            if cal[lk, 2 + 2 * k] > s:
-                s = cal[lk, 2 + 2 * k]
+            if cal[b + 2 + 2 * k] > s:
+                s = cal[b + 2 + 2 * k]
         return s
 
-    def _drop(lk, first, n):
-        for m in range(first, n - 1):
-            cal[lk, 1 + 2 * m] = cal[lk, 3 + 2 * m]
-            cal[lk, 2 + 2 * m] = cal[lk, 4 + 2 * m]
+    def _drop(b, first, n, m):
+        """Windows ``first .. first + m - 1`` of the ``n`` in the calendar at ``b`` forgotten."""
+        for k in range(first, n - m):
+            cal[b + 1 + 2 * k] = cal[b + 1 + 2 * (k + m)]
+            cal[b + 2 + 2 * k] = cal[b + 2 + 2 * (k + m)]
 
     def _reserve(lk, s, e):
         """Add window [s, e) (free by :func:`_fit`) to link ``lk``'s calendar, kept sorted, touching windows
         merged."""
-        n = cal[lk, 0]
-        if n == CALENDAR:  # full: forget the earliest window (in time order, long past)
-            _drop(lk, 0, n)
-            n -= 1
+        b = cal_at[lk]
+        n = cal[b]
+        full = (cal_at[lk + 1] - b - 1) // 2
+        if n == full:  # full: forget the earliest window (in time order, long past); a quarter of a big one
+            m = 1 if full <= CALENDAR else full // 4
+            _drop(b, 0, n, m)
+            n -= m
         k = n
-        while k > 0 and cal[lk, 1 + 2 * (k - 1)] > s:
-            cal[lk, 1 + 2 * k] = cal[lk, 1 + 2 * (k - 1)]
-            cal[lk, 2 + 2 * k] = cal[lk, 2 + 2 * (k - 1)]
+        while k > 0 and cal[b + 1 + 2 * (k - 1)] > s:
+            cal[b + 1 + 2 * k] = cal[b + 1 + 2 * (k - 1)]
+            cal[b + 2 + 2 * k] = cal[b + 2 + 2 * (k - 1)]
             k -= 1
-        cal[lk, 1 + 2 * k] = s
-        cal[lk, 2 + 2 * k] = e
+        cal[b + 1 + 2 * k] = s
+        cal[b + 2 + 2 * k] = e
         n += 1
         for m in (k, k - 1):  # merge with the next window, then the previous one with this, where they touch
-            if 0 <= m and m + 1 < n and cal[lk, 2 + 2 * m] >= cal[lk, 3 + 2 * m]:
-                cal[lk, 2 + 2 * m] = max(cal[lk, 2 + 2 * m], cal[lk, 4 + 2 * m])
-                _drop(lk, m + 1, n)
+            if 0 <= m and m + 1 < n and cal[b + 2 + 2 * m] >= cal[b + 3 + 2 * m]:
+                cal[b + 2 + 2 * m] = max(cal[b + 2 + 2 * m], cal[b + 4 + 2 * m])
+                _drop(b, m + 1, n, 1)
                 n -= 1
-        cal[lk, 0] = n
+        cal[b] = n
 
     def _port(first, k, now, h, i):
         """(row, cycle): of the ``k`` port rows from ``first``, the one free for ``h`` cycles earliest from

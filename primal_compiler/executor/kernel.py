@@ -31,7 +31,7 @@ import numpy as np
 
 from primal_compiler.executor import flow, linkstate
 from primal_compiler.executor.flow import run
-from primal_compiler.executor.linkstate import BUF_WIDTH, CAL_WIDTH, DELIVERED, DRY, REDUCE, new_pool, start_legs
+from primal_compiler.executor.linkstate import BIG_WIDTH, BUF_WIDTH, CAL_WIDTH, DELIVERED, DRY, REDUCE, new_pool, start_legs
 from primal_compiler.isa.opcodes import Opcode
 from primal_compiler.jit import njit
 
@@ -97,7 +97,12 @@ def schedule(op, busy, unit, pred_ptr, pred, link_ptr, link, link_off, hold_mesh
     seen = np.full(rows, -1, dtype=np.int64)
     counted = np.full(num_links, -1, dtype=np.int64)
     enter = np.zeros(rows, dtype=np.int64)
-    cal = np.zeros((rows if cut_through else 0, CAL_WIDTH), dtype=np.int64)
+    # calendars, one after another: every row's CAL_WIDTH columns, a die-to-die or controller link's BIG_WIDTH
+    width = np.full(rows if cut_through else 0, CAL_WIDTH, dtype=np.int64)
+    width[mesh_links:num_links] = BIG_WIDTH
+    cal_at = np.zeros(len(width) + 1, dtype=np.int64)
+    cal_at[1:] = np.cumsum(width)
+    cal = np.zeros(cal_at[-1], dtype=np.int64)
     buf = np.zeros((mesh_links if cut_through else 0, BUF_WIDTH), dtype=np.int64)  # PE-mesh links only
     holder = np.full(num_links, -1, dtype=np.int64)
     widest = 0
@@ -117,7 +122,7 @@ def schedule(op, busy, unit, pred_ptr, pred, link_ptr, link, link_off, hold_mesh
     ejected = np.zeros(n, dtype=np.int64)  # per record: its legs' largest wait counting the wait to eject
     cfg = np.array([mesh_links, buffer_flits, hop_cycles, other_cycles, num_links, num_links + inj_rows, inj_ports,
                     ej_ports], dtype=np.int64)
-    st = (heap, new_pool(), np.full(len(buf), -1, dtype=np.int64), cal, buf, seen, enter, wait, link, link_off,
+    st = (heap, new_pool(), np.full(len(buf), -1, dtype=np.int64), cal, cal_at, buf, seen, enter, wait, link, link_off,
           link_ptr, inj, ej, cfg, hold_mesh, hold_other, start, busy, finish, left, ejected, np.zeros(rows, dtype=np.int64),
           np.empty(3 * widest, dtype=np.int64), np.empty(3 * widest, dtype=np.int64), np.empty(3 * widest, dtype=np.int64))
     pending = np.empty(n, dtype=np.int64)  # started transfers whose CTs and horizon are not yet updated

@@ -24,6 +24,18 @@ the merged span (22% later; seconds on Llama-2-70B without gating)."""
 CAL_WIDTH = 1 + 2 * CALENDAR
 """Columns of a link's calendar row: the window count, then (start, end) per window, sorted by start."""
 
+BIG_CALENDAR = 512
+"""Reserved windows a die-to-die or controller link's calendar keeps; when full, the earliest quarter is
+forgotten. These links are few (ports per CT, and the controller's) and a flood of transfers can queue on
+one: a mixed-adapter batch rewriting Llama-2-7B's LoRA weights sends thousands of CONFIGs down the
+controller link, and with 16 windows the transfers placed after the schedule ran ahead overlapped forgotten
+ones and crossed it 10% faster than its bandwidth (a decode step 19% short). With 512 no package link is
+held longer than the span of the records crossing it (``tests/executor/test_links.py``), and the main job's
+settled ITL equals that with 4096 windows (docs/executor.md)."""
+
+BIG_WIDTH = 1 + 2 * BIG_CALENDAR
+"""Columns of a die-to-die or controller link's calendar row."""
+
 SLOTS = 16
 """Packets an input buffer tracks; with all of them still waiting, a head waits for a departure."""
 
