@@ -1,9 +1,10 @@
 """The whole program: per request an adapter load, the prefill of the prompt and its decode steps.
 
-Sections, in order, for request ``r``: ``adapter:r`` (only when its adapter
-differs from the previous request's: MASK records for all-zero LoRA blocks,
-a CONFIG per non-zero LoRA tile from the controller, then a SYNC, so no
-layer computes before every adapter write lands; ``srpg`` pipelines them),
+Sections, in order, for request ``r``: ``adapter:r`` (only when a slot must
+be loaded for it: MASK records for all-zero LoRA blocks, a CONFIG per
+non-zero LoRA tile from the controller into its slot for each adapter it
+loads ahead, then a SYNC, so no layer computes before every adapter write
+lands; ``srpg`` pipelines them),
 ``prefill:r`` (the prompt of ``prompt`` tokens for every sequence, logits of
 the last token) and ``decode:r`` (``steps`` steps of one token per sequence
 at positions ``prompt``, ``prompt + 1``, ...). With a ``history`` of h tokens
@@ -13,8 +14,10 @@ positions h .. h + prompt - 1, the decode steps follow from h + prompt, and
 the prefill's EMBED carries h in ``arg`` above bit 8 (docs/isa.md). Every phase (the prefill and
 each decode step) ends with the controller's ARGMAX.
 
-LoRA residency: by default the adapter's weights stay in the SRAM-DCIM macros for the whole request
-(written once in ``adapter:r``; again only when the next request's adapter differs). With ``reprogram``
+LoRA residency: by default an adapter's weights stay in their SRAM-DCIM slot (:mod:`.residency`: as many
+adapters as the macro has slots) until another adapter needs the slot: written in ``adapter:r`` when no
+slot holds them, and, for a request on more adapters than slots, again before each pass whose adapter no
+slot holds (CONFIGs and a barrier inside ``prefill:r`` or ``decode:r``). With ``reprogram``
 (``codegen{lora_residency=per-token}``, the seed's SRPG: "while CT_n computes layer n, the SRAM of
 CT_n+1 is rewritten in the background with the next layer's LoRA weights") the macros hold weights only
 while they are used: every pass (a prefill chunk, a decode step of a pass) starts with a rewrite of every
@@ -100,15 +103,13 @@ class _Out:
 
 
 class ProgramEmitter:
-    def __init__(self, program: Program, target: PrimalTarget, history: int = 0, reprogram: bool = False,
-                 uses: tuple[int, ...] = ()) -> None:
+    def __init__(self, program: Program, target: PrimalTarget, history: int = 0, reprogram: bool = False) -> None:
         self.p, self.target, self.history = program, target, history
         self.reprogram = reprogram  # LoRA weights rewritten at every pass (module docstring)
         self.model, self.kv = program.model, program.need_kv()
         self.geo = geometry(program.model, target)
         count = sram_slots(program.need_tiles(), target, self.geo.lora_bits)
-        self.slots = Slots(1 if reprogram else max(count, 1), uses)  # which adapter each SRAM slot holds, given
-        # ``uses``: the adapter of every pass in stream order (codegen/residency.py)
+        self.slots = Slots(1 if reprogram else max(count, 1))  # which adapter each SRAM slot holds (residency.py)
         self.geo_pes = target.ct.pes
         self.act_bytes = self.model.precision.activation_bits / 8
         zero = program.need_tiles().zero
@@ -249,7 +250,7 @@ def emit_stream(program: Program, target: PrimalTarget, prompt: int, requests: t
     has_lora = bool((program.need_tiles().macro == Macro.SRAM).any())
     batch = program.need_kv().batch
     plan = list(_plan(requests, batch, decode_passes(batch, pipeline), prompt, prefill_chunk or prompt, steps))
-    em = ProgramEmitter(program, target, history, reprogram and has_lora, tuple(p.adapter for p in plan))
+    em = ProgramEmitter(program, target, history, reprogram and has_lora)
     out, slot, start = _Out(), 0, 0
     for p in plan:
         if p.first_of_request:
@@ -257,7 +258,7 @@ def emit_stream(program: Program, target: PrimalTarget, prompt: int, requests: t
                 out.section(f"decode:{p.request - 1}", start)
             adapters = requests[p.request]
             if has_lora:
-                ahead = tuple(dict.fromkeys(adapters * batch if len(adapters) == 1 else adapters))[: em.slots.count]
+                ahead = em.slots.request(tuple(dict.fromkeys(adapters * batch if len(adapters) == 1 else adapters)))
                 held = [a for a in ahead if em.slots.find(a) is not None]
                 loads = [] if em.reprogram else [(a, em.slots.load(a, ahead)) for a in ahead if a not in held]
                 if loads or (em.reprogram and (p.request == 0 or adapters != requests[p.request - 1])):
@@ -270,7 +271,6 @@ def emit_stream(program: Program, target: PrimalTarget, prompt: int, requests: t
             start = out.length
         if has_lora and (p.first >= 0 or em.reprogram):  # a later prompt chunk keeps its run's slot
             slot = em.pass_slot(out, p.adapter, p.flags)
-        em.slots.passed()
         em.phase(out, history + p.position, p.tokens, p.flags, p.seqs, p.decide, slot)
     out.section(f"decode:{len(requests) - 1}", start)
     stream = out.stream()

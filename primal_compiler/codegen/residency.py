@@ -11,14 +11,19 @@ a program has ``slots`` = that figure for its largest tile: a rank-8 LoRA
 of 256-row blocks fills the seed's macro (one slot), a rank-4 one two.
 
 :class:`Slots` keeps, while codegen emits, which adapter each slot holds.
-Codegen knows every pass the program will run, so it evicts as the optimal
-offline policy does (Belady, 1966): a request's adapters already held are
-used in place; a new one takes an empty slot, else the slot whose adapter is
-next needed furthest ahead (never again first) among those the pass about to
-run does not need. A slot is loaded only when its adapter is not held, so
-the program's CONFIG records are exactly the writes the residency needs: a
-batch cycling through more adapters than slots, which defeats a
-least-recently-used policy, keeps ``slots - 1`` of them resident.
+A request's adapters already held are used in place; a new one takes an
+empty slot, else the least recently used slot of an adapter the request
+does not pin. A request on
+more adapters than slots pins the first ``slots - 1`` it uses (they stay
+resident) and rotates the rest through the last slot, so every decode step
+loads the same ``adapters - slots + 1`` adapters at the same passes: the
+step is periodic and a long generation repeats it (``executor/steady.py``).
+The optimal offline policy (Belady, 1966) loads fewer on a cycle of
+adapters (12 instead of 13 for four adapters over two slots in a prefill
+and three decode steps) but in a pattern that repeats only every few steps,
+which no settled step can stand for. A slot is loaded only when its adapter is not held, so the
+program's CONFIG records are exactly the writes the residency needs. A
+macro holds at most 32 slots: the mask register has a bit per slot.
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from primal_compiler.ir.tiles import Macro
+from primal_compiler.isa.opcodes import SRAM_SLOTS
 
 if TYPE_CHECKING:
     from primal_compiler.ir.tiles import TileTable
@@ -38,51 +44,55 @@ EMPTY = -1
 
 
 def sram_slots(tiles: TileTable, target: PrimalTarget, lora_bits: int) -> int:
-    """Adapters every PE's SRAM-DCIM macro holds at once (module docstring); 0 without LoRA tiles."""
+    """Adapters every PE's SRAM-DCIM macro holds at once (module docstring), at most :data:`SRAM_SLOTS`; 0
+    without LoRA tiles."""
     sram = tiles.macro == Macro.SRAM
     if not sram.any():
         return 0
     width = max(1, target.sram.cols_bits // lora_bits)
     rows, cols = tiles.rows[sram].astype(np.int64), tiles.cols[sram].astype(np.int64)
-    return int(((target.sram.rows // rows) * (width // cols)).min())
+    return min(SRAM_SLOTS, int(((target.sram.rows // rows) * (width // cols)).min()))
 
 
 @dataclass
 class Slots:
-    """The adapter in each slot (``EMPTY`` before its first load), given ``uses``: the adapter of every pass of
-    the program, in stream order; :meth:`passed` moves past the pass about to run."""
+    """The adapter in each slot (``EMPTY`` before its first load) and, while a request runs, the adapters it
+    pins (:meth:`request`)."""
 
     count: int
-    uses: tuple[int, ...]
     held: list[int] = field(default_factory=list)
-    cursor: int = 0
-    later: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
-    next_at: dict[int, int] = field(default_factory=dict)
+    used: list[int] = field(default_factory=list)  # per slot, when it was last found or loaded
+    pinned: tuple[int, ...] = ()
+    tick: int = 0
 
     def __post_init__(self) -> None:
         self.held = [EMPTY] * self.count
-        n = len(self.uses)
-        self.later = np.full(n, n, np.int64)  # the next pass on the same adapter, n when none
-        for i in range(n - 1, -1, -1):
-            a = self.uses[i]
-            self.later[i] = self.next_at.get(a, n)
-            self.next_at[a] = i
+        self.used = [-1] * self.count
+
+    def request(self, adapters: tuple[int, ...]) -> tuple[int, ...]:
+        """Start a request on ``adapters`` (distinct, in the order its passes first use them): it pins the first
+        ``count - 1`` when there are more than ``count``, none otherwise. Returns those to load ahead: the first
+        ``count``."""
+        self.pinned = adapters[: self.count - 1] if len(adapters) > self.count else ()
+        return adapters[: self.count]
 
     def find(self, adapter: int) -> int | None:
-        """The slot holding ``adapter``; None when no slot holds it."""
-        return self.held.index(adapter) if adapter in self.held else None
+        """The slot holding ``adapter``, marked used now; None when no slot holds it."""
+        if adapter not in self.held:
+            return None
+        return self._use(self.held.index(adapter))
 
-    def load(self, adapter: int, keep: tuple[int, ...] = ()) -> int:
-        """The slot ``adapter`` is written into: its own (a rewrite), else an empty one, else the one whose adapter
-        is next needed furthest ahead among those not in ``keep``; it then holds ``adapter``."""
-        free = [s for s in range(self.count) if self.held[s] not in keep or self.held[s] == adapter]
-        n = len(self.uses)
-        slot = min(free, key=lambda s: (self.held[s] != adapter, self.held[s] != EMPTY,
-                                        -self.next_at.get(self.held[s], n), s))
-        self.held[slot] = adapter
+    def _use(self, slot: int) -> int:
+        self.tick += 1
+        self.used[slot] = self.tick
         return slot
 
-    def passed(self) -> None:
-        """The pass at the cursor was emitted: its adapter is next needed at its next use."""
-        self.next_at[self.uses[self.cursor]] = int(self.later[self.cursor])
-        self.cursor += 1
+    def load(self, adapter: int, keep: tuple[int, ...] = ()) -> int:
+        """The slot ``adapter`` is written into: its own (a rewrite), else an empty one, else the least recently
+        used whose adapter is neither pinned nor in ``keep``; it then holds ``adapter``, used now."""
+        if adapter in self.held:
+            return self._use(self.held.index(adapter))
+        free = [s for s in range(self.count) if self.held[s] not in keep and self.held[s] not in self.pinned]
+        slot = min(free, key=lambda s: (self.held[s] != EMPTY, self.used[s], s))
+        self.held[slot] = adapter
+        return self._use(slot)

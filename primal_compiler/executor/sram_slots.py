@@ -2,7 +2,7 @@
 
 A PE's macro of ``sram.rows`` rows of ``sram.cols_bits`` bits holds
 ``(sram.rows // rows) * (cols_bits // lora_weight_bits // cols)`` LoRA tiles of
-the shape it hosts (``codegen/residency.py`` says why): a CONFIG into, or a
+the shape it hosts, at most 32, one per bit of the mask register (``codegen/residency.py`` says why): a CONFIG into, or a
 fired SMAC_SRAM from, a slot past that number names SRAM the machine does not
 have, and the replay refuses the program before anything runs.
 """
@@ -13,7 +13,7 @@ import numpy as np
 
 from primal_compiler.errors import InputError
 from primal_compiler.ir.precision import Precision
-from primal_compiler.isa.opcodes import Flag, Opcode
+from primal_compiler.isa.opcodes import SRAM_SLOTS, Flag, Opcode
 from primal_compiler.target.spec import PrimalTarget
 
 
@@ -31,7 +31,8 @@ def check_slots(records: np.ndarray, sram_rows: np.ndarray, sram_cols: np.ndarra
     rows, cols = sram_rows[at].astype(np.int64), sram_cols[at].astype(np.int64)
     width = max(1, target.sram.cols_bits // lora_bits)
     hosted = (rows > 0) & (cols > 0)
-    fits = np.where(hosted, (target.sram.rows // np.maximum(rows, 1)) * (width // np.maximum(cols, 1)), 0)
+    fits = np.where(hosted, np.minimum(SRAM_SLOTS, (target.sram.rows // np.maximum(rows, 1)) * (width // np.maximum(cols, 1))),
+                    0)
     bad = np.flatnonzero(slot >= fits)
     if len(bad):
         k = bad[np.argmin(rec[bad])]

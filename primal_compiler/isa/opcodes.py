@@ -23,6 +23,7 @@ NONE32 = 0xFFFFFFFF
 CONTROLLER = 0xFFFE  # ``ct`` / ``dst_ct`` value of the near-memory controller (NMC)
 ALL_PES = 0xFFFF  # ``pe`` value of a whole-CT instruction (power gating)
 REPROGRAM = 0xFFFFFFFE  # ``SYNC`` barrier id of a pass's LoRA reprogramming (an adapter load's is its request's index)
+SRAM_SLOTS = 32  # SRAM slots a PE's mask register covers: MASK's 32-bit ``arg`` has a bit per slot
 
 
 class Opcode(IntEnum):

@@ -178,12 +178,13 @@ class CostTable:
         self.slots = KvRing(context=context).sequences(placed, target)
         self.sram_slots = sram_slots(placed.need_tiles(), target, placed.model.precision.lora_weight_bits)
 
-    def shape(self, batch: int, bucket: int, adapter: int = 0, history: int = 0, adapters: int = 1) -> Shape:
+    def shape(self, batch: int, bucket: int, adapter: int = 0, history: int = 0, adapters: int = 1,
+              sample: bool = False) -> Shape:
         """The shape of a batch of ``batch`` on ``bucket`` tokens after ``history`` saved ones switching to
         adapter ``adapter`` (``adapters`` > 1: as many distinct adapters, masked by the ``zero_fraction`` sample,
-        zeros every adapter shares); adapters without a directory, and every adapter without block-sparse
-        encoding, share one."""
-        one = self.policy.sparse and adapters == 1 and adapter < len(self.sources)
+        zeros every adapter shares; ``sample``: one adapter masked so too); adapters without a directory, and
+        every adapter without block-sparse encoding, share one."""
+        one = self.policy.sparse and adapters == 1 and not sample and adapter < len(self.sources)
         source = self.sources[adapter] if one else ""
         key = (batch, bucket, history, source, adapters)
         if key not in self.shapes:

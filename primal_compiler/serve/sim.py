@@ -23,7 +23,9 @@ attention work, never less).
 
 A batch starts back to back (*warm*) when it was already waiting as the
 previous batch ended, else on an idle machine (*cold*), and switches
-adapters when its set of adapters differs from the last batch's; a batch on
+adapters when its set of adapters differs from the last batch's and the
+SRAM-DCIM slots do not hold them all (priced as loading all of them: an
+upper bound when some are held); a batch on
 ``k`` adapters is priced by the shapes replayed on ``k`` (:mod:`.costs`), and
 what its decode steps take beyond the same steps on one adapter is the
 reprogramming they expose. Each of the four
@@ -103,6 +105,16 @@ def _batch(policy: Policy, waiting: deque[int], by_adapter: dict[int, deque[int]
                     members)
 
 
+def _held(group: frozenset[int], held: tuple[int, ...], slots: int) -> tuple[int, ...]:
+    """What the slots hold after a batch on ``group``: with room, its adapters and, after them, those held
+    before, ``slots`` in all; on more adapters than slots, the last ``slots`` its last step used (runs in
+    adapter order, codegen{requests})."""
+    ordered = sorted(group)
+    if len(ordered) > slots:
+        return tuple(reversed(ordered[-slots:])) if slots else ()
+    return tuple(dict.fromkeys([*ordered, *held]))[:slots]
+
+
 def simulate(trace: Trace, table: CostTable) -> dict:
     """Per-request columns and per-batch totals of serving ``trace`` (module docstring): JSON-ready lists."""
     n = len(trace)
@@ -124,7 +136,8 @@ def simulate(trace: Trace, table: CostTable) -> dict:
     reconfig_s = config_s = 0.0
     log: dict[str, list] = {"start_s": [], "exposed_s": [], "first_token_s": [], "end_s": [], "adapter": [],
                             "switch": []}  # per batch, in order
-    loaded: frozenset[int] = frozenset()
+    loaded: frozenset[int] = frozenset()  # the last batch's adapters
+    held: tuple[int, ...] = ()  # the adapters the SRAM-DCIM slots hold, most recently used first
     t, prev_end, nxt, decode_exposed, widest = float(trace.arrival_s[0]), None, 0, 0.0, 0
     while True:
         while waiting and taken[waiting[0]]:  # batched with an earlier head
@@ -138,7 +151,7 @@ def simulate(trace: Trace, table: CostTable) -> dict:
             if policy.batching == "same-adapter":
                 by_adapter.setdefault(int(trace.adapter[nxt]), deque()).append(nxt)
             nxt += 1
-        members = _batch(policy, waiting, by_adapter, trace, kv, loaded, table.sram_slots)
+        members = _batch(policy, waiting, by_adapter, trace, kv, frozenset(held), table.sram_slots)
         taken[members] = True
         adapter, group = int(trace.adapter[members[0]]), frozenset(trace.adapter[members].tolist())
         widest = max(widest, len(group))
@@ -153,12 +166,12 @@ def simulate(trace: Trace, table: CostTable) -> dict:
         end_pos = trace.history[members] + trace.prompt[members] + trace.generate[members]
         dec = table.shape(size, bucket(int(end_pos.max()) - 1, context), adapter, 0, len(group))
         if len(group) > 1:  # what rewriting adapters between passes adds to each step
-            one = table.shape(size, bucket(int(end_pos.max()) - 1, context), adapter)
+            one = table.shape(size, bucket(int(end_pos.max()) - 1, context), adapter, sample=True)  # same zeros
             decode_exposed += steps * max(0.0, dec.step_s - one.step_s)
         if prev_end is not None and t > prev_end:
             energy["idle"] += (t - prev_end) * (table.idle_w or 0.0)
         b2b = prev_end is not None and t == prev_end
-        switch = group != loaded
+        switch = group != loaded and not group <= set(held)
         case = ("b2b_" if b2b else "idle_") + ("switch" if switch else "same")
         exposed = 0.0
         if switch:
@@ -181,6 +194,7 @@ def simulate(trace: Trace, table: CostTable) -> dict:
         kv.keep(trace, members)
         t = end
         prev_end, loaded = t, group
+        held = _held(group, held, table.sram_slots)
     return {"start_s": start, "first_token_s": first, "finish_s": finish, "itl_s": itl, "batch": batch_of,
             "switched": switched, "energy_j": energy, "reconfig_s": reconfig_s, "config_s": config_s,
             "decode_exposed_s": decode_exposed, "max_adapters_per_batch": widest,

@@ -2,12 +2,13 @@
 when they are used.
 
 Drawn only for a program that rewrites LoRA weights within a request (a batch on more adapters than the
-SRAM-DCIM slots hold, or ``lora_residency=per-token``: a slot written twice within request 0). The window is the first decode step of ``decode:0``: from the prefill's last ARGMAX to the
-``batch``-th decode ARGMAX (one pass per sequence). Each layer's row shows, per pass, the span of its LoRA
-products (SMAC_SRAM, first start to last finish) in the colour of the adapter the slot they read holds, and
-over it, hatched, the span of the CONFIG records writing that layer's slots, in the colour of the adapter
-written. The adapter of a product is the one the last earlier CONFIG into its layer's slot wrote (stream
-order, as the dependency tracker orders them).
+SRAM-DCIM slots hold, or ``lora_residency=per-token``: a slot written twice within request 0). The window
+is the first decode step of ``decode:0``: from the prefill's last ARGMAX to the step's last ARGMAX (the
+``batch``-th when each pass carries one sequence, else the first). Each layer's row shows, per pass, the
+span of its LoRA products (SMAC_SRAM, first start to last finish) in the colour of the adapter the slot
+they read holds, and over it, hatched, the span of the CONFIG records writing that layer's slots, in the
+colour of the adapter written. The adapter of a product is the one the last earlier CONFIG into its
+layer's slot wrote (stream order, as the dependency tracker orders them).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 from matplotlib.patches import Patch
 
-from primal_compiler.isa.opcodes import ActFn, Flag, NONE16, Opcode
+from primal_compiler.isa.opcodes import ARG_ENUM_MASK, NONE16, ActFn, Flag, Opcode
 from primal_compiler.report.text import human_time
 from primal_compiler.viz import style
 from primal_compiler.viz.data import VizData
@@ -38,8 +39,10 @@ def window(d: VizData) -> tuple[int, int, int, int]:
     rp, r = d.rp, d.stream.records
     pre, dec = rp.section("prefill:0"), rp.section("decode:0")
     argmax = dec[(r["op"][dec] == Opcode.ACT) & (r["arg"][dec] == ActFn.ARGMAX)]
-    batch = int(d.meta.get("kv", {}).get("batch", 1))
-    last = argmax[min(batch, len(argmax)) - 1]
+    embed = dec[(r["op"][dec] == Opcode.ACT) & ((r["arg"][dec] & ARG_ENUM_MASK[Opcode.ACT]) == ActFn.EMBED)]
+    one = int(d.meta.get("model_ir", {}).get("hidden_size", 0))  # a pipelined step embeds one sequence a pass, ``batch`` passes
+    passes = int(d.meta.get("kv", {}).get("batch", 1)) if len(embed) and int(r["count"][embed[0]]) == one else 1
+    last = argmax[min(passes, len(argmax)) - 1]
     pre_end = pre[(r["op"][pre] == Opcode.ACT) & (r["arg"][pre] == ActFn.ARGMAX)]
     begin = int(rp.finish[pre_end].max()) if len(pre_end) else int(rp.start[dec].min())
     return int(dec[0]), int(last) + 1, begin, int(rp.finish[last])

@@ -59,7 +59,8 @@ CAPTIONS = {
     "hops": "Hop histogram of every transfer leg (share of legs per hop count).",
     "power": "Power state of every CT over the decode step and over an adapter switch (reconfiguring = CONFIG "
              "records writing the CT's SRAM) and power over time.",
-    "adapters": "A batch on more adapters than the SRAM-DCIM slots hold: per layer, each pass's LoRA products "
+    "adapters": "A request rewriting its adapters (more adapters than SRAM-DCIM slots, or lora_residency="
+                "per-token): per layer, each pass's LoRA products "
                 "(solid, in the colour of the adapter they read) and the CONFIG writes of the next adapter "
                 "(hatched), over the first decode step.",
     "thermal": "Every CT die's steady temperature under sustained decode (rise over ambient; the ring marks the "

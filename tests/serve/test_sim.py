@@ -22,7 +22,8 @@ class Table:
         self.shapes: dict[tuple[int, ...], Shape] = {}
         self.slots, self.sram_slots = slots, sram_slots
 
-    def shape(self, batch: int, bucket_: int, adapter: int = 0, history: int = 0, adapters: int = 1) -> Shape:
+    def shape(self, batch: int, bucket_: int, adapter: int = 0, history: int = 0, adapters: int = 1,
+              sample: bool = False) -> Shape:
         """Each adapter past the first adds 2 s to a decode step (its rewrite between passes)."""
         s = Shape(batch, bucket_, history, adapters,
                   {"idle_switch": 10.0, "b2b_switch": 8.0, "b2b_same": 5.0, "idle_same": 5.0},
@@ -191,3 +192,14 @@ def test_resident_batching_never_takes_more_adapters_than_slots_and_prefers_thos
 def test_a_batching_policy_is_one_of_three():
     with pytest.raises(ValueError, match="batching must be one of same-adapter, mixed, resident, got 'fifo'"):
         Policy(batching="fifo")
+
+
+def test_an_adapter_still_in_a_slot_needs_no_switch():
+    """Two slots: A, then B (A stays in its slot), then A again starts without a switch; then C evicts the
+    least recently used (B), so A after it starts without a switch too; with one slot every change switches."""
+    t = trace([(0.0, 0, 10, 1), (100.0, 1, 10, 1), (200.0, 0, 10, 1), (300.0, 2, 10, 1), (400.0, 0, 10, 1)])
+    t = Trace(t.arrival_s, np.array([0, 1, 0, 2, 0]), t.prompt, t.generate, ("A", "B", "C"), t.conversation, t.history)
+    run = simulate(t, Table(batching="resident", sram_slots=2))
+    assert list(run["switched"]) == [1, 1, 0, 1, 0]
+    one = simulate(t, Table(batching="resident", sram_slots=1))
+    assert list(one["switched"]) == [1, 1, 1, 1, 1]

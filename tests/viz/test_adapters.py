@@ -35,3 +35,18 @@ def test_drawn_for_a_mixed_batch_and_not_for_resident_adapters(tmp_path, target,
     r = mixed.stream.records[lo:hi]
     assert int((r["op"] == Opcode.ACT).sum()) > 0 and w1 > w0
     assert len(np.unique(r["arg"][r["op"] == Opcode.CONFIG] >> 16)) == 4  # every adapter rewritten in the step
+
+
+def test_the_window_is_one_step_with_or_without_a_pass_per_sequence(tmp_path, target):
+    """Batch 2 rewriting its weights at every pass: pipelined, the first step is two passes (two ARGMAXes);
+    one pass of both sequences, it is one."""
+    from primal_compiler.isa.opcodes import ActFn
+    from primal_compiler.viz import data
+
+    for pipeline, argmaxes in (("true", 2), ("false", 1)):
+        spec = ("lower-tiles,blocking,zcurve-order,kv-ring{context=64,batch=2},codegen{prompt=8,steps=3,"
+                f"pipeline={pipeline},lora_residency=per-token}},srpg{{gating=false}}")
+        d = data.load(_compile(tmp_path / pipeline, spec, target))
+        lo, hi, _, _ = adapters.window(d)
+        r = d.stream.records[lo:hi]
+        assert int(((r["op"] == Opcode.ACT) & (r["arg"] == ActFn.ARGMAX)).sum()) == argmaxes
