@@ -14,9 +14,8 @@ batch, prompt, generation, rank and k.
 Run: python benchmarks/adapters.py [--model llama2-7b] [--batch 8] [--ranks 8,16,64] [--adapters 1,2,4,8]
      [--prompt 8] [--context 256] [--gpu h100] [--engine vllm]
 On 2 cores, Llama-2-7B at batch 8: about 70-90 s a program. k is at most the batch; 16 adapters need a batch
-of 16 (context 128 at most on Llama-2-7B), and 64 a batch of 64, whose replay does not fit this machine's
-memory yet (issue 54). A program the machine cannot hold (a CT's program past its instruction buffer, a KV
-space past the scratchpads) is a row saying why.
+of 16 (context 128 at most on Llama-2-7B), 64 a batch of 64 (context 32; 311 s and 8 GiB to compile and be
+refused). A program the machine cannot hold (a CT's program past its instruction buffer) is a row saying why.
 """
 
 from __future__ import annotations

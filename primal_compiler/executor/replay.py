@@ -1,10 +1,10 @@
 """Replay a compiled program's instruction stream on the mesh/PIM model of its target.
 
 Stages (each vectorized over records, named in :attr:`Replay.stages` with
-their wall time): ``transfers`` (legs and links of router records),
-``costs`` (per-opcode busy time, unit and dynamic energy), ``deps``
-(RAW/WAR/WAW predecessors on element ranges), ``control`` (the sequencer
-of every record, :mod:`.control`), ``schedule`` (the timing recurrence of
+their wall time): ``control`` (the sequencer of every record, :mod:`.control`;
+first, so a program whose CT programs overflow their instruction buffers is refused before anything else
+is built), ``transfers`` (legs and links of router records), ``costs`` (per-opcode busy time, unit and
+dynamic energy), ``deps`` (RAW/WAR/WAW predecessors on element ranges), ``schedule`` (the timing recurrence of
 :mod:`.kernel`) and ``power`` (CT state intervals). Every number a report
 prints is computed from these arrays, so changing the stream changes them.
 """
@@ -148,21 +148,21 @@ def replay(meta: dict, arrays: dict, stream: Stream, target: PrimalTarget, where
         clock = now
 
     topo = topology(meta, target)
+    rram_rows, rram_cols, sram_rows, sram_cols = tile_shapes(program_tiles(arrays), topo.num_cts, topo.pes)
+    if "tile_macro" in arrays:  # a compiled program: its SRAM slots must exist (a hand-written stream has no tiles)
+        check_slots(stream.records, sram_rows, sram_cols, topo.pes, target, lora_bits(meta), where)
+    ctl = control(stream, target, topo.num_cts, where, mode)  # first: a program past a buffer is refused at once
+    mark("control")
     r = target.router
     local_rate = r.scratchpad_banks * r.scratchpad_bank_width_bits / 8
     tr = transfers.expand(stream, topo, local_rate)
     mark("transfers")
-    rram_rows, rram_cols, sram_rows, sram_cols = tile_shapes(program_tiles(arrays), topo.num_cts, topo.pes)
-    if "tile_macro" in arrays:  # a compiled program: its SRAM slots must exist (a hand-written stream has no tiles)
-        check_slots(stream.records, sram_rows, sram_cols, topo.pes, target, lora_bits(meta), where)
     kv = meta.get("kv") or {}
     ctx = costs.Ctx(target, topo, stream.records, stream, tr, rram_rows, rram_cols, sram_rows, sram_cols,
                     costs.bank_lanes(target, kv), int(kv.get("head_dim", 0)))
     busy, unit, energy = costs.record_costs(ctx, where)
     unit = costs.throttled(ctx, unit, max_active_pes)
     mark("costs")
-    ctl = control(stream, target, topo.num_cts, where, mode)
-    mark("control")
     key = replay_key(meta, arrays, stream, timing_hash(target), ctl.mode) if cache and not max_active_pes else None
     kept = lookup(cache, key) if cache and key else None
     hit = kept is not None

@@ -47,7 +47,7 @@ def test_a_hit_gives_the_full_replays_figures(compiled, replayed, small_target, 
     first = _replay(compiled, small_target, store)
     assert not first.from_cache and len(_entries(store)) == 1
     again = _replay(compiled, small_target, store)
-    assert again.from_cache and [name for name, _ in again.stages] == ["transfers", "costs", "control", "cache", "power"]
+    assert again.from_cache and [name for name, _ in again.stages] == ["control", "transfers", "costs", "cache", "power"]
     assert _figures(again) == _figures(first) == _figures(replayed)
     for name in ("dispatch", "start", "finish"):
         assert np.array_equal(getattr(again, name), getattr(replayed, name)) and getattr(again, name).dtype == np.int64
