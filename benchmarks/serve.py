@@ -38,7 +38,7 @@ RUNS = [("default: prefetch, block-sparse, no batching", Policy()),
         ("no prefetch", Policy(prefetch=False)),
         ("no block-sparse encoding", Policy(sparse=False)),
         ("no prefetch, no block-sparse encoding", Policy(prefetch=False, sparse=False)),
-        ("batching up to 4 per adapter", Policy(max_batch=4))]
+        ("batching up to 4 per adapter", Policy(max_batch=4, batching="same-adapter"))]
 THINK_S = (30.0, 0.5)
 
 

@@ -4,4 +4,4 @@ request by request (:mod:`.sim`); ``primal serve`` and ``primal trace`` (:mod:`.
 SEED_ZERO_FRACTION = 0.245  # seed: ~35% of LoRA delta matrices are >70% sparse -> 0.35 x 0.7 of blocks all zero
 
 #: ``primal serve --batching``: which waiting requests share a batch (serve/sim.py).
-BATCHING = ("same-adapter", "mixed", "resident")
+BATCHING = ("mixed", "same-adapter", "resident")

@@ -83,10 +83,10 @@ def add_parsers(sub) -> None:
                     help="context tokens per sequence of the KV space (prompt + generation must fit)")
     sp.add_argument("--max-batch", type=int_arg(1, 64), default=1,
                     help="batch up to this many waiting requests (default 1: no batching)")
-    sp.add_argument("--batching", choices=BATCHING, default="same-adapter",
-                    help="which requests share a batch: the oldest's adapter only (default), the oldest whatever "
-                         "their adapters, or the adapters the SRAM-DCIM slots hold first and never more than the "
-                         "slots (docs/serving.md)")
+    sp.add_argument("--batching", choices=BATCHING, default="mixed",
+                    help="which requests share a batch: the oldest whatever their adapters (mixed, the default), "
+                         "the oldest's adapter only (same-adapter), or the adapters the SRAM-DCIM slots hold first "
+                         "and never more than the slots (resident) (docs/serving.md)")
     sp.add_argument("--no-prefetch", action="store_true",
                     help="load an adapter only after the previous request and before its own prefill")
     sp.add_argument("--no-sparse", action="store_true", help="configure every LoRA block, zero or not")

@@ -68,10 +68,10 @@ class Policy:
     prefetch: bool = True  # SRPG's pipelined reconfiguration, across requests too: srpg{pipeline_config}
     sparse: bool = True  # block-sparse LoRA encoding: CONFIG sends only non-zero blocks (lora-sparsity)
     max_batch: int = 1  # batch up to this many waiting requests (1: no batching)
-    # Which waiting requests share a batch (serve/sim.py): "same-adapter" (the oldest's adapter only), "mixed" (the
-    # oldest, whatever their adapters), "resident" (the adapters the SRAM-DCIM slots hold first, then any, never
-    # more adapters than slots).
-    batching: str = "same-adapter"
+    # Which waiting requests share a batch (serve/sim.py): "mixed" (the oldest, whatever their adapters, as GPU
+    # servers batch; the default), "same-adapter" (the oldest's adapter only), "resident" (the adapters the SRAM-DCIM
+    # slots hold first, then any, never more adapters than slots).
+    batching: str = "mixed"
 
     def __post_init__(self) -> None:
         if self.batching not in BATCHING:

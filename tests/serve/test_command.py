@@ -45,7 +45,7 @@ def test_serve_prints_the_report_and_its_json(trace_file, capsys):
     r = json.loads(capsys.readouterr().out)
     assert r["requests"] == 12 and len(r["per_request"]["first_token_s"]) == 12
     assert r["policy"] == {"prefetch": True, "sparse": True, "max_batch": 2, "zero_fraction": 0.245,
-                           "context_save": True, "batching": "same-adapter"}
+                           "context_save": True, "batching": "mixed"}
     assert r["tokens_per_j"] > 0 and r["ttft_s"]["p99"] >= r["ttft_s"]["p50"] > 0
 
 

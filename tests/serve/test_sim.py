@@ -190,7 +190,7 @@ def test_resident_batching_never_takes_more_adapters_than_slots_and_prefers_thos
 
 
 def test_a_batching_policy_is_one_of_three():
-    with pytest.raises(ValueError, match="batching must be one of same-adapter, mixed, resident, got 'fifo'"):
+    with pytest.raises(ValueError, match="batching must be one of mixed, same-adapter, resident, got 'fifo'"):
         Policy(batching="fifo")
 
 
