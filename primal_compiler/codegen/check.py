@@ -1,7 +1,8 @@
 """Invariants of an emitted program, checked vectorized; each raises AssertionError naming a record.
 
 - :func:`check_power`: no record touches a CT while it is gated.
-- :func:`check_configs`: every fired SMAC_SRAM follows a CONFIG of its PE and SRAM slot.
+- :func:`check_configs`: every fired SMAC_SRAM follows a CONFIG of its PE and SRAM slot (:func:`last_before`: the
+  latest earlier record of the same key, which viz's adapter timeline uses too).
 - :func:`check_kv_appends`: within a prefill or decode step, no two KV_APPENDs write the same token slot
   (the same piece of it, when a head split over two roots is appended in two).
 - :func:`check_kv_map`: every unit has its own (CT, PE, slot) inside the layer's CTs and capacity.
@@ -40,21 +41,29 @@ def check_power(stream: Stream) -> None:
         raise AssertionError(f"record {int(idx[k])} ({Opcode(rec['op'][idx[k]]).name}) touches gated CT {int(ct[k])}")
 
 
+def last_before(keys: np.ndarray, rows: np.ndarray, query_keys: np.ndarray, query_rows: np.ndarray) -> np.ndarray:
+    """Per query, the position in ``rows`` of the latest row before the query's own row with the same key; -1
+    where none. Rows are record indices, keys int64 (ranked first, so any key and row fit)."""
+    _, dense = np.unique(np.concatenate([keys, query_keys]), return_inverse=True)
+    n = int(max(rows.max(initial=-1), query_rows.max(initial=-1))) + 2
+    own, asked = dense[: len(keys)], dense[len(keys) :]
+    order = np.argsort(own * n + rows, kind="stable")
+    at = np.searchsorted((own * n + rows)[order], asked * n + query_rows) - 1
+    ok = at >= 0
+    ok[ok] = own[order[at[ok]]] == asked[ok]
+    return np.where(ok, order[np.maximum(at, 0)], -1)
+
+
 def check_configs(stream: Stream) -> None:
     rec = stream.records
-    pe_key = (rec["ct"].astype(np.int64) << 16 | rec["pe"]) << 16
     cfg = np.flatnonzero(rec["op"] == Opcode.CONFIG)
-    cfg_key = (rec["dst_ct"][cfg].astype(np.int64) << 16 | rec["dst_pe"][cfg]) << 16 | rec["arg"][cfg] & 0xFFFF
     smac = np.flatnonzero((rec["op"] == Opcode.SMAC_SRAM) & ((rec["flags"] & Flag.SKIPPED) == 0))
-    n = len(stream) + 1
-    _, dense = np.unique(np.concatenate([cfg_key, pe_key[smac] | rec["arg"][smac] & 0xFFFF]), return_inverse=True)
-    ck = np.sort(dense[: len(cfg)] * n + cfg)  # (PE and slot, record) pairs fit 63 bits once the keys are ranked
-    sk = dense[len(cfg) :] * n + smac
-    at = np.searchsorted(ck, sk) - 1
-    ok = at >= 0
-    ok[ok] = ck[at[ok]] // n == sk[ok] // n
-    if not ok.all():
-        k = int(smac[np.flatnonzero(~ok)[0]])
+    slot = lambda k: rec["arg"][k].astype(np.int64) & 0xFFFF  # noqa: E731
+    cfg_key = (rec["dst_ct"][cfg].astype(np.int64) << 16 | rec["dst_pe"][cfg]) << 16 | slot(cfg)
+    smac_key = (rec["ct"][smac].astype(np.int64) << 16 | rec["pe"][smac]) << 16 | slot(smac)
+    missing = np.flatnonzero(last_before(cfg_key, cfg, smac_key, smac) < 0)
+    if len(missing):
+        k = int(smac[missing[0]])
         raise AssertionError(f"record {k} SMAC_SRAM at CT {rec['ct'][k]} PE {rec['pe'][k]} slot {rec['arg'][k]} "
                              "runs before a CONFIG of its slot")
 

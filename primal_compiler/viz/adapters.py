@@ -16,6 +16,7 @@ from __future__ import annotations
 import numpy as np
 from matplotlib.patches import Patch
 
+from primal_compiler.codegen.check import last_before
 from primal_compiler.isa.opcodes import ARG_ENUM_MASK, NONE16, ActFn, Flag, Opcode
 from primal_compiler.report.text import human_time
 from primal_compiler.viz import style
@@ -51,13 +52,9 @@ def window(d: VizData) -> tuple[int, int, int, int]:
 def adapter_of_products(r: np.ndarray, smac: np.ndarray, cfg: np.ndarray) -> np.ndarray:
     """Per SMAC_SRAM record of ``smac``, the adapter the last earlier CONFIG of ``cfg`` into its layer and slot
     wrote (-1: none)."""
-    key_c = r["layer"][cfg].astype(np.int64) << 16 | r["arg"][cfg] & 0xFFFF
-    key_s = r["layer"][smac].astype(np.int64) << 16 | r["arg"][smac] & 0xFFFF
-    order = np.lexsort((cfg, key_c))
-    kc, ic = key_c[order], cfg[order]
-    at = np.searchsorted(kc * (len(r) + 1) + ic, key_s * (len(r) + 1) + smac) - 1
-    ok = (at >= 0) & (kc[np.maximum(at, 0)] == key_s)
-    return np.where(ok, (r["arg"][ic[np.maximum(at, 0)]] >> 16).astype(np.int64), -1)
+    key = lambda k: r["layer"][k].astype(np.int64) << 16 | r["arg"][k].astype(np.int64) & 0xFFFF  # noqa: E731
+    at = last_before(key(cfg), cfg, key(smac), smac)
+    return np.where(at >= 0, (r["arg"][cfg[np.maximum(at, 0)]] >> 16).astype(np.int64), -1)
 
 
 def figure(d: VizData):
