@@ -43,15 +43,18 @@ if TYPE_CHECKING:
 EMPTY = -1
 
 
+def tile_slots(rows: np.ndarray, cols: np.ndarray, target: PrimalTarget, lora_bits: int) -> np.ndarray:
+    """Tiles of ``rows`` x ``cols`` (each at least 1) a PE's SRAM-DCIM macro holds (module docstring), at most
+    :data:`SRAM_SLOTS`."""
+    width = max(1, target.sram.cols_bits // lora_bits)
+    return np.minimum(SRAM_SLOTS, (target.sram.rows // rows.astype(np.int64)) * (width // cols.astype(np.int64)))
+
+
 def sram_slots(tiles: TileTable, target: PrimalTarget, lora_bits: int) -> int:
-    """Adapters every PE's SRAM-DCIM macro holds at once (module docstring), at most :data:`SRAM_SLOTS`; 0
+    """Adapters every PE's SRAM-DCIM macro holds at once: the fewest of any LoRA tile (module docstring); 0
     without LoRA tiles."""
     sram = tiles.macro == Macro.SRAM
-    if not sram.any():
-        return 0
-    width = max(1, target.sram.cols_bits // lora_bits)
-    rows, cols = tiles.rows[sram].astype(np.int64), tiles.cols[sram].astype(np.int64)
-    return min(SRAM_SLOTS, int(((target.sram.rows // rows) * (width // cols)).min()))
+    return int(tile_slots(tiles.rows[sram], tiles.cols[sram], target, lora_bits).min()) if sram.any() else 0
 
 
 @dataclass

@@ -1,8 +1,7 @@
 """The SRAM-DCIM macros hold what the stream puts in them: every SRAM slot a record names exists.
 
-A PE's macro of ``sram.rows`` rows of ``sram.cols_bits`` bits holds
-``(sram.rows // rows) * (cols_bits // lora_weight_bits // cols)`` LoRA tiles of
-the shape it hosts, at most 32, one per bit of the mask register (``codegen/residency.py`` says why): a CONFIG into, or a
+A PE's macro holds as many LoRA tiles of the shape it hosts as
+``codegen.residency.tile_slots`` says (the formula and why are there): a CONFIG into, or a
 fired SMAC_SRAM from, a slot past that number names SRAM the machine does not
 have, and the replay refuses the program before anything runs.
 """
@@ -11,9 +10,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from primal_compiler.codegen.residency import tile_slots
 from primal_compiler.errors import InputError
 from primal_compiler.ir.precision import Precision
-from primal_compiler.isa.opcodes import SRAM_SLOTS, Flag, Opcode
+from primal_compiler.isa.opcodes import Flag, Opcode
 from primal_compiler.target.spec import PrimalTarget
 
 
@@ -29,10 +29,8 @@ def check_slots(records: np.ndarray, sram_rows: np.ndarray, sram_cols: np.ndarra
     rec = np.concatenate([config, smac])
     slot = records["arg"][rec].astype(np.int64) & 0xFFFF
     rows, cols = sram_rows[at].astype(np.int64), sram_cols[at].astype(np.int64)
-    width = max(1, target.sram.cols_bits // lora_bits)
     hosted = (rows > 0) & (cols > 0)
-    fits = np.where(hosted, np.minimum(SRAM_SLOTS, (target.sram.rows // np.maximum(rows, 1)) * (width // np.maximum(cols, 1))),
-                    0)
+    fits = np.where(hosted, tile_slots(np.maximum(rows, 1), np.maximum(cols, 1), target, lora_bits), 0)
     bad = np.flatnonzero(slot >= fits)
     if len(bad):
         k = bad[np.argmin(rec[bad])]
@@ -45,6 +43,6 @@ def check_slots(records: np.ndarray, sram_rows: np.ndarray, sram_cols: np.ndarra
 
 
 def lora_bits(meta: dict) -> int:
-    """The LoRA weight width of a program file's model (the loader's default when the file leaves it out)."""
-    stated = meta.get("model_ir", {}).get("precision", {}).get("lora_weight_bits")
-    return int(stated) if stated is not None else Precision().lora_weight_bits
+    """The LoRA weight width of a program file's model, read as the loader reads precision (``executor.memory``:
+    absent widths default)."""
+    return Precision(**meta.get("model_ir", {}).get("precision", {})).lora_weight_bits
