@@ -30,6 +30,7 @@ template are built once and shifted to every layer using it.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -249,10 +250,9 @@ def emit_stream(program: Program, target: PrimalTarget, prompt: int, requests: t
     """
     has_lora = bool((program.need_tiles().macro == Macro.SRAM).any())
     batch = program.need_kv().batch
-    plan = list(_plan(requests, batch, decode_passes(batch, pipeline), prompt, prefill_chunk or prompt, steps))
     em = ProgramEmitter(program, target, history, reprogram and has_lora)
     out, slot, start = _Out(), 0, 0
-    for p in plan:
+    for p in _plan(requests, batch, decode_passes(batch, pipeline), prompt, prefill_chunk or prompt, steps):
         if p.first_of_request:
             if p.request:
                 out.section(f"decode:{p.request - 1}", start)
@@ -269,7 +269,7 @@ def emit_stream(program: Program, target: PrimalTarget, prompt: int, requests: t
         if p.first_decode:
             out.section(f"prefill:{p.request}", start)
             start = out.length
-        if has_lora and (p.first >= 0 or em.reprogram):  # a later prompt chunk keeps its run's slot
+        if has_lora and (not p.later_chunk or em.reprogram):  # a later prompt chunk keeps its run's slot
             slot = em.pass_slot(out, p.adapter, p.flags)
         em.phase(out, history + p.position, p.tokens, p.flags, p.seqs, p.decide, slot)
     out.section(f"decode:{len(requests) - 1}", start)
@@ -281,8 +281,8 @@ def emit_stream(program: Program, target: PrimalTarget, prompt: int, requests: t
 @dataclass(frozen=True)
 class _Pass:
     """One pass of the plan: its request, sequences, adapter, first position (after the history), tokens, flags
-    and the passes whose next tokens it picks; ``first`` is 0 for a run's first prefill chunk, -1 for a later
-    chunk (same adapter, no new slot unless every pass reprograms), the decode step otherwise."""
+    and the passes whose next tokens it picks; ``later_chunk``: a prompt chunk after its run's first (same
+    adapter, no new slot unless every pass reprograms)."""
 
     request: int
     seqs: range
@@ -291,13 +291,13 @@ class _Pass:
     tokens: int
     flags: int
     decide: list[range]
-    first: int
+    later_chunk: bool
     first_of_request: bool
     first_decode: bool
 
 
 def _plan(requests: tuple[tuple[int, ...], ...], batch: int, passes: list[range], prompt: int, chunk: int,
-          steps: int):
+          steps: int) -> Iterator[_Pass]:
     """Every pass of the program in stream order (:func:`emit_stream`)."""
     for r, request in enumerate(requests):
         adapters = request * batch if len(request) == 1 else request
@@ -307,11 +307,11 @@ def _plan(requests: tuple[tuple[int, ...], ...], batch: int, passes: list[range]
             for first in range(0, prompt, chunk):
                 n = min(chunk, prompt - first)
                 yield _Pass(r, seqs, adapters[seqs.start], first, n, Flag.PREFILL,
-                            decide if first + n == prompt else [], 0 if first == 0 else -1, head, False)
+                            decide if first + n == prompt else [], first > 0, head, False)
                 head = False
         for step in range(steps):
             for k, seqs in enumerate(passes):
-                yield _Pass(r, seqs, adapters[seqs.start], prompt + step, 1, 0, [seqs], step, False,
+                yield _Pass(r, seqs, adapters[seqs.start], prompt + step, 1, 0, [seqs], False, False,
                             step == 0 and k == 0)
 
 
