@@ -295,7 +295,8 @@ class Model:
         for key, least in (("rope_attention_scale", 0.0), ("embed_scale", 0.0), ("logit_scale", 0.0),
                            ("logit_softcap", -1.0), ("attention_scale", -1.0), ("attn_softcap", -1.0),
                            ("residual_multiplier", 0.0), ("qkv_clip", -1.0)):
-            value = getattr(self, key)  # scales positive, caps (and the attention scale, 0: the default) >= 0
+            value = float(getattr(self, key))  # scales positive, caps (and the attention scale, 0: the default) >= 0
+            object.__setattr__(self, key, value)  # a plain float, as a program file's meta stores it (not numpy's)
             if not (math.isfinite(value) and value > least and value >= 0):
                 raise ValueError(f"model {self.name!r}: {key} must be finite and {'>' if least == 0 else '>='} 0, "
                                  f"got {value}")
