@@ -2,9 +2,11 @@
 
 A change meant to make the replay faster (issue 54: fewer events, structure reused, a cache) must leave every
 figure of every report as it was; this test holds it to that, byte for byte (``report.json`` carries no wall
-times; the package version is left out). The programs cover what such a change touches: a multicast-heavy
-single sequence after the genetic placement, a pipelined batch whose sequences switch adapters, and two exported
-ONNX families (GQA with LoRA on Q and V; Gemma-2's sliding window and multi-query attention).
+times; the package version and the program's path are left out). The programs cover what such a change touches: a multicast-heavy
+single sequence after the genetic placement, a pipelined batch whose sequences switch adapters, two exported
+ONNX families (GQA with LoRA on Q and V; Gemma-2's sliding window and multi-query attention), and OPT-1.3B over
+21 CTs, whose 32 KB multicasts contend where their trees branch (a tree branch that waited at the wrong input
+buffer moved its TTFT; the smaller programs did not notice).
 
 A change that is meant to move the figures (a model change) regenerates the files and says why in its commit:
 ``python tests/executor/test_golden_reports.py`` from the repository root.
@@ -32,16 +34,19 @@ CASES = {
                                "lower-tiles,blocking,zcurve-order,kv-ring,"
                                "codegen{requests=0+0+1+1;0+1+1+0;1,pipeline=true},srpg"],
     "mistral-lora": [str(ONNX / "mistral_lora_qv_r2_dynamo.onnx"), "--context", "64"],
+    "opt-1.3b": ["opt-1.3b", "--lora", "q,v:8", "--context", "128", "-p",
+                 "lower-tiles,blocking,zcurve-order,kv-ring,codegen,srpg"],
     "gemma2": [str(ONNX / "families" / "gemma2.onnx"), "--context", "64"],
 }
 """Name -> ``primal run`` arguments (``-o`` added)."""
 
 
 def report_text(args: list[str], out: Path) -> str:
-    """``report.json`` of ``primal run ARGS -o OUT``, less the package version, as the golden file holds it."""
+    """``report.json`` of ``primal run ARGS -o OUT`` as the golden file holds it: less the package version and the
+    program's path (where the checkout lies)."""
     assert main(["run", *args, "-o", str(out)]) == 0
     report = json.loads((out / "report.json").read_text())
-    report.pop("package_version")
+    report.pop("package_version"), report.pop("program")
     return json.dumps(report, indent=1, sort_keys=True) + "\n"
 
 
