@@ -48,6 +48,7 @@ from enum import IntEnum
 import numpy as np
 
 from primal_compiler.errors import InputError
+from primal_compiler.executor import trees
 from primal_compiler.executor.ancestry import argmax_records
 from primal_compiler.executor.replay import Replay, touched, blocking
 from primal_compiler.isa.descriptors import DESCRIPTORS, PathClass
@@ -238,28 +239,32 @@ def _walk(target, begin, op, block, seq, issue, reload, pred_ptr, pred, dispatch
 def held_in_routers(rp: Replay, upto: int) -> tuple[np.ndarray, np.ndarray]:
     """(cycles waiting before PE-mesh links, before other links) per record below ``upto``, along the leg
     whose heads waited longest to enter its links, plus, on PE-mesh links, what a leg waited at its
-    destination to eject beyond that (together the wait the schedule adds to its finish; zero in-order)."""
+    destination to eject beyond that (together the wait the schedule adds to its finish; zero in-order).
+    A leg is the path from a row where one ends up its parents (:func:`.trees.parents`) to its root."""
     tr, wait = rp.transfers, rp.link_wait.wait
     rows = int(tr.link_ptr[upto])
-    wait, off, link = wait[:rows], tr.link_offset[:rows], tr.link[:rows]
-    rec = np.repeat(np.arange(upto), np.diff(tr.link_ptr[: upto + 1]))
-    leg = np.cumsum(off == 0) - 1  # rows of one leg are contiguous and its first row has offset 0
-    inc = wait - np.where(off == 0, 0, np.r_[0, wait[:-1]])
-    mesh = link < tr.mesh_links
     if not rows:
         return np.zeros(upto, np.int64), np.zeros(upto, np.int64)
-    last = np.r_[np.flatnonzero(np.diff(leg)), rows - 1]  # each leg's last row: its total wait
-    worst = np.full(upto, -1, dtype=np.int64)
+    wait, link = wait[:rows].astype(np.int64), tr.link[:rows]
+    up = trees.parents(tr.link_ptr[: upto + 1], tr.link_offset[:rows], tr.tree_at[:upto], tr.tree)
+    rec = np.repeat(np.arange(upto), np.diff(tr.link_ptr[: upto + 1]))
+    inc = wait - np.where(up < 0, 0, wait[np.maximum(up, 0)])
+    mesh = link < tr.mesh_links
+    last = np.flatnonzero(trees.ends(tr.link_ptr[: upto + 1], tr.link_offset[:rows], tr.tree_at[:upto], tr.tree))
     order = np.lexsort((wait[last], rec[last]))  # by record, then by the leg's total wait
-    r_sorted, l_sorted = rec[last][order], leg[last][order]
+    r_sorted, l_sorted = rec[last][order], last[order]
     top = np.r_[r_sorted[1:] != r_sorted[:-1], True]  # each record's last: the leg that waited longest
-    worst[r_sorted[top]] = l_sorted[top]
-    pick = worst[rec] == leg
+    pick = np.zeros(rows, dtype=bool)
+    at = l_sorted[top]
+    while len(at):  # up that leg to its root
+        pick[at] = True
+        at = up[at]
+        at = at[at >= 0]
     out = []
     for kind in (mesh, ~mesh):
         out.append(np.bincount(rec[pick & kind], weights=inc[pick & kind], minlength=upto).astype(np.int64))
     entered = np.zeros(upto, dtype=np.int64)
-    entered[r_sorted[top]] = wait[last][order][top]
+    entered[r_sorted[top]] = wait[l_sorted[top]]
     out[0] += np.maximum(rp.link_wait.ejected[:upto] - entered, 0)  # at a PE-mesh router's input buffer and port
     return out[0], out[1]
 

@@ -1,37 +1,20 @@
-"""Cut-through flow control as a discrete-event model of the links, compiled with numba.
+"""Cut-through flow control as a discrete-event model of the links, compiled with numba (the rules in full:
+docs/executor.md, Network).
 
-A started transfer's legs are *events*: the head of leg row ``q`` is at the router before link
-``link[q]`` at cycle ``time``. Events are processed in the order (time, arbitration key, row), so a
-head that reaches a router before another is served before it, and the heads waiting for one link
-when it frees are served by the key (``router.arbitration``: the record's start, "age", or its
-index, "program-order").
+A started transfer's legs are *events*: the head of link row ``q`` is at the router before link ``link[q]`` at
+cycle ``time``. Events are processed in the order (time, arbitration key, row); heads waiting for one link when it
+frees are served by the key (``router.arbitration``: the record's start, "age", or its index, "program-order").
+A head takes its link when the link's calendar is free for the transfer's hold, it is at the front of its input
+buffer, and the buffer at the far end has room for its packet, counted as credits (``_room``); a message longer
+than the buffer streams through it. Legs leave and enter PEs through injection and ejection ports, calendars after
+the links' (``INJ_BASE``, ``EJ_BASE`` in ``cfg``). A multicast is a tree (:mod:`.trees`): one event per link of it,
+branching where its legs part and ejecting where one ends; a head that reaches a link its record already took, no
+later than it was taken, rides along. A reduction (``REDUCE``) reserves one window per link of its tree when it
+starts. A buffer tracks ``SLOTS`` packets; departed ones fold into one bound.
 
-* A head takes its link only when the link's calendar is free from now for the transfer's hold (else
-  it asks again when the link frees), it is at the front of its input buffer (every packet that
-  reached that buffer earlier has been granted onwards; else it waits for the next departure there,
-  and leaves no earlier than their tails), and the buffer at the link's far end has room for its
-  packet (``_room`` in :func:`run`, counted as credits; else it waits). A message longer than the buffer
-  streams through it a flit at a time.
-* A leg whose first link is a PE-mesh link leaves its PE through one of the PE's injection ports
-  (``router.injection_ports``), held like a link for the transfer's hold from the head's entry into
-  that link; with all of them taken, the head waits. At a leg's last PE-mesh link the packet ejects
-  in FIFO order through one of its destination's ejection ports (``router.ejection_ports``): its
-  head leaves once the packets ahead of it in that buffer have left and a port is free, and holds
-  the port until its tail is delivered. Ports are calendars after the links' (``INJ_BASE``,
-  ``EJ_BASE`` in ``cfg``); a multicast's copies leaving together share the injection port.
-* A multicast's copies cross their common prefix once (a copy that reaches a link its record already
-  took, no later than it was taken, rides along); they then move independently. A reduction
-  (``REDUCE`` in :func:`run`) combines at every router: one window per link from the earliest member's
-  head to the latest's tail, reserved at once when its record starts, and likewise on one injection
-  port of each member and one ejection port of the destination, whichever of the PE's ports is free
-  earliest.
-* A buffer keeps up to ``SLOTS`` packets (arrival, tail departure or -1 while waiting, flits,
-  record); departed ones fold into one bound (arrival, departure) on later heads.
-
-The schedule (:mod:`.kernel`) runs the events only as far as it needs a finish, so a transfer that
-starts after such a point is placed around the links' reservations as they stand (first fit), not
-in strict time order against the ones already placed. On unicast traffic without such points this
-is the flit model of ``tests/executor/refsim.py`` packet for packet (docs/refsim.md).
+The schedule (:mod:`.kernel`) runs the events only as far as it needs a finish, so a transfer that starts after
+such a point is placed around the links' reservations as they stand (first fit). On unicast traffic without such
+points this is the flit model of ``tests/executor/refsim.py`` packet for packet (docs/refsim.md).
 """
 
 from __future__ import annotations
@@ -40,28 +23,26 @@ import heapq
 
 import numpy as np
 
-from primal_compiler.executor import linkstate
+from primal_compiler.executor import linkstate, trees
 from primal_compiler.executor.linkstate import (
     CALENDAR, CAP, DELIVERED, DRY, EJ_BASE, EJECT, INJ_BASE, K_IN, K_OUT, LAT_MESH, LAT_OTHER, MESH_LINKS, NONE,
     REDUCE, SLOTS, WAIT_LIMIT,
 )
+from primal_compiler.executor.trees import ENDS, KID, SIB, UP
 from primal_compiler.jit import njit
 
 
-@njit(nogil=True, depends=(linkstate,))
-def run(until, j, t, heap, pool, wake, cal, cal_at, buf, seen, enter, wait, link, link_off, link_ptr, inj, ej, cfg, hold_mesh,
-        hold_other, start, busy, finish, left, ejected, slot, win_link, win_lo, win_hi):  # pragma: no cover - compiled
+@njit(nogil=True, depends=(linkstate, trees))
+def run(until, j, t, heap, pool, wake, cal, cal_at, buf, seen, enter, wait, link, link_off, link_ptr, tree_at, tree, inj, ej,
+        cfg, hold_mesh, hold_other, start, busy, finish, left, ejected, slot, win_link, win_lo, win_hi):  # pragma: no cover
     """Process events in order: ``until`` :data:`DELIVERED` until record ``j``'s legs are all delivered,
     :data:`DRY` until none is left, :data:`REDUCE` while one is queued before cycle ``t`` and then record
     ``j``, a reduction tree started at ``t``, reserves its windows (``_reduce``, which sets its rows' wait).
     Returns, for REDUCE, the reduction's wait; else 0 if the events ran out before record ``j``'s legs were
-    delivered, 1 otherwise.
-
-    The helpers are closures over the link model's arrays: numba counts a reference on every array
-    passed to a compiled function, an atomic operation per array per call, which took most of the
-    replay's time when each event passed them all. The arrays are arguments, not a tuple unpacked here:
-    in a function with closures, numba 0.68 drops writes to arrays unpacked from a tuple argument
-    (tests/executor/test_replay.py checks every record's finish against its legs' waits)."""
+    delivered, 1 otherwise. The helpers are closures over the arrays (numba counts a reference, atomically, per
+    array passed to a compiled function: most of the replay's time when each event passed them all); the arrays
+    are arguments, since numba 0.68 drops writes to arrays unpacked from a tuple argument in a function with
+    closures (tests/executor/test_replay.py checks every record's finish against its legs' waits)."""
 
     def _fit(lk, at, length):
         """Earliest start >= ``at`` of a window of ``length`` cycles in the gaps of link ``lk``'s calendar."""
@@ -242,6 +223,25 @@ def run(until, j, t, heap, pool, wake, cal, cal_at, buf, seen, enter, wait, link
         finish[i] = max(finish[i], start[i] + busy[i] + w)
         left[i] -= 1
 
+    def _branch(i, q, e, off, lat, w, key, mesh):
+        """Tree row ``q`` of record ``i`` (:mod:`.trees`) taken at ``e``: the legs ending there eject (a PE-mesh
+        link) or are delivered, its children ask for their links; returns the first one's event, queues the rest."""
+        lo, b = link_ptr[i], tree_at[i]
+        for _ in range(tree[b + q - lo, ENDS]):
+            if mesh:
+                heapq.heappush(heap, (e + lat, key, q - EJECT, e + lat, i))
+            else:
+                _leg_done(i, w)
+        first = NONE
+        c = tree[b + q - lo, KID]
+        while c >= 0:
+            r = lo + c
+            if first[0] >= 0:
+                heapq.heappush(heap, first)
+            first = (e + link_off[r] - off, key, r, e + lat, i)
+            c = tree[b + c, SIB]
+        return first
+
     def _reduce(i, t0):
         """Record ``i``, a reduction tree started at ``t0`` under cut-through (module docstring): one window
         per distinct link, all reserved at once; its members' wait (the same on every row) goes to
@@ -306,7 +306,8 @@ def run(until, j, t, heap, pool, wake, cal, cal_at, buf, seen, enter, wait, link
         lat = cfg[LAT_MESH] if mesh else cfg[LAT_OTHER]
         cap = cfg[CAP]
         need = h if h <= cap else 1  # a packet needs room for all of it; a longer message streams a flit a cycle
-        prev = link[q - 1] if off > 0 else -1
+        up = q - 1 if tree_at[i] < 0 else link_ptr[i] + tree[tree_at[i] + q - link_ptr[i], UP]  # a tree row's parent
+        prev = link[up] if off > 0 else -1  # the link into its input buffer
         held = off > 0 and prev < cfg[MESH_LINKS]
         if seen[lk] == i and now <= enter[lk]:
             e = enter[lk]  # an earlier copy of this record crosses it then: ride along
@@ -346,6 +347,8 @@ def run(until, j, t, heap, pool, wake, cal, cal_at, buf, seen, enter, wait, link
             _arrive(lk, e + lat, h, i, now)
         w = e - (start[i] + off)
         wait[q] = min(w, WAIT_LIMIT)
+        if tree_at[i] >= 0:
+            return _branch(i, q, e, off, lat, w, key, mesh)
         if q + 1 < link_ptr[i + 1] and link_off[q + 1] > 0:
             return (e + link_off[q + 1] - off, key, q + 1, e + lat, i)
         if mesh:  # the leg's last link: eject in FIFO order

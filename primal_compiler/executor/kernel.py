@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from primal_compiler.executor import flow, linkstate
+from primal_compiler.executor import flow, linkstate, trees
 from primal_compiler.executor.flow import run
 from primal_compiler.executor.linkstate import BIG_WIDTH, BUF_WIDTH, CAL_WIDTH, DELIVERED, DRY, REDUCE, new_pool, start_legs
 from primal_compiler.isa.opcodes import Opcode
@@ -60,8 +60,8 @@ def in_order_links(i, t, lo, hi, link, link_off, hold, mesh_links, link_free, ho
     return t
 
 
-@njit(nogil=True, depends=(flow, linkstate))
-def schedule(op, busy, unit, pred_ptr, pred, link_ptr, link, link_off, hold_mesh, hold_other, ct_a, ct_b, blocking,
+@njit(nogil=True, depends=(flow, linkstate, trees))
+def schedule(op, busy, unit, pred_ptr, pred, link_ptr, link, link_off, tree_at, tree, hold_mesh, hold_other, ct_a, ct_b, blocking,
              seq, issue_cycles, reload, num_units, num_links, num_cts, mesh_links, cut_through, hop_cycles, other_cycles,
              buffer_flits, age, inj, ej, inj_rows, ej_rows, inj_ports, ej_ports):  # pragma: no cover - compiled
     """(dispatch, start, finish, first record touching a gated CT or -1, distinct mesh and other links per
@@ -73,7 +73,8 @@ def schedule(op, busy, unit, pred_ptr, pred, link_ptr, link, link_off, hold_mesh
     ``reload[i] > 0``: record i opens a phase whose program the NMC loads first (that many cycles on
     its one port, once the CT's sequencer is done with the previous phase).
 
-    Links ``< mesh_links`` are PE-mesh links; a link listed twice by one record counts once.
+    Links ``< mesh_links`` are PE-mesh links; a link listed twice by one record counts once. ``tree_at``/``tree``:
+    the multicast trees of :mod:`.trees` (a record's first tree row, -1 where its rows are legs).
     ``cut_through``: ``router.link_schedule = "cut-through"``, else in-order; ``hop_cycles`` and
     ``other_cycles``: head latency of a PE-mesh link and of any other link; ``buffer_flits``: flits of a
     PE-mesh link's input buffer (cut-through); ``age``: ``router.arbitration = "age"``. A ``REDUCE``
@@ -123,7 +124,7 @@ def schedule(op, busy, unit, pred_ptr, pred, link_ptr, link, link_off, hold_mesh
     cfg = np.array([mesh_links, buffer_flits, hop_cycles, other_cycles, num_links, num_links + inj_rows, inj_ports,
                     ej_ports], dtype=np.int64)
     st = (heap, new_pool(), np.full(len(buf), -1, dtype=np.int64), cal, cal_at, buf, seen, enter, wait, link, link_off,
-          link_ptr, inj, ej, cfg, hold_mesh, hold_other, start, busy, finish, left, ejected, np.zeros(rows, dtype=np.int64),
+          link_ptr, tree_at, tree, inj, ej, cfg, hold_mesh, hold_other, start, busy, finish, left, ejected, np.zeros(rows, dtype=np.int64),
           np.empty(3 * widest, dtype=np.int64), np.empty(3 * widest, dtype=np.int64), np.empty(3 * widest, dtype=np.int64))
     pending = np.empty(n, dtype=np.int64)  # started transfers whose CTs and horizon are not yet updated
     n_pending = 0
@@ -196,7 +197,7 @@ def schedule(op, busy, unit, pred_ptr, pred, link_ptr, link, link_off, hold_mesh
         if cut_through and o == _REDUCE:
             delay = run(REDUCE, i, t, *st)
         elif cut_through:
-            start_legs(i, t, t if age else i, lo, hi, link_off, heap, left)
+            start_legs(i, t, t if age else i, lo, hi, link_off, heap, left, tree_at[i], tree)
         else:
             t = in_order_links(i, t, lo, hi, link, link_off, hold, mesh_links, link_free, holder, link_by, link_bound,
                                link_mesh)

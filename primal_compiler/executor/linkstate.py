@@ -12,6 +12,8 @@ import heapq
 
 import numpy as np
 
+from primal_compiler.executor import trees
+from primal_compiler.executor.trees import ENDS
 from primal_compiler.jit import njit
 
 CALENDAR = 16
@@ -72,10 +74,14 @@ def new_pool():  # pragma: no cover - compiled
     return [p]
 
 
-@njit(nogil=True)
-def start_legs(i, t, key, lo, hi, link_off, heap, left):  # pragma: no cover - compiled
-    """Queue record ``i``'s legs (rows ``lo:hi``, a leg starting at each zero offset) from cycle ``t``."""
+@njit(nogil=True, depends=(trees,))
+def start_legs(i, t, key, lo, hi, link_off, heap, left, at, tree):  # pragma: no cover - compiled
+    """Queue record ``i``'s legs (rows ``lo:hi``, a leg or a tree (:mod:`.trees`, its rows from ``at``; -1: none)
+    starting at each zero offset) from cycle ``t``; ``left[i]`` counts the legs to deliver."""
     for q in range(lo, hi):
         if link_off[q] == 0:
             heapq.heappush(heap, (t, key, q, t, i))
-            left[i] += 1
+            if at < 0:
+                left[i] += 1
+        if at >= 0:
+            left[i] += tree[at + q - lo, ENDS]

@@ -204,8 +204,8 @@ def _schedule(stream: Stream, target: PrimalTarget, topo: Topology, tr: transfer
     mesh_links = len(mesh_ids)
     ports = local_ports(topo, mesh_ids, r.injection_ports, r.ejection_ports)
     dispatch, start, finish, bad, n_mesh, n_other, wait, link_by, link_bound, link_mesh, stuck, ejected = schedule(
-        stream.records["op"].astype(np.int64), busy, unit, ptr, pred, tr.link_ptr, link, tr.link_offset,
-        tr.hold_mesh, tr.hold_other, a, b, blocking(stream.records, ctl.mode), ctl.seq, ctl.issue_cycles, ctl.reload,
+        stream.records["op"].astype(np.int64), busy, unit, ptr, pred, tr.link_ptr, link, tr.link_offset, tr.tree_at,
+        tr.tree, tr.hold_mesh, tr.hold_other, a, b, blocking(stream.records, ctl.mode), ctl.seq, ctl.issue_cycles, ctl.reload,
         ctx.num_units, num_links, topo.num_cts, mesh_links, r.link_schedule == "cut-through",
         r.hop_latency_cycles, target.d2d.latency_cycles, r.buffer_link_cycles, r.arbitration == "age", *ports,
         r.injection_ports, r.ejection_ports)
@@ -281,7 +281,8 @@ def without_link_rows(rp: Replay) -> Replay:
     tr = rp.transfers
     none32, none64 = np.zeros(0, np.int32), np.zeros(0, np.int64)
     routes = replace(tr.routes, ptr=np.zeros(len(tr.routes.ptr), np.int64), link=none32, offset=none32)
-    light = replace(tr, routes=routes, link=none32, link_offset=none32, link_ptr=np.zeros(len(tr.link_ptr), np.int64))
+    light = replace(tr, routes=routes, link=none32, link_offset=none32, link_ptr=np.zeros(len(tr.link_ptr), np.int64),
+                    tree_at=np.full(len(tr.tree_at), -1, np.int64), tree=np.zeros((0, 4), np.int32))
     waits = replace(rp.link_wait, wait=none32)
     return replace(rp, ctx=replace(rp.ctx, transfers=light), link_wait=waits, pred=none64,
                    pred_ptr=np.zeros(len(rp.pred_ptr), np.int64))

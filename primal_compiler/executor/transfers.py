@@ -3,12 +3,13 @@
 A leg is one source-destination pair of a record: ``UNICAST``, ``KV_APPEND``
 and ``CONFIG`` have one; ``BCAST`` one per member of its group (source to
 member); ``REDUCE`` one per member (member to destination). Link rows come
-record by record, leg by leg, in path order; legs of one record may list the
-same link (a multicast tree replicates at branch points, a reduction tree
-combines), and the schedule counts such a link once: the record needs it from
-the earliest offset at which one of its legs reaches it, holds it for
-``ceil(nbytes / link bytes per cycle)`` cycles after the latest, and pays its
-energy once.
+record by record, leg by leg, in path order, a multicast's legs merged into a
+tree where they share a path (:mod:`.trees`: one row per link of the tree);
+legs of one record may still list the same link (a reduction tree combines,
+a multicast's branches may meet again), and the schedule counts such a link
+once: the record needs it from the earliest offset at which one of its legs
+reaches it, holds it for ``ceil(nbytes / link bytes per cycle)`` cycles after
+the latest, and pays its energy once.
 
 A record's network time is the largest over its legs of head latency plus
 serialization on the slowest link of the leg; a leg that stays on one PE
@@ -17,11 +18,12 @@ copies through the scratchpad at its bank bandwidth.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 import numpy as np
 
+from primal_compiler.executor import trees
 from primal_compiler.executor.topology import Routes, Topology, route_legs
 from primal_compiler.isa.opcodes import CONTROLLER, BufKind, Opcode
 
@@ -31,7 +33,9 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class Transfers:
-    """Legs (one row per leg) and occupied links (CSR over records) of a stream."""
+    """Legs (one row per leg) and occupied links (CSR over records) of a stream: a record's link rows are its legs'
+    rows leg by leg in path order, a multicast's merged into a tree where its legs share a path (:mod:`.trees`);
+    ``routes`` keeps the legs' hops and latencies, not their rows."""
 
     rec: np.ndarray  # int64 record of each leg
     src_ct: np.ndarray
@@ -42,6 +46,8 @@ class Transfers:
     link_ptr: np.ndarray  # int64 (N+1,): link rows of record i are link_ptr[i]:link_ptr[i+1]
     link: np.ndarray  # int32 link id (may repeat within a record, see above)
     link_offset: np.ndarray  # int32 cycles after the record starts
+    tree_at: np.ndarray  # int64 per record: its first row of ``tree``, -1 when its rows are legs (not a tree)
+    tree: np.ndarray  # int32 (rows, 4): trees.UP, KID, SIB, ENDS of every row of a tree record, record by record
     hold_mesh: np.ndarray  # int64 per record: cycles it holds a PE-mesh link
     hold_other: np.ndarray  # int64 per record: cycles it holds a die-to-die or controller link
     net_cycles: np.ndarray  # int64 per record: network time (0 for non-router records)
@@ -126,7 +132,9 @@ def expand(stream: Stream, topo: Topology, local_bytes_per_cycle: float) -> Tran
     leg_time = np.where(routes.latency > 0, routes.latency + slow, np.maximum(local, 1))
     net = np.zeros(n, dtype=np.int64)
     np.maximum.at(net, rec, leg_time)
-    ptr = np.zeros(n + 1, dtype=np.int64)
-    np.add.at(ptr, rec + 1, routes.mesh_hops + routes.pkg_hops)  # link rows per leg
-    return Transfers(rec, sct, spe, dct, dpe, routes, np.cumsum(ptr), routes.link, routes.offset, hold_mesh,
-                     hold_other, net, topo.d2d_base)
+    keep, kept, tree_at, tree = trees.build(rec, routes.ptr, routes.link, r["op"] == Opcode.BCAST)
+    link, offset = routes.link[keep], routes.offset[keep]
+    none32 = np.zeros(0, np.int32)
+    routes = replace(routes, ptr=np.zeros(0, np.int64), link=none32, offset=none32)  # its rows are link, offset
+    return Transfers(rec, sct, spe, dct, dpe, routes, np.r_[0, np.cumsum(kept)], link, offset, tree_at, tree,
+                     hold_mesh, hold_other, net, topo.d2d_base)

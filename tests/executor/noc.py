@@ -103,7 +103,7 @@ def run_executor(load: Load, schedule_name: str = "cut-through") -> tuple[np.nda
     op = np.full(slots, int(Opcode.UNICAST), dtype=np.int64)
     none = np.full(slots, -1, dtype=np.int64)
     out = schedule(op, busy, none, np.zeros(slots + 1, np.int64), np.zeros(0, np.int64), link_ptr, tr.link,
-                   tr.link_offset, hold, hold, none, none, np.zeros(slots, bool), np.tile(np.arange(pes), load.cycles),
+                   tr.link_offset, none, tr.tree, hold, hold, none, none, np.zeros(slots, bool), np.tile(np.arange(pes), load.cycles),
                    np.ones(pes, np.int64), np.zeros(slots, np.int64), 1, topo.num_links, 1, topo.d2d_base,
                    schedule_name == "cut-through", load.hop_cycles, 1, load.buffer_flits, True,  # flit = link width here
                    *local_ports(topo, np.arange(topo.d2d_base), load.ports, load.ports), load.ports, load.ports)

@@ -11,6 +11,7 @@ from primal_compiler.errors import InputError
 from primal_compiler.executor import deps
 from primal_compiler.executor.metrics import metrics
 from primal_compiler.executor.replay import replay, used_links
+from primal_compiler.executor.trees import parents
 from primal_compiler.isa.opcodes import Opcode
 from primal_compiler.isa.stream import Section, Stream
 
@@ -77,13 +78,16 @@ def test_transfers_sharing_a_link_do_not_overlap(replayed):
 
 
 def test_a_waiting_head_never_enters_a_link_early(replayed):
-    """Per leg, each link is entered no earlier than the head left the one before plus its latency."""
+    """Per leg, each link is entered no earlier than the head left the one before plus its latency (the one
+    before: its parent row, in a multicast tree too)."""
     tr, lw = replayed.transfers, replayed.link_wait
     rec = np.repeat(np.arange(len(tr.link_ptr) - 1), np.diff(tr.link_ptr))
     enter = replayed.start[rec] + tr.link_offset + lw.wait
-    inside = tr.link_offset[1:] > 0  # not the first link of a leg
-    assert (lw.wait >= 0).all() and (lw.wait[1:][inside] >= lw.wait[:-1][inside]).all()
-    assert (enter[1:][inside] - enter[:-1][inside] >= np.diff(tr.link_offset)[inside]).all()
+    up = parents(tr.link_ptr, tr.link_offset, tr.tree_at, tr.tree)
+    inside = np.flatnonzero(up >= 0)  # not the first link of a leg
+    assert (tr.tree_at >= 0).sum() > 10 and (up[inside] != inside - 1).any()  # trees that branch are among them
+    assert (lw.wait >= 0).all() and (lw.wait[inside] >= lw.wait[up[inside]]).all()
+    assert (enter[inside] - enter[up[inside]] >= tr.link_offset[inside] - tr.link_offset[up[inside]]).all()
     late = lw.wait.max() > 0
     assert late and (replayed.finish >= replayed.start + replayed.busy).all()
 

@@ -1,0 +1,141 @@
+"""Multicast trees: a ``BCAST``'s legs merged where they share their path, so each link of its tree is one row.
+
+The legs of one multicast leave one PE, and dimension-order routing sends two of them down the same links until
+they part. Listed leg by leg (:func:`.topology.route_legs`), the shared prefix repeats once per leg, and the link
+model (:mod:`.flow`) moved every copy along it one event per hop, each a no-op once the first copy had taken the
+link (it "rode along"). Here a record's legs become a tree: a row at depth ``d`` of a leg is kept only when no
+earlier leg of the record has the same first ``d + 1`` links (the earliest such leg's row stands for it, the one
+the link model served first), so every row is one (record, path prefix), and the schedule runs one event per
+distinct prefix.
+
+Guarantees: the kept rows of a record are its rows in leg order less the repeated ones, so a record that shares
+nothing keeps its rows as they were and is no tree; links, offsets and every kept row's link-crossing are those
+of the copy it stands for. For a tree record, :data:`UP` gives each kept row's parent (the kept row for the same
+path one link shorter, -1 at a root), :data:`ENDS` how many legs end at it (a leg whose destination lies on
+another's path ends at a row that also has children; two legs to one PE end at one row), :data:`KID` and
+:data:`SIB` its first child and next sibling in row order (the schedule's walk). Rows are relative to the
+record's first kept row. The schedule's timing is that of the copies (``tests/executor/test_golden_reports.py``
+and ``tests/executor/test_trees.py`` hold it to the figures before the trees).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from primal_compiler.jit import njit
+
+UP, KID, SIB, ENDS = 0, 1, 2, 3
+"""Columns of a tree row."""
+
+
+@njit(nogil=True)
+def _trie(lo, hi, ptr, link, node_link, kid, sib, last, up, ends, keep):  # pragma: no cover - compiled
+    """The trie of the paths of legs ``lo:hi`` (leg ``l``'s rows ``ptr[l]:ptr[l + 1]`` of ``link``): node 0 is
+    the root, nodes ``1..m`` the distinct path prefixes in order of their first row, with their link, parent
+    (``up``), first child and next sibling (``kid``, ``sib``; ``last``: last child) and the legs ending there
+    (``ends``). Marks in ``keep`` (where it is not empty) the rows that begin a node; returns ``m``."""
+    kid[0], last[0] = -1, -1
+    m = 0
+    for leg in range(lo, hi):
+        cur = 0
+        for q in range(ptr[leg], ptr[leg + 1]):
+            lk = link[q]
+            c = kid[cur]
+            while c >= 0 and node_link[c] != lk:
+                c = sib[c]
+            new = c < 0
+            if new:
+                m += 1
+                c = m
+                node_link[c], kid[c], sib[c], last[c], up[c], ends[c] = lk, -1, -1, -1, cur, 0
+                if last[cur] < 0:
+                    kid[cur] = c
+                else:
+                    sib[last[cur]] = c
+                last[cur] = c
+            if len(keep):
+                keep[q] = new
+            cur = c
+        if ptr[leg + 1] > ptr[leg]:
+            ends[cur] += 1
+    return m
+
+
+@njit(nogil=True)
+def _tries(first_leg, ptr, link, multicast, keep, tree_at, tree, fill):  # pragma: no cover - compiled
+    """Mark ``keep`` and return (rows each record keeps, tree rows in all); with ``fill``, write every tree
+    record's rows instead (``tree_at``: its first tree row, -1 for a record that is none). A
+    record is a tree when it is ``multicast`` and two of its legs share a path's first links."""
+    n = len(first_leg) - 1
+    widest = 0
+    for i in range(n):
+        widest = max(widest, ptr[first_leg[i + 1]] - ptr[first_leg[i]])
+    node_link, kid, sib = np.empty(widest + 1, np.int64), np.empty(widest + 1, np.int64), np.empty(widest + 1, np.int64)
+    last, up, ends = np.empty(widest + 1, np.int64), np.empty(widest + 1, np.int64), np.empty(widest + 1, np.int64)
+    kept = np.empty(n, dtype=np.int64)
+    none = keep[:0]
+    total = 0
+    for i in range(n):
+        lo, hi = first_leg[i], first_leg[i + 1]
+        rows = ptr[hi] - ptr[lo]
+        if not multicast[i] or hi - lo < 2:
+            kept[i] = rows
+            if fill:
+                tree_at[i] = -1
+            else:
+                keep[ptr[lo]:ptr[hi]] = True
+            continue
+        m = _trie(lo, hi, ptr, link, node_link, kid, sib, last, up, ends, none if fill else keep)
+        kept[i] = m
+        if fill:
+            tree_at[i] = total if m < rows else -1
+        if m < rows:
+            if fill:
+                for c in range(1, m + 1):
+                    t = total + c - 1
+                    tree[t, UP], tree[t, ENDS] = up[c] - 1, ends[c]  # node c is row c - 1; the root, -1
+                    tree[t, KID], tree[t, SIB] = max(kid[c] - 1, -1), max(sib[c] - 1, -1)
+            total += m
+    return kept, total
+
+
+def build(rec: np.ndarray, ptr: np.ndarray, link: np.ndarray, multicast: np.ndarray) -> tuple[
+        np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(kept row mask, link rows per record kept, per record its first tree row or -1, tree rows (rows, 4) int32)
+    of legs whose records ``rec`` are sorted, leg ``l``'s rows ``ptr[l]:ptr[l + 1]`` of ``link``; ``multicast``
+    per record says which records may be trees (their legs leave one PE at once)."""
+    n = len(multicast)
+    first_leg = np.searchsorted(rec, np.arange(n + 1)).astype(np.int64)
+    keep = np.empty(len(link), dtype=np.bool_)
+    tree_at = np.empty(n, dtype=np.int64)
+    kept, total = _tries(first_leg, ptr, link, multicast, keep, tree_at, np.zeros((0, 4), np.int32), False)
+    tree = np.empty((total, 4), dtype=np.int32)
+    _tries(first_leg, ptr, link, multicast, keep, tree_at, tree, True)
+    return keep, kept, tree_at, tree
+
+
+def _tree_rows(link_ptr: np.ndarray, tree_at: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(link row, tree row, its record's first link row) of every row of a tree record."""
+    trees = np.flatnonzero(tree_at >= 0)
+    size = link_ptr[trees + 1] - link_ptr[trees]
+    k = np.arange(int(size.sum())) - np.repeat(np.cumsum(size) - size, size)
+    first = np.repeat(link_ptr[trees], size)
+    return first + k, np.repeat(tree_at[trees], size) + k, first
+
+
+def parents(link_ptr: np.ndarray, link_offset: np.ndarray, tree_at: np.ndarray, tree: np.ndarray) -> np.ndarray:
+    """The parent row of every link row (-1 at a leg's or tree's root): the row before it within a leg, a tree
+    row's :data:`UP` (relative to its record's first row)."""
+    up = np.where(link_offset > 0, np.arange(len(link_offset), dtype=np.int64) - 1, -1)
+    row, t, first = _tree_rows(link_ptr, tree_at)
+    rel = tree[t, UP].astype(np.int64)
+    up[row] = np.where(rel >= 0, first + rel, -1)
+    return up
+
+
+def ends(link_ptr: np.ndarray, link_offset: np.ndarray, tree_at: np.ndarray, tree: np.ndarray) -> np.ndarray:
+    """How many legs end at every link row: the last row of a leg, a tree row's :data:`ENDS`."""
+    out = np.r_[link_offset[1:] == 0, True].astype(np.int64) if len(link_offset) else np.zeros(0, np.int64)
+    row, t, _ = _tree_rows(link_ptr, tree_at)
+    out[row] = tree[t, ENDS]
+    return out
