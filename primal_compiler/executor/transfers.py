@@ -132,8 +132,9 @@ def expand(stream: Stream, topo: Topology, local_bytes_per_cycle: float) -> Tran
     leg_time = np.where(routes.latency > 0, routes.latency + slow, np.maximum(local, 1))
     net = np.zeros(n, dtype=np.int64)
     np.maximum.at(net, rec, leg_time)
-    keep, kept, tree_at, tree = trees.build(rec, routes.ptr, routes.link, r["op"] == Opcode.BCAST)
-    link, offset = routes.link[keep], routes.offset[keep]
+    kept, tree_at, tree = trees.build(rec, routes.ptr, routes.link, routes.offset, r["op"] == Opcode.BCAST)
+    rows = int(kept.sum())
+    link, offset = routes.link[:rows], routes.offset[:rows]  # compacted in place
     none32 = np.zeros(0, np.int32)
     routes = replace(routes, ptr=np.zeros(0, np.int64), link=none32, offset=none32)  # its rows are link, offset
     return Transfers(rec, sct, spe, dct, dpe, routes, np.r_[0, np.cumsum(kept)], link, offset, tree_at, tree,

@@ -33,7 +33,7 @@ def _trie(lo, hi, ptr, link, node_link, kid, sib, last, up, ends, keep):  # prag
     """The trie of the paths of legs ``lo:hi`` (leg ``l``'s rows ``ptr[l]:ptr[l + 1]`` of ``link``): node 0 is
     the root, nodes ``1..m`` the distinct path prefixes in order of their first row, with their link, parent
     (``up``), first child and next sibling (``kid``, ``sib``; ``last``: last child) and the legs ending there
-    (``ends``). Marks in ``keep`` (where it is not empty) the rows that begin a node; returns ``m``."""
+    (``ends``). Marks in ``keep`` (relative to ``ptr[lo]``) the rows that begin a node; returns ``m``."""
     kid[0], last[0] = -1, -1
     m = 0
     for leg in range(lo, hi):
@@ -53,8 +53,7 @@ def _trie(lo, hi, ptr, link, node_link, kid, sib, last, up, ends, keep):  # prag
                 else:
                     sib[last[cur]] = c
                 last[cur] = c
-            if len(keep):
-                keep[q] = new
+            keep[q - ptr[lo]] = new
             cur = c
         if ptr[leg + 1] > ptr[leg]:
             ends[cur] += 1
@@ -62,33 +61,34 @@ def _trie(lo, hi, ptr, link, node_link, kid, sib, last, up, ends, keep):  # prag
 
 
 @njit(nogil=True)
-def _tries(first_leg, ptr, link, multicast, keep, tree_at, tree, fill):  # pragma: no cover - compiled
-    """Mark ``keep`` and return (rows each record keeps, tree rows in all); with ``fill``, write every tree
-    record's rows instead (``tree_at``: its first tree row, -1 for a record that is none). A
-    record is a tree when it is ``multicast`` and two of its legs share a path's first links."""
+def _tries(first_leg, ptr, link, offset, multicast, tree_at, tree, fill):  # pragma: no cover - compiled
+    """Return (rows each record keeps, tree rows in all); with ``fill``, also write every tree record's rows
+    (``tree_at``: its first tree row, -1 for a record that is none) and move the kept rows of ``link`` and
+    ``offset`` to the front, in order. A record is a tree when it is ``multicast`` and two of its legs share a
+    path's first links."""
     n = len(first_leg) - 1
     widest = 0
     for i in range(n):
         widest = max(widest, ptr[first_leg[i + 1]] - ptr[first_leg[i]])
     node_link, kid, sib = np.empty(widest + 1, np.int64), np.empty(widest + 1, np.int64), np.empty(widest + 1, np.int64)
     last, up, ends = np.empty(widest + 1, np.int64), np.empty(widest + 1, np.int64), np.empty(widest + 1, np.int64)
+    keep = np.ones(widest, dtype=np.bool_)
     kept = np.empty(n, dtype=np.int64)
-    none = keep[:0]
     total = 0
+    w = 0  # the next kept row's place
     for i in range(n):
         lo, hi = first_leg[i], first_leg[i + 1]
-        rows = ptr[hi] - ptr[lo]
-        if not multicast[i] or hi - lo < 2:
-            kept[i] = rows
-            if fill:
-                tree_at[i] = -1
-            else:
-                keep[ptr[lo]:ptr[hi]] = True
-            continue
-        m = _trie(lo, hi, ptr, link, node_link, kid, sib, last, up, ends, none if fill else keep)
+        base, rows = ptr[lo], ptr[hi] - ptr[lo]
+        m = rows
+        if multicast[i] and hi - lo > 1:
+            m = _trie(lo, hi, ptr, link, node_link, kid, sib, last, up, ends, keep)
         kept[i] = m
         if fill:
             tree_at[i] = total if m < rows else -1
+            for k in range(rows):  # w <= base + k: a row moves before any later one is overwritten
+                if m == rows or keep[k]:
+                    link[w], offset[w] = link[base + k], offset[base + k]
+                    w += 1
         if m < rows:
             if fill:
                 for c in range(1, m + 1):
@@ -99,19 +99,20 @@ def _tries(first_leg, ptr, link, multicast, keep, tree_at, tree, fill):  # pragm
     return kept, total
 
 
-def build(rec: np.ndarray, ptr: np.ndarray, link: np.ndarray, multicast: np.ndarray) -> tuple[
-        np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """(kept row mask, link rows per record kept, per record its first tree row or -1, tree rows (rows, 4) int32)
-    of legs whose records ``rec`` are sorted, leg ``l``'s rows ``ptr[l]:ptr[l + 1]`` of ``link``; ``multicast``
-    per record says which records may be trees (their legs leave one PE at once)."""
+def build(rec: np.ndarray, ptr: np.ndarray, link: np.ndarray, offset: np.ndarray, multicast: np.ndarray) -> tuple[
+        np.ndarray, np.ndarray, np.ndarray]:
+    """(link rows per record kept, per record its first tree row or -1, tree rows (rows, 4) int32) of legs whose
+    records ``rec`` are sorted, leg ``l``'s rows ``ptr[l]:ptr[l + 1]`` of ``link`` and ``offset``; ``multicast``
+    per record says which records may be trees (their legs leave one PE at once). ``link`` and ``offset`` are
+    compacted in place: their first ``kept.sum()`` rows are the kept ones, record by record (no copy of the
+    rows, the largest arrays of a replay, is made)."""
     n = len(multicast)
     first_leg = np.searchsorted(rec, np.arange(n + 1)).astype(np.int64)
-    keep = np.empty(len(link), dtype=np.bool_)
     tree_at = np.empty(n, dtype=np.int64)
-    kept, total = _tries(first_leg, ptr, link, multicast, keep, tree_at, np.zeros((0, 4), np.int32), False)
+    kept, total = _tries(first_leg, ptr, link, offset, multicast, tree_at, np.zeros((0, 4), np.int32), False)
     tree = np.empty((total, 4), dtype=np.int32)
-    _tries(first_leg, ptr, link, multicast, keep, tree_at, tree, True)
-    return keep, kept, tree_at, tree
+    _tries(first_leg, ptr, link, offset, multicast, tree_at, tree, True)
+    return kept, tree_at, tree
 
 
 def _tree_rows(link_ptr: np.ndarray, tree_at: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -16,20 +16,26 @@ def _topo() -> Topology:
 
 
 def _legs(record_of_leg, src, dst, multicast):
-    """(trees.build's four results, the routes) of legs ``(src ct, pe) -> (dst ct, pe)`` of records in order."""
+    """(trees.build's three results, the kept rows' links and offsets, the routes as they were) of legs
+    ``(src ct, pe) -> (dst ct, pe)`` of records in order."""
     t = _topo()
     rec = np.asarray(record_of_leg, np.int64)
     r = route_legs(t, *(np.asarray(a, np.int64) for a in (*zip(*src), *zip(*dst))))
-    return trees.build(rec, r.ptr, r.link, np.asarray(multicast, bool)), r
+    link, offset = r.link.copy(), r.offset.copy()
+    kept, tree_at, tree = trees.build(rec, r.ptr, link, offset, np.asarray(multicast, bool))
+    rows = int(kept.sum())
+    return (kept, tree_at, tree), (link[:rows], offset[:rows]), r
 
 
 def test_a_hand_drawn_tree():
     """PE 0 to PEs 3, 1, 15 and 3 again on a 4x4 mesh, XY: 0->1 is shared by all, 1->2->3 by legs 0 and 3 (one
     PE twice: two legs end at one row), leg 1 ends at PE 1 where the others pass (a row that ends a leg and has
     children), leg 2 turns south at PE 3 after sharing the row to it."""
-    (keep, kept, tree_at, tree), r = _legs([0, 0, 0, 0], [(0, 0)] * 4, [(0, 3), (0, 1), (0, 15), (0, 3)], [True])
+    (kept, tree_at, tree), (link, offset), r = _legs([0, 0, 0, 0], [(0, 0)] * 4, [(0, 3), (0, 1), (0, 15), (0, 3)],
+                                                     [True])
     assert r.ptr.tolist() == [0, 3, 4, 10, 13]
-    assert keep.tolist() == [True] * 3 + [False] + [False] * 3 + [True] * 3 + [False] * 3
+    keep = [True] * 3 + [False] + [False] * 3 + [True] * 3 + [False] * 3
+    assert link.tolist() == r.link[keep].tolist() and offset.tolist() == r.offset[keep].tolist()
     assert kept.tolist() == [6] and tree_at.tolist() == [0]
     up, kid, sib, ends = (tree[:, c].tolist() for c in (trees.UP, trees.KID, trees.SIB, trees.ENDS))
     assert up == [-1, 0, 1, 2, 3, 4]  # 0->1, 1->2, 2->3, 3->7, 7->11, 11->15
@@ -38,9 +44,10 @@ def test_a_hand_drawn_tree():
 
 def test_records_that_share_nothing_are_no_trees():
     """A unicast, a multicast whose legs part at once, and one a record may not merge (not ``multicast``)."""
-    (keep, kept, tree_at, tree), r = _legs([0, 1, 1, 2, 2], [(0, 5)] * 5, [(0, 7), (0, 7), (0, 13), (0, 7), (0, 6)],
-                                           [False, True, False])
-    assert keep.all() and kept.tolist() == np.diff(r.ptr[[0, 1, 3, 5]]).tolist()
+    (kept, tree_at, tree), (link, offset), r = _legs([0, 1, 1, 2, 2], [(0, 5)] * 5,
+                                                     [(0, 7), (0, 7), (0, 13), (0, 7), (0, 6)], [False, True, False])
+    assert link.tolist() == r.link.tolist() and offset.tolist() == r.offset.tolist()
+    assert kept.tolist() == np.diff(r.ptr[[0, 1, 3, 5]]).tolist()
     assert tree_at.tolist() == [-1, -1, -1] and tree.shape == (0, 4)
 
 
@@ -52,12 +59,11 @@ def test_every_leg_is_a_path_from_a_root_to_a_row_it_ends_at(groups, data):
     and no two kept rows of a record stand for the same path: nothing lost, nothing repeated."""
     src = [(data.draw(st.integers(0, 3)), data.draw(st.integers(0, 15))) for _ in groups]
     rec = [i for i, g in enumerate(groups) for _ in g]
-    (keep, kept, tree_at, tree), r = _legs(rec, [src[i] for i in rec], [d for g in groups for d in g],
-                                           [True] * len(groups))
-    link = r.link[keep]
+    (kept, tree_at, tree), (link, offset), r = _legs(rec, [src[i] for i in rec], [d for g in groups for d in g],
+                                                     [True] * len(groups))
     ptr = np.r_[0, np.cumsum(kept)]
-    up = trees.parents(ptr, r.offset[keep], tree_at, tree)
-    ends = trees.ends(ptr, r.offset[keep], tree_at, tree)
+    up = trees.parents(ptr, offset, tree_at, tree)
+    ends = trees.ends(ptr, offset, tree_at, tree)
     leg_rec = np.asarray(rec)
     for i in range(len(groups)):
         legs = sorted(tuple(r.link[r.ptr[k]:r.ptr[k + 1]].tolist()) for k in np.flatnonzero(leg_rec == i)
