@@ -134,7 +134,9 @@ def expand(stream: Stream, topo: Topology, local_bytes_per_cycle: float) -> Tran
     np.maximum.at(net, rec, leg_time)
     kept, tree_at, tree = trees.build(rec, routes.ptr, routes.link, routes.offset, r["op"] == Opcode.BCAST)
     rows = int(kept.sum())
-    link, offset = routes.link[:rows], routes.offset[:rows]  # compacted in place
+    link, offset = routes.link, routes.offset
+    for a in (link, offset):  # compacted in place; route_legs made them and no view of them exists: shrink, no copy
+        a.resize(rows, refcheck=False)
     none32 = np.zeros(0, np.int32)
     routes = replace(routes, ptr=np.zeros(0, np.int64), link=none32, offset=none32)  # its rows are link, offset
     return Transfers(rec, sct, spe, dct, dpe, routes, np.r_[0, np.cumsum(kept)], link, offset, tree_at, tree,
