@@ -15,7 +15,7 @@ path one link shorter, -1 at a root), :data:`ENDS` how many legs end at it (a le
 another's path ends at a row that also has children; two legs to one PE end at one row), :data:`KID` and
 :data:`SIB` its first child and next sibling in row order (the schedule's walk). Rows are relative to the
 record's first kept row. The schedule's timing is that of the copies (``tests/executor/test_golden_reports.py``
-and ``tests/executor/test_trees.py`` hold it to the figures before the trees).
+holds it to the figures before the trees; ``tests/executor/test_trees.py`` checks every leg is still a path).
 """
 
 from __future__ import annotations
