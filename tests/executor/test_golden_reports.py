@@ -60,6 +60,21 @@ def test_report_equals_the_golden_one(name, tmp_path, capsys):
         pytest.fail(f"{name}: the report moved ({len(diff)} values), e.g. " + "; ".join(diff[:5]))
 
 
+def test_a_replay_read_from_the_cache_reports_the_same(tmp_path, capsys):
+    """A second ``primal run`` of the output reads its schedule from the replay cache: the same report, figure
+    for figure."""
+    out = tmp_path / "opt"
+    first = report_text(CASES["opt-1.3b"], out)
+    capsys.readouterr()
+    assert main(["run", str(out), "--json"]) == 0
+    again = json.loads(capsys.readouterr().out)
+    assert "schedule" not in again["metrics"].pop("replay_s")  # read from the cache: no schedule ran
+    again.pop("package_version"), again.pop("program")
+    want = json.loads(first)
+    want.pop("program_sha256")  # report.json names the program file it wrote; --json of a directory does not
+    assert again == want
+
+
 def _differences(a, b, key=""):
     """(dotted key, golden value, new value) of every leaf that differs."""
     if isinstance(a, dict) and isinstance(b, dict):
