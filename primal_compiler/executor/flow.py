@@ -154,8 +154,8 @@ def run(until, j, t, heap, pool, wake, cal, cal_at, buf, seen, enter, wait, link
             at = soon
 
     def _arrive(b, a, flits, i, now):
-        """Note record ``i``'s packet, due in buffer ``b`` at ``a`` and not yet granted onwards (a second
-        copy of it is the same packet); packets gone by ``now`` fold into the bound first."""
+        """Note record ``i``'s packet, due in buffer ``b`` at ``a`` and not yet granted onwards (a branch of its
+        tree that meets it again is the same packet); packets gone by ``now`` fold into the bound first."""
         n = buf[b, 0]
         k = 0
         while k < n:
@@ -170,7 +170,7 @@ def run(until, j, t, heap, pool, wake, cal, cal_at, buf, seen, enter, wait, link
                     buf[b, p + c] = buf[b, 3 + 4 * n + c]
             else:
                 k += 1
-        if n == SLOTS:  # every slot waiting (a copy that rode along past the room check): left untracked
+        if n == SLOTS:  # every slot waiting (a branch that rode along past the room check): left untracked
             return
         p = 3 + 4 * n
         buf[b, p] = a
@@ -310,7 +310,7 @@ def run(until, j, t, heap, pool, wake, cal, cal_at, buf, seen, enter, wait, link
         prev = link[up] if off > 0 else -1  # the link into its input buffer
         held = off > 0 and prev < cfg[MESH_LINKS]
         if seen[lk] == i and now <= enter[lk]:
-            e = enter[lk]  # an earlier copy of this record crosses it then: ride along
+            e = enter[lk]  # another branch of this record's tree crosses it then: ride along
         else:
             if held:
                 r = _ready(prev, arr, i)
