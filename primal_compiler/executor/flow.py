@@ -28,7 +28,7 @@ from primal_compiler.executor.linkstate import (
     CALENDAR, CAP, DELIVERED, DRY, EJ_BASE, EJECT, INJ_BASE, K_IN, K_OUT, LAT_MESH, LAT_OTHER, MESH_LINKS, NONE,
     REDUCE, SLOTS, WAIT_LIMIT,
 )
-from primal_compiler.executor.trees import ENDS, KID, SIB, UP
+from primal_compiler.executor.trees import ENDS, FIRST, KID, LAST, ROLE, SIB, SPAN, UP
 from primal_compiler.jit import njit
 
 
@@ -248,18 +248,18 @@ def run(until, j, t, heap, pool, wake, cal, cal_at, buf, seen, enter, wait, link
         ``wait`` and is returned."""
         lo, hi = link_ptr[i], link_ptr[i + 1]
         w = 0
-        for q in range(lo, hi):
+        for q in range(lo, hi):  # one row per link (:mod:`.trees`), its heads from link_off to link_off + SPAN
             lk = link[q]
             mesh = lk < cfg[MESH_LINKS]
             h = hold_mesh[i] if mesh else hold_other[i]
-            last = q + 1 == hi or link_off[q + 1] == 0
+            span, role = tree[tree_at[i] + q - lo, SPAN], tree[tree_at[i] + q - lo, ROLE]
             for r in range(3):  # the link; a member's injection port; the destination's ejection port
                 if r == 0:
-                    row, at = lk, link_off[q]
-                elif r == 1 and mesh and link_off[q] == 0:
-                    row, at = cfg[INJ_BASE] + inj[lk], 0
-                elif r == 2 and mesh and last:
-                    row, at = cfg[EJ_BASE] + ej[lk], link_off[q] + cfg[LAT_MESH]
+                    row, at, end = lk, link_off[q], link_off[q] + span + h
+                elif r == 1 and mesh and role & FIRST:
+                    row, at, end = cfg[INJ_BASE] + inj[lk], 0, h
+                elif r == 2 and mesh and role & LAST:
+                    row, at, end = cfg[EJ_BASE] + ej[lk], link_off[q] + cfg[LAT_MESH], link_off[q] + cfg[LAT_MESH] + span + h
                 else:
                     continue
                 if seen[row] != i:
@@ -267,11 +267,11 @@ def run(until, j, t, heap, pool, wake, cal, cal_at, buf, seen, enter, wait, link
                     slot[row] = w
                     win_link[w] = row
                     win_lo[w] = at
-                    win_hi[w] = at + h
+                    win_hi[w] = end
                     w += 1
                 else:
                     win_lo[slot[row]] = min(win_lo[slot[row]], at)
-                    win_hi[slot[row]] = max(win_hi[slot[row]], at + h)
+                    win_hi[slot[row]] = max(win_hi[slot[row]], end)
         base = t0
         moved = True
         while moved:  # base only grows, past a reserved window each time: ends

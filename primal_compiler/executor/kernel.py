@@ -32,17 +32,19 @@ import numpy as np
 from primal_compiler.executor import flow, linkstate, trees
 from primal_compiler.executor.flow import run
 from primal_compiler.executor.linkstate import BIG_WIDTH, BUF_WIDTH, CAL_WIDTH, DELIVERED, DRY, REDUCE, new_pool, start_legs
+from primal_compiler.executor.trees import SPAN
 from primal_compiler.isa.opcodes import Opcode
 from primal_compiler.jit import njit
 
 _SYNC, _PG_ON, _PG_OFF, _REDUCE = int(Opcode.SYNC), int(Opcode.PG_ON), int(Opcode.PG_OFF), int(Opcode.REDUCE)
 
 
-@njit(nogil=True)
-def in_order_links(i, t, lo, hi, link, link_off, hold, mesh_links, link_free, holder, link_by, link_bound,
+@njit(nogil=True, depends=(trees,))
+def in_order_links(i, t, lo, hi, link, link_off, span, hold, mesh_links, link_free, holder, link_by, link_bound,
                    link_mesh):  # pragma: no cover - compiled
     """Start of record ``i`` no earlier than ``t`` with every link row ``lo:hi`` free when its head gets
-    there, and reserve them (module docstring); records the binding link's holder for the critical path."""
+    there, and reserve them (module docstring; a reduction's row, ``span`` from its tree rows' first, -1 for
+    none, until its last head has passed); records the binding link's holder for the critical path."""
     for q in range(lo, hi):
         lk = link[q]
         v = link_free[lk] - link_off[q]
@@ -53,7 +55,7 @@ def in_order_links(i, t, lo, hi, link, link_off, hold, mesh_links, link_free, ho
         t = max(t, v)
     for q in range(lo, hi):
         lk = link[q]
-        e = t + link_off[q] + (hold[0] if lk < mesh_links else hold[1])
+        e = t + link_off[q] + (hold[0] if lk < mesh_links else hold[1]) + (span[q - lo, SPAN] if len(span) else 0)
         if e >= link_free[lk]:
             link_free[lk] = e
             holder[lk] = i
@@ -199,8 +201,9 @@ def schedule(op, busy, unit, pred_ptr, pred, link_ptr, link, link_off, tree_at, 
         elif cut_through:
             start_legs(i, t, t if age else i, lo, hi, link_off, heap, left, tree_at[i], tree)
         else:
-            t = in_order_links(i, t, lo, hi, link, link_off, hold, mesh_links, link_free, holder, link_by, link_bound,
-                               link_mesh)
+            span = tree[tree_at[i]:tree_at[i] + hi - lo] if o == _REDUCE and tree_at[i] >= 0 else tree[:0]
+            t = in_order_links(i, t, lo, hi, link, link_off, span, hold, mesh_links, link_free, holder, link_by,
+                               link_bound, link_mesh)
             start[i] = t
         for q in range(lo, hi):  # distinct links, for the energy of each bit crossing them once
             lk = link[q]

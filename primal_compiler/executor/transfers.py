@@ -4,12 +4,12 @@ A leg is one source-destination pair of a record: ``UNICAST``, ``KV_APPEND``
 and ``CONFIG`` have one; ``BCAST`` one per member of its group (source to
 member); ``REDUCE`` one per member (member to destination). Link rows come
 record by record, leg by leg, in path order, a multicast's legs merged into a
-tree where they share a path (:mod:`.trees`: one row per link of the tree);
-legs of one record may still list the same link (a reduction tree combines,
-a multicast's branches may meet again), and the schedule counts such a link
-once: the record needs it from the earliest offset at which one of its legs
-reaches it, holds it for ``ceil(nbytes / link bytes per cycle)`` cycles after
-the latest, and pays its energy once.
+tree where they share a path and a reduction's into one row per link
+(:mod:`.trees`); a multicast's branches may still meet again on one link, and
+the schedule counts such a link once: the record needs it from the earliest
+offset at which one of its legs reaches it, holds it for
+``ceil(nbytes / link bytes per cycle)`` cycles after the latest (a reduction's
+row: its span later), and pays its energy once.
 
 A record's network time is the largest over its legs of head latency plus
 serialization on the slowest link of the leg; a leg that stays on one PE
@@ -132,7 +132,8 @@ def expand(stream: Stream, topo: Topology, local_bytes_per_cycle: float) -> Tran
     leg_time = np.where(routes.latency > 0, routes.latency + slow, np.maximum(local, 1))
     net = np.zeros(n, dtype=np.int64)
     np.maximum.at(net, rec, leg_time)
-    kept, tree_at, tree = trees.build(rec, routes.ptr, routes.link, routes.offset, r["op"] == Opcode.BCAST)
+    kind = np.where(r["op"] == Opcode.BCAST, trees.MULTICAST, np.where(r["op"] == Opcode.REDUCE, trees.REDUCTION, 0))
+    kept, tree_at, tree = trees.build(rec, routes.ptr, routes.link, routes.offset, kind)
     rows = int(kept.sum())
     link, offset = routes.link, routes.offset
     for a in (link, offset):  # compacted in place; route_legs made them and no view of them exists: shrink, no copy

@@ -27,6 +27,20 @@ from primal_compiler.jit import njit
 UP, KID, SIB, ENDS = 0, 1, 2, 3
 """Columns of a tree row."""
 
+SPAN, ROLE = KID, SIB
+"""A reduction's rows are merged too, one per link (:func:`.flow.run` reserves its tree's windows at once, in no
+order), and reuse two columns: ``SPAN``, the cycles from the earliest to the latest offset at which a member's head
+reaches the link (the row's offset is the earliest), and ``ROLE``, :data:`FIRST` where the link is some member's
+first (its injection port is held) | :data:`LAST` where it enters the destination (its ejection port is held).
+``UP`` is -1 (no walk) and ``ENDS`` 1 at the first link of the last member's leg only (the leg
+:func:`.critical.held_in_routers` charges a reduction's wait to, as it did when rows were legs)."""
+
+FIRST, LAST = 1, 2
+"""Bits of a reduction row's ``ROLE``."""
+
+MULTICAST, REDUCTION = 1, 2
+"""What :func:`build` merges a record's legs into (``kind``; 0: nothing, its rows stay legs)."""
+
 
 @njit(nogil=True)
 def _trie(lo, hi, ptr, link, node_link, kid, sib, last, up, ends, keep):  # pragma: no cover - compiled
@@ -61,11 +75,42 @@ def _trie(lo, hi, ptr, link, node_link, kid, sib, last, up, ends, keep):  # prag
 
 
 @njit(nogil=True)
-def _tries(first_leg, ptr, link, offset, multicast, tree_at, tree, fill):  # pragma: no cover - compiled
+def _merged(lo, hi, ptr, link, offset, stamp, at, i, tree, t, fill):  # pragma: no cover - compiled
+    """The rows of reduction legs ``lo:hi`` (record ``i``) merged one per link, in order of first appearance: their
+    count; with ``fill``, their links and offsets written from ``ptr[lo]`` on and their tree rows from ``t``
+    (``stamp``/``at``: per link, the record that last saw it and where its row is)."""
+    m = 0
+    base = ptr[lo]
+    charged = -1  # the first link of the last leg that has one: it carries the reduction's wait on the critical path
+    for leg in range(lo, hi):
+        for q in range(ptr[leg], ptr[leg + 1]):
+            lk, off = link[q], offset[q]
+            if q == ptr[leg]:
+                charged = lk
+            role = (FIRST if q == ptr[leg] else 0) | (LAST if q + 1 == ptr[leg + 1] else 0)
+            if stamp[lk] != i:
+                stamp[lk], at[lk] = i, m
+                if fill:
+                    link[base + m], offset[base + m] = lk, off
+                    tree[t + m, UP], tree[t + m, SPAN], tree[t + m, ROLE], tree[t + m, ENDS] = -1, 0, role, 0
+                m += 1
+            elif fill:
+                r = t + at[lk]
+                first = offset[base + at[lk]]
+                lowest, highest = min(first, off), max(first + tree[r, SPAN], off)
+                offset[base + at[lk]] = lowest
+                tree[r, SPAN], tree[r, ROLE] = highest - lowest, tree[r, ROLE] | role
+    if fill and charged >= 0:
+        tree[t + at[charged], ENDS] = 1
+    return m
+
+
+@njit(nogil=True)
+def _tries(first_leg, ptr, link, offset, links, kind, tree_at, tree, fill):  # pragma: no cover - compiled
     """Return (rows each record keeps, tree rows in all); with ``fill``, also write every tree record's rows
     (``tree_at``: its first tree row, -1 for a record that is none) and move the kept rows of ``link`` and
-    ``offset`` to the front, in order. A record is a tree when it is ``multicast`` and two of its legs share a
-    path's first links."""
+    ``offset`` to the front, in order (``links``: more than any link id). A record is a tree when it is a
+    :data:`MULTICAST` and two of its legs share a path's first links, or a :data:`REDUCTION` with a link row."""
     n = len(first_leg) - 1
     widest = 0
     for i in range(n):
@@ -74,13 +119,24 @@ def _tries(first_leg, ptr, link, offset, multicast, tree_at, tree, fill):  # pra
     last, up, ends = np.empty(widest + 1, np.int64), np.empty(widest + 1, np.int64), np.empty(widest + 1, np.int64)
     keep = np.ones(widest, dtype=np.bool_)
     kept = np.empty(n, dtype=np.int64)
+    stamp, at = np.full(links, -1, np.int64), np.empty(links, np.int64)
     total = 0
     w = 0  # the next kept row's place
     for i in range(n):
         lo, hi = first_leg[i], first_leg[i + 1]
         base, rows = ptr[lo], ptr[hi] - ptr[lo]
         m = rows
-        if multicast[i] and hi - lo > 1:
+        if kind[i] == REDUCTION and rows:
+            m = _merged(lo, hi, ptr, link, offset, stamp, at, i, tree, total, fill)
+            kept[i] = m
+            if fill:  # merged at the record's first row: move them down to w <= base
+                tree_at[i] = total
+                for k in range(m):
+                    link[w], offset[w] = link[base + k], offset[base + k]
+                    w += 1
+            total += m
+            continue
+        if kind[i] == MULTICAST and hi - lo > 1:
             m = _trie(lo, hi, ptr, link, node_link, kid, sib, last, up, ends, keep)
         kept[i] = m
         if fill:
@@ -99,19 +155,20 @@ def _tries(first_leg, ptr, link, offset, multicast, tree_at, tree, fill):  # pra
     return kept, total
 
 
-def build(rec: np.ndarray, ptr: np.ndarray, link: np.ndarray, offset: np.ndarray, multicast: np.ndarray) -> tuple[
+def build(rec: np.ndarray, ptr: np.ndarray, link: np.ndarray, offset: np.ndarray, kind: np.ndarray) -> tuple[
         np.ndarray, np.ndarray, np.ndarray]:
     """(link rows per record kept, per record its first tree row or -1, tree rows (rows, 4) int32) of legs whose
-    records ``rec`` are sorted, leg ``l``'s rows ``ptr[l]:ptr[l + 1]`` of ``link`` and ``offset``; ``multicast``
-    per record says which records may be trees (their legs leave one PE at once). ``link`` and ``offset`` are
-    compacted in place: their first ``kept.sum()`` rows are the kept ones, record by record (no copy of the
-    rows, the largest arrays of a replay, is made)."""
-    n = len(multicast)
+    records ``rec`` are sorted, leg ``l``'s rows ``ptr[l]:ptr[l + 1]`` of ``link`` and ``offset``; ``kind`` per
+    record says what its legs merge into (:data:`MULTICAST`: legs leaving one PE at once; :data:`REDUCTION`:
+    legs meeting at one PE; 0: none). ``link`` and ``offset`` are compacted in place: their first ``kept.sum()``
+    rows are the kept ones, record by record (no copy of the rows, the largest arrays of a replay, is made)."""
+    n = len(kind)
     first_leg = np.searchsorted(rec, np.arange(n + 1)).astype(np.int64)
     tree_at = np.empty(n, dtype=np.int64)
-    kept, total = _tries(first_leg, ptr, link, offset, multicast, tree_at, np.zeros((0, 4), np.int32), False)
+    links = int(link.max()) + 1 if len(link) else 0
+    kept, total = _tries(first_leg, ptr, link, offset, links, kind, tree_at, np.zeros((0, 4), np.int32), False)
     tree = np.empty((total, 4), dtype=np.int32)
-    _tries(first_leg, ptr, link, offset, multicast, tree_at, tree, True)
+    _tries(first_leg, ptr, link, offset, links, kind, tree_at, tree, True)
     return kept, tree_at, tree
 
 
