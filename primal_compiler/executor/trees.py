@@ -1,4 +1,5 @@
-"""Multicast trees: a ``BCAST``'s legs merged where they share their path, so each link of its tree is one row.
+"""Merged legs: a ``BCAST``'s where they share their path (a tree, one row per link of it), a ``REDUCE``'s one row
+per link (:data:`SPAN`).
 
 The legs of one multicast leave one PE, and dimension-order routing sends two of them down the same links until
 they part. Listed leg by leg (:func:`.topology.route_legs`), the shared prefix repeats once per leg, and the link
