@@ -43,8 +43,9 @@ _SYNC, _PG_ON, _PG_OFF, _REDUCE = int(Opcode.SYNC), int(Opcode.PG_ON), int(Opcod
 def in_order_links(i, t, lo, hi, link, link_off, span, hold, mesh_links, link_free, holder, link_by, link_bound,
                    link_mesh):  # pragma: no cover - compiled
     """Start of record ``i`` no earlier than ``t`` with every link row ``lo:hi`` free when its head gets
-    there, and reserve them (module docstring; a reduction's row, ``span`` from its tree rows' first, -1 for
-    none, until its last head has passed); records the binding link's holder for the critical path."""
+    there, and reserve them (module docstring; ``span``: a reduction's tree rows, each link held until its last
+    member's head has passed, :data:`.trees.SPAN` after the first; empty for any other record); records the
+    binding link's holder for the critical path."""
     for q in range(lo, hi):
         lk = link[q]
         v = link_free[lk] - link_off[q]
@@ -76,7 +77,8 @@ def schedule(op, busy, unit, pred_ptr, pred, link_ptr, link, link_off, tree_at, 
     its one port, once the CT's sequencer is done with the previous phase).
 
     Links ``< mesh_links`` are PE-mesh links; a link listed twice by one record counts once. ``tree_at``/``tree``:
-    the multicast trees of :mod:`.trees` (a record's first tree row, -1 where its rows are legs).
+    the merged legs of :mod:`.trees`, multicast trees and reductions' rows (a record's first tree row, -1 where
+    its rows are legs).
     ``cut_through``: ``router.link_schedule = "cut-through"``, else in-order; ``hop_cycles`` and
     ``other_cycles``: head latency of a PE-mesh link and of any other link; ``buffer_flits``: flits of a
     PE-mesh link's input buffer (cut-through); ``age``: ``router.arbitration = "age"``. A ``REDUCE``
