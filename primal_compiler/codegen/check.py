@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from primal_compiler.arrays import distinct
+from primal_compiler.arrays import distinct, ranges
 from primal_compiler.codegen.kvmap import KvMap
 from primal_compiler.codegen.power import touches
 from primal_compiler.isa.opcodes import ActFn, Flag, Opcode
@@ -84,7 +84,7 @@ def _check_phase(rec: np.ndarray, name: str, start: int) -> None:
     tok0 = (rec["arg"][a] & 0xFFFF).astype(np.int64)
     cnt = rec["count"][a].astype(np.int64)
     owner = np.repeat(np.arange(len(a)), cnt)
-    tok = np.repeat(tok0, cnt) + np.arange(cnt.sum()) - np.repeat(np.cumsum(cnt) - cnt, cnt)
+    tok = ranges(tok0, cnt)
     where = (rec["layer"][a].astype(np.int64) << 48 | rec["dst_ct"][a].astype(np.int64) << 32
              | rec["dst_pe"][a].astype(np.int64) << 16 | rec["dst_buf"][a] >> 12)
     piece = (rec["arg"][a].astype(np.int64) >> 24)  # the head element a piece starts at (a head split over roots)

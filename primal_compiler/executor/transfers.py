@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from primal_compiler.arrays import ranges
 from primal_compiler.executor import trees
 from primal_compiler.executor.topology import Routes, Topology, route_legs
 from primal_compiler.isa.opcodes import CONTROLLER, BufKind, Opcode
@@ -69,7 +70,7 @@ def group_members(stream: Stream, rec):
     g = stream.records["group"][rec].astype(np.int64)
     size = stream.group_ptr[g + 1] - stream.group_ptr[g]
     which = np.repeat(rec, size)
-    k = np.arange(int(size.sum())) - np.repeat(np.cumsum(size) - size, size) + np.repeat(stream.group_ptr[g], size)
+    k = ranges(stream.group_ptr[g], size)
     return which, stream.group_ct[k].astype(np.int64), stream.group_pe[k].astype(np.int64)
 
 
