@@ -240,17 +240,17 @@ def held_in_routers(rp: Replay, upto: int) -> tuple[np.ndarray, np.ndarray]:
     """(cycles waiting before PE-mesh links, before other links) per record below ``upto``, along the leg
     whose heads waited longest to enter its links, plus, on PE-mesh links, what a leg waited at its
     destination to eject beyond that (together the wait the schedule adds to its finish; zero in-order).
-    A leg is the path from a row where one ends up its parents (:func:`.trees.parents`) to its root."""
+    A leg is the path from a row where one ends up its parents (:func:`.trees.legs`) to its root."""
     tr, wait = rp.transfers, rp.link_wait.wait
     rows = int(tr.link_ptr[upto])
     if not rows:
         return np.zeros(upto, np.int64), np.zeros(upto, np.int64)
     wait, link = wait[:rows].astype(np.int64), tr.link[:rows]
-    up = trees.parents(tr.link_ptr[: upto + 1], tr.link_offset[:rows], tr.tree_at[:upto], tr.tree)
+    up, ends = trees.legs(tr.link_ptr[: upto + 1], tr.link_offset[:rows], tr.tree_at[:upto], tr.tree)
     rec = np.repeat(np.arange(upto), np.diff(tr.link_ptr[: upto + 1]))
     inc = wait - np.where(up < 0, 0, wait[np.maximum(up, 0)])
     mesh = link < tr.mesh_links
-    last = np.flatnonzero(trees.ends(tr.link_ptr[: upto + 1], tr.link_offset[:rows], tr.tree_at[:upto], tr.tree))
+    last = np.flatnonzero(ends)
     order = np.lexsort((wait[last], rec[last]))  # by record, then by the leg's total wait
     r_sorted, l_sorted = rec[last][order], last[order]
     top = np.r_[r_sorted[1:] != r_sorted[:-1], True]  # each record's last: the leg that waited longest

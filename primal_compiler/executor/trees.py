@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from primal_compiler.arrays import ranges
 from primal_compiler.jit import njit
 
 UP, KID, SIB, ENDS = 0, 1, 2, 3
@@ -173,28 +174,18 @@ def build(rec: np.ndarray, ptr: np.ndarray, link: np.ndarray, offset: np.ndarray
     return kept, tree_at, tree
 
 
-def _tree_rows(link_ptr: np.ndarray, tree_at: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(link row, tree row, its record's first link row) of every row of a tree record."""
+def legs(link_ptr: np.ndarray, link_offset: np.ndarray, tree_at: np.ndarray, tree: np.ndarray) -> tuple[
+        np.ndarray, np.ndarray]:
+    """(parent row, legs ending there) of every link row: the row before it within a leg (-1 at a leg's first row)
+    and 1 at a leg's last row; a tree row's :data:`UP` (relative to its record's first row; -1 at a root) and
+    :data:`ENDS`."""
+    rows = len(link_offset)
+    up = np.where(link_offset > 0, np.arange(rows, dtype=np.int64) - 1, -1)
+    ends = np.r_[link_offset[1:] == 0, True].astype(np.int64) if rows else np.zeros(0, np.int64)
     trees = np.flatnonzero(tree_at >= 0)
     size = link_ptr[trees + 1] - link_ptr[trees]
-    k = np.arange(int(size.sum())) - np.repeat(np.cumsum(size) - size, size)
-    first = np.repeat(link_ptr[trees], size)
-    return first + k, np.repeat(tree_at[trees], size) + k, first
-
-
-def parents(link_ptr: np.ndarray, link_offset: np.ndarray, tree_at: np.ndarray, tree: np.ndarray) -> np.ndarray:
-    """The parent row of every link row (-1 at a leg's or tree's root): the row before it within a leg, a tree
-    row's :data:`UP` (relative to its record's first row)."""
-    up = np.where(link_offset > 0, np.arange(len(link_offset), dtype=np.int64) - 1, -1)
-    row, t, first = _tree_rows(link_ptr, tree_at)
+    row, t, first = ranges(link_ptr[trees], size), ranges(tree_at[trees], size), np.repeat(link_ptr[trees], size)
     rel = tree[t, UP].astype(np.int64)
     up[row] = np.where(rel >= 0, first + rel, -1)
-    return up
-
-
-def ends(link_ptr: np.ndarray, link_offset: np.ndarray, tree_at: np.ndarray, tree: np.ndarray) -> np.ndarray:
-    """How many legs end at every link row: the last row of a leg, a tree row's :data:`ENDS`."""
-    out = np.r_[link_offset[1:] == 0, True].astype(np.int64) if len(link_offset) else np.zeros(0, np.int64)
-    row, t, _ = _tree_rows(link_ptr, tree_at)
-    out[row] = tree[t, ENDS]
-    return out
+    ends[row] = tree[t, ENDS]
+    return up, ends

@@ -11,7 +11,7 @@ from primal_compiler.errors import InputError
 from primal_compiler.executor import deps
 from primal_compiler.executor.metrics import metrics
 from primal_compiler.executor.replay import replay, used_links
-from primal_compiler.executor.trees import parents
+from primal_compiler.executor.trees import legs
 from primal_compiler.isa.opcodes import Opcode
 from primal_compiler.isa.stream import Section, Stream
 
@@ -83,7 +83,7 @@ def test_a_waiting_head_never_enters_a_link_early(replayed):
     tr, lw = replayed.transfers, replayed.link_wait
     rec = np.repeat(np.arange(len(tr.link_ptr) - 1), np.diff(tr.link_ptr))
     enter = replayed.start[rec] + tr.link_offset + lw.wait
-    up = parents(tr.link_ptr, tr.link_offset, tr.tree_at, tr.tree)
+    up, _ = legs(tr.link_ptr, tr.link_offset, tr.tree_at, tr.tree)
     inside = np.flatnonzero(up >= 0)  # not the first link of a leg
     assert (tr.tree_at >= 0).sum() > 10 and (up[inside] != inside - 1).any()  # trees that branch are among them
     assert (lw.wait >= 0).all() and (lw.wait[inside] >= lw.wait[up[inside]]).all()

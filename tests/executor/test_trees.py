@@ -80,8 +80,7 @@ def test_every_leg_is_a_path_from_a_root_to_a_row_it_ends_at(groups, data):
     (kept, tree_at, tree), (link, offset), r = _legs(rec, [src[i] for i in rec], [d for g in groups for d in g],
                                                      [trees.MULTICAST] * len(groups))
     ptr = np.r_[0, np.cumsum(kept)]
-    up = trees.parents(ptr, offset, tree_at, tree)
-    ends = trees.ends(ptr, offset, tree_at, tree)
+    up, ends = trees.legs(ptr, offset, tree_at, tree)
     leg_rec = np.asarray(rec)
     for i in range(len(groups)):
         legs = sorted(tuple(r.link[r.ptr[k]:r.ptr[k + 1]].tolist()) for k in np.flatnonzero(leg_rec == i)
