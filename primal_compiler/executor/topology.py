@@ -34,7 +34,7 @@ Every function is vectorized over legs: a leg set expands to one row per
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -94,7 +94,8 @@ class Topology:
 
 @dataclass(frozen=True)
 class Routes:
-    """(leg, link) rows of a leg set plus per-leg hop counts and zero-load latency."""
+    """(leg, link) rows of a leg set plus per-leg hop counts and zero-load latency; :func:`plan` leaves the rows
+    (``link``, ``offset``) empty and says in ``ptr`` how many each leg has."""
 
     ptr: np.ndarray  # int64 CSR: leg i's rows are ptr[i]:ptr[i + 1], in path order
     link: np.ndarray  # int32 link id
@@ -119,13 +120,19 @@ def nearest_port(t: Topology, pe: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return ports[k], dist[np.arange(len(pe)), k]
 
 
-def route_legs(t: Topology, src_ct, src_pe, dst_ct, dst_pe) -> Routes:
-    """Routes of legs (src_ct, src_pe) -> (dst_ct, dst_pe); ``CONTROLLER`` CTs allowed.
+@dataclass(frozen=True)
+class Walk:
+    """What the compiled walk of a leg set's link rows reads (:func:`plan`): per leg, its endpoints and the
+    die-to-die ports its route uses, int64 (``legs``); the topology's constants (``geometry``)."""
 
-    Hop counts and latencies are closed forms (vectorized); the link rows come
-    from one compiled walk, leg by leg, each leg's links in the order its head
-    crosses them.
-    """
+    legs: tuple[np.ndarray, ...]  # src_ct, src_pe, dst_ct, dst_pe, src_port, dst_port
+    geometry: tuple[int, ...]  # mesh_cols, pes, package_cols, xy (1) or yx (0), hop, d2d cycles, d2d_base, ctl_link, CONTROLLER
+
+
+def plan(t: Topology, src_ct, src_pe, dst_ct, dst_pe) -> tuple[Routes, Walk]:
+    """Routes of legs (src_ct, src_pe) -> (dst_ct, dst_pe) without their link rows (``link`` and ``offset``
+    empty; ``ptr`` says how many each leg has), and what :func:`walk` needs to write them; ``CONTROLLER`` CTs
+    allowed. Hop counts and latencies are closed forms (vectorized)."""
     src_ct, dst_ct = np.asarray(src_ct, np.int64), np.asarray(dst_ct, np.int64)
     src_pe, dst_pe = np.asarray(src_pe, np.int64), np.asarray(dst_pe, np.int64)
     s_ctl, d_ctl = src_ct == CONTROLLER, dst_ct == CONTROLLER
@@ -140,12 +147,22 @@ def route_legs(t: Topology, src_ct, src_pe, dst_ct, dst_pe) -> Routes:
     p_h = np.where(cross, np.abs(px - qx) + np.abs(py - qy), 0) + (cross & s_ctl) + (cross & d_ctl)
     rows = a_h + b_h + p_h
     ptr = np.concatenate([[0], np.cumsum(rows)])
-    link = np.empty(int(ptr[-1]), dtype=np.int32)
-    off = np.empty(int(ptr[-1]), dtype=np.int32)
-    _walk(ptr, src_ct, src_pe, dst_ct, dst_pe, s_port, d_port, c, t.pes, t.package_cols, t.routing == "xy",
-          t.hop_cycles, t.d2d_cycles, t.d2d_base, t.ctl_link, CONTROLLER, link, off)
     terminal = np.where(rows > 0, t.terminal_cycles, 0)  # a PE's own channels: latency, no contention
-    return Routes(ptr, link, off, a_h + b_h, p_h, (a_h + b_h) * t.hop_cycles + p_h * t.d2d_cycles + terminal)
+    none = np.zeros(0, np.int32)
+    routes = Routes(ptr, none, none, a_h + b_h, p_h, (a_h + b_h) * t.hop_cycles + p_h * t.d2d_cycles + terminal)
+    geometry = (c, t.pes, t.package_cols, int(t.routing == "xy"), t.hop_cycles, t.d2d_cycles, t.d2d_base, t.ctl_link,
+                CONTROLLER)
+    return routes, Walk((src_ct, src_pe, dst_ct, dst_pe, s_port, d_port), geometry)
+
+
+def route_legs(t: Topology, src_ct, src_pe, dst_ct, dst_pe) -> Routes:
+    """Routes of legs (src_ct, src_pe) -> (dst_ct, dst_pe) (:func:`plan`) with their link rows: from one compiled
+    walk (:func:`walk`), leg by leg, each leg's links in the order its head crosses them."""
+    routes, w = plan(t, src_ct, src_pe, dst_ct, dst_pe)
+    link = np.empty(int(routes.ptr[-1]), dtype=np.int32)
+    off = np.empty(int(routes.ptr[-1]), dtype=np.int32)
+    walk(0, len(routes.ptr) - 1, routes.ptr, 0, w.legs, w.geometry, link, off)
+    return replace(routes, link=link, offset=off)
 
 
 @njit(nogil=True)
@@ -179,11 +196,14 @@ def _grid(ct, pcols):  # pragma: no cover - compiled
 
 
 @njit(nogil=True)
-def _walk(ptr, sct, spe, dct, dpe, sport, dport, cols, pes, pcols, x_first, hop, d2d, d2d_base, ctl_link, ctl,
-          link, off):  # pragma: no cover - compiled
-    """Fill ``link``/``off`` rows ptr[i]:ptr[i+1] with leg i's route (see the module docstring)."""
-    for i in range(len(sct)):
-        q, t = ptr[i], 0
+def walk(lo, hi, ptr, shift, legs, geometry, link, off):  # pragma: no cover - compiled
+    """Write the link rows of legs ``lo:hi`` (:func:`plan`'s ``legs`` and ``geometry``; leg ``i``'s rows
+    ``ptr[i]:ptr[i + 1]``) to ``link``/``off`` from row ``ptr[i] - shift`` on (see the module docstring)."""
+    sct, spe, dct, dpe, sport, dport = legs
+    cols, pes, pcols, xy, hop, d2d, d2d_base, ctl_link, ctl = geometry
+    x_first = xy == 1
+    for i in range(lo, hi):
+        q, t = ptr[i] - shift, 0
         s_ctl, d_ctl = sct[i] == ctl, dct[i] == ctl
         cross = s_ctl or d_ctl or sct[i] != dct[i]
         if not s_ctl:

@@ -25,7 +25,7 @@ import numpy as np
 
 from primal_compiler.arrays import ranges
 from primal_compiler.executor import trees
-from primal_compiler.executor.topology import Routes, Topology, route_legs
+from primal_compiler.executor.topology import Routes, Topology, plan
 from primal_compiler.isa.opcodes import CONTROLLER, BufKind, Opcode
 
 if TYPE_CHECKING:
@@ -123,7 +123,7 @@ def expand(stream: Stream, topo: Topology, local_bytes_per_cycle: float) -> Tran
     order = np.argsort(rec, kind="stable")
     rec, sct, spe, dct, dpe = rec[order], sct[order], _pe(sct[order], spe[order]), dct[order], dpe[order]
     dpe = _pe(dct, dpe)
-    routes = route_legs(topo, sct, spe, dct, dpe)
+    routes, walks = plan(topo, sct, spe, dct, dpe)
     nbytes = r["nbytes"].astype(np.int64)
     hold_mesh = np.maximum(1, np.ceil(nbytes / topo.mesh_bytes_per_cycle)).astype(np.int64)
     hold_other = np.maximum(1, np.ceil(nbytes / topo.d2d_bytes_per_cycle)).astype(np.int64)
@@ -134,12 +134,7 @@ def expand(stream: Stream, topo: Topology, local_bytes_per_cycle: float) -> Tran
     net = np.zeros(n, dtype=np.int64)
     np.maximum.at(net, rec, leg_time)
     kind = np.where(r["op"] == Opcode.BCAST, trees.MULTICAST, np.where(r["op"] == Opcode.REDUCE, trees.REDUCTION, 0))
-    kept, tree_at, tree = trees.build(rec, routes.ptr, routes.link, routes.offset, kind)
-    rows = int(kept.sum())
-    link, offset = routes.link, routes.offset
-    for a in (link, offset):  # compacted in place; route_legs made them and no view of them exists: shrink, no copy
-        a.resize(rows, refcheck=False)
-    none32 = np.zeros(0, np.int32)
-    routes = replace(routes, ptr=np.zeros(0, np.int64), link=none32, offset=none32)  # its rows are link, offset
+    kept, tree_at, tree, link, offset = trees.build(rec, routes, walks, topo.num_links, kind)
+    routes = replace(routes, ptr=np.zeros(0, np.int64))  # its rows are link, offset
     return Transfers(rec, sct, spe, dct, dpe, routes, np.r_[0, np.cumsum(kept)], link, offset, tree_at, tree,
                      hold_mesh, hold_other, net, topo.d2d_base)

@@ -15,7 +15,8 @@ of the copy it stands for. For a tree record, :data:`UP` gives each kept row's p
 path one link shorter, -1 at a root), :data:`ENDS` how many legs end at it (a leg whose destination lies on
 another's path ends at a row that also has children; two legs to one PE end at one row), :data:`KID` and
 :data:`SIB` its first child and next sibling in row order (the schedule's walk). Rows are relative to the
-record's first kept row. The schedule's timing is that of the copies (``tests/executor/test_golden_reports.py``
+record's first kept row. :func:`build` walks the legs of one record at a time into a buffer and stores the kept
+rows alone (the repeated ones are never stored). The schedule's timing is that of the copies (``tests/executor/test_golden_reports.py``
 holds it to the figures before the trees; ``tests/executor/test_trees.py`` checks every leg is still a path).
 """
 
@@ -24,6 +25,8 @@ from __future__ import annotations
 import numpy as np
 
 from primal_compiler.arrays import ranges
+from primal_compiler.executor import topology
+from primal_compiler.executor.topology import Routes, Walk, walk
 from primal_compiler.jit import njit
 
 UP, KID, SIB, ENDS = 0, 1, 2, 3
@@ -46,15 +49,16 @@ MULTICAST, REDUCTION = 1, 2
 
 @njit(nogil=True)
 def _trie(lo, hi, ptr, link, node_link, kid, sib, last, up, ends, keep):  # pragma: no cover - compiled
-    """The trie of the paths of legs ``lo:hi`` (leg ``l``'s rows ``ptr[l]:ptr[l + 1]`` of ``link``): node 0 is
-    the root, nodes ``1..m`` the distinct path prefixes in order of their first row, with their link, parent
-    (``up``), first child and next sibling (``kid``, ``sib``; ``last``: last child) and the legs ending there
-    (``ends``). Marks in ``keep`` (relative to ``ptr[lo]``) the rows that begin a node; returns ``m``."""
+    """The trie of the paths of legs ``lo:hi`` (leg ``l``'s rows ``ptr[l] - ptr[lo]:ptr[l + 1] - ptr[lo]`` of
+    ``link``): node 0 is the root, nodes ``1..m`` the distinct path prefixes in order of their first row, with
+    their link, parent (``up``), first child and next sibling (``kid``, ``sib``; ``last``: last child) and the legs
+    ending there (``ends``). Marks in ``keep`` the rows that begin a node; returns ``m``."""
     kid[0], last[0] = -1, -1
     m = 0
+    base = ptr[lo]
     for leg in range(lo, hi):
         cur = 0
-        for q in range(ptr[leg], ptr[leg + 1]):
+        for q in range(ptr[leg] - base, ptr[leg + 1] - base):
             lk = link[q]
             c = kid[cur]
             while c >= 0 and node_link[c] != lk:
@@ -69,7 +73,7 @@ def _trie(lo, hi, ptr, link, node_link, kid, sib, last, up, ends, keep):  # prag
                 else:
                     sib[last[cur]] = c
                 last[cur] = c
-            keep[q - ptr[lo]] = new
+            keep[q] = new
             cur = c
         if ptr[leg + 1] > ptr[leg]:
             ends[cur] += 1
@@ -77,42 +81,43 @@ def _trie(lo, hi, ptr, link, node_link, kid, sib, last, up, ends, keep):  # prag
 
 
 @njit(nogil=True)
-def _merged(lo, hi, ptr, link, offset, stamp, at, i, tree, t, fill):  # pragma: no cover - compiled
-    """The rows of reduction legs ``lo:hi`` (record ``i``) merged one per link, in order of first appearance: their
-    count; with ``fill``, their links and offsets written from ``ptr[lo]`` on and their tree rows from ``t``
-    (``stamp``/``at``: per link, the record that last saw it and where its row is)."""
+def _merged(lo, hi, ptr, link, offset, stamp, at, i, out_link, out_offset, w, tree, t):  # pragma: no cover - compiled
+    """The rows of reduction legs ``lo:hi`` of record ``i`` (rows as :func:`_trie`'s) merged one per link, in order
+    of first appearance, written to ``out_link``/``out_offset`` from ``w`` on and their tree rows from ``t``; returns
+    their count (``stamp``/``at``: per link, the record that last saw it and where its row is)."""
     m = 0
     base = ptr[lo]
     charged = -1  # the first link of the last leg that has one: it carries the reduction's wait on the critical path
     for leg in range(lo, hi):
-        for q in range(ptr[leg], ptr[leg + 1]):
+        first_q, end_q = ptr[leg] - base, ptr[leg + 1] - base
+        for q in range(first_q, end_q):
             lk, off = link[q], offset[q]
-            if q == ptr[leg]:
+            if q == first_q:
                 charged = lk
-            role = (FIRST if q == ptr[leg] else 0) | (LAST if q + 1 == ptr[leg + 1] else 0)
+            role = (FIRST if q == first_q else 0) | (LAST if q + 1 == end_q else 0)
             if stamp[lk] != i:
                 stamp[lk], at[lk] = i, m
-                if fill:
-                    link[base + m], offset[base + m] = lk, off
-                    tree[t + m, UP], tree[t + m, SPAN], tree[t + m, ROLE], tree[t + m, ENDS] = -1, 0, role, 0
+                out_link[w + m], out_offset[w + m] = lk, off
+                tree[t + m, UP], tree[t + m, SPAN], tree[t + m, ROLE], tree[t + m, ENDS] = -1, 0, role, 0
                 m += 1
-            elif fill:
+            else:
                 r = t + at[lk]
-                first = offset[base + at[lk]]
+                first = out_offset[w + at[lk]]
                 lowest, highest = min(first, off), max(first + tree[r, SPAN], off)
-                offset[base + at[lk]] = lowest
+                out_offset[w + at[lk]] = lowest
                 tree[r, SPAN], tree[r, ROLE] = highest - lowest, tree[r, ROLE] | role
-    if fill and charged >= 0:
+    if charged >= 0:
         tree[t + at[charged], ENDS] = 1
     return m
 
 
-@njit(nogil=True)
-def _tries(first_leg, ptr, link, offset, links, kind, tree_at, tree, fill):  # pragma: no cover - compiled
-    """Return (rows each record keeps, tree rows in all); with ``fill``, also write every tree record's rows
-    (``tree_at``: its first tree row, -1 for a record that is none) and move the kept rows of ``link`` and
-    ``offset`` to the front, in order (``links``: more than any link id). A record is a tree when it is a
-    :data:`MULTICAST` and two of its legs share a path's first links, or a :data:`REDUCTION` with a link row."""
+@njit(nogil=True, depends=(topology,))
+def _tries(first_leg, ptr, legs, geometry, kind, links, link, offset, tree_at, tree):  # pragma: no cover - compiled
+    """Walk every record's legs (:func:`.topology.walk`; ``legs``, ``geometry`` and ``ptr`` as :func:`.topology.plan`
+    gives them) into a buffer of one record's rows and write its kept rows to ``link``/``offset``, in order, its
+    tree rows (if it is one) to ``tree`` and its first tree row, or -1, to ``tree_at``. Returns (rows each record
+    keeps, tree rows in all). A record is a tree when it is a :data:`MULTICAST` and two of its legs share a
+    path's first links, or a :data:`REDUCTION` with a link row (``links``: more than any link id)."""
     n = len(first_leg) - 1
     widest = 0
     for i in range(n):
@@ -120,58 +125,59 @@ def _tries(first_leg, ptr, link, offset, links, kind, tree_at, tree, fill):  # p
     node_link, kid, sib = np.empty(widest + 1, np.int64), np.empty(widest + 1, np.int64), np.empty(widest + 1, np.int64)
     last, up, ends = np.empty(widest + 1, np.int64), np.empty(widest + 1, np.int64), np.empty(widest + 1, np.int64)
     keep = np.ones(widest, dtype=np.bool_)
+    one_link, one_offset = np.empty(widest, np.int32), np.empty(widest, np.int32)
     kept = np.empty(n, dtype=np.int64)
     stamp, at = np.full(links, -1, np.int64), np.empty(links, np.int64)
     total = 0
     w = 0  # the next kept row's place
     for i in range(n):
         lo, hi = first_leg[i], first_leg[i + 1]
-        base, rows = ptr[lo], ptr[hi] - ptr[lo]
-        m = rows
+        rows = ptr[hi] - ptr[lo]
+        walk(lo, hi, ptr, ptr[lo], legs, geometry, one_link, one_offset)
+        tree_at[i] = -1
         if kind[i] == REDUCTION and rows:
-            m = _merged(lo, hi, ptr, link, offset, stamp, at, i, tree, total, fill)
-            kept[i] = m
-            if fill:  # merged at the record's first row: move them down to w <= base
-                tree_at[i] = total
-                for k in range(m):
-                    link[w], offset[w] = link[base + k], offset[base + k]
-                    w += 1
+            m = _merged(lo, hi, ptr, one_link, one_offset, stamp, at, i, link, offset, w, tree, total)
+            kept[i], tree_at[i] = m, total
+            w += m
             total += m
             continue
+        m = rows
         if kind[i] == MULTICAST and hi - lo > 1:
-            m = _trie(lo, hi, ptr, link, node_link, kid, sib, last, up, ends, keep)
+            m = _trie(lo, hi, ptr, one_link, node_link, kid, sib, last, up, ends, keep)
         kept[i] = m
-        if fill:
-            tree_at[i] = total if m < rows else -1
-            for k in range(rows):  # w <= base + k: a row moves before any later one is overwritten
-                if m == rows or keep[k]:
-                    link[w], offset[w] = link[base + k], offset[base + k]
-                    w += 1
+        for k in range(rows):
+            if m == rows or keep[k]:
+                link[w], offset[w] = one_link[k], one_offset[k]
+                w += 1
         if m < rows:
-            if fill:
-                for c in range(1, m + 1):
-                    t = total + c - 1
-                    tree[t, UP], tree[t, ENDS] = up[c] - 1, ends[c]  # node c is row c - 1; the root, -1
-                    tree[t, KID], tree[t, SIB] = max(kid[c] - 1, -1), max(sib[c] - 1, -1)
+            tree_at[i] = total
+            for c in range(1, m + 1):
+                t = total + c - 1
+                tree[t, UP], tree[t, ENDS] = up[c] - 1, ends[c]  # node c is row c - 1; the root, -1
+                tree[t, KID], tree[t, SIB] = max(kid[c] - 1, -1), max(sib[c] - 1, -1)
             total += m
     return kept, total
 
 
-def build(rec: np.ndarray, ptr: np.ndarray, link: np.ndarray, offset: np.ndarray, kind: np.ndarray) -> tuple[
-        np.ndarray, np.ndarray, np.ndarray]:
-    """(link rows per record kept, per record its first tree row or -1, tree rows (rows, 4) int32) of legs whose
-    records ``rec`` are sorted, leg ``l``'s rows ``ptr[l]:ptr[l + 1]`` of ``link`` and ``offset``; ``kind`` per
-    record says what its legs merge into (:data:`MULTICAST`: legs leaving one PE at once; :data:`REDUCTION`:
-    legs meeting at one PE; 0: none). ``link`` and ``offset`` are compacted in place: their first ``kept.sum()``
-    rows are the kept ones, record by record (no copy of the rows, the largest arrays of a replay, is made)."""
+def build(rec: np.ndarray, routes: Routes, walks: Walk, links: int, kind: np.ndarray) -> tuple[
+        np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(link rows per record kept, per record its first tree row or -1, tree rows (rows, 4) int32, the kept rows'
+    links and offsets, record by record) of legs whose records ``rec`` are sorted, planned by
+    :func:`.topology.plan` (``routes``, ``walks``; ``links``: more than any link id); ``kind`` per record says what
+    its legs merge into (:data:`MULTICAST`: legs leaving one PE at once; :data:`REDUCTION`: legs meeting at one PE;
+    0: none). The legs' rows are walked one record at a time: the rows the merges drop are never stored, and the
+    arrays are allocated for every row but shrunk to the kept ones (the pages past them are never touched)."""
     n = len(kind)
     first_leg = np.searchsorted(rec, np.arange(n + 1)).astype(np.int64)
-    tree_at = np.empty(n, dtype=np.int64)
-    links = int(link.max()) + 1 if len(link) else 0
-    kept, total = _tries(first_leg, ptr, link, offset, links, kind, tree_at, np.zeros((0, 4), np.int32), False)
-    tree = np.empty((total, 4), dtype=np.int32)
-    _tries(first_leg, ptr, link, offset, links, kind, tree_at, tree, True)
-    return kept, tree_at, tree
+    rows = int(routes.ptr[-1])
+    merging = np.repeat(kind, np.diff(first_leg)) != 0
+    bound = int(np.diff(routes.ptr)[merging].sum())
+    link, offset = np.empty(rows, np.int32), np.empty(rows, np.int32)
+    tree, tree_at = np.empty((bound, 4), np.int32), np.empty(n, np.int64)
+    kept, total = _tries(first_leg, routes.ptr, walks.legs, walks.geometry, kind, links, link, offset, tree_at, tree)
+    for a, size in ((link, int(kept.sum())), (offset, int(kept.sum())), (tree, (total, 4))):
+        a.resize(size, refcheck=False)  # made here, no view of them exists: shrunk in place
+    return kept, tree_at, tree, link, offset
 
 
 def legs(link_ptr: np.ndarray, link_offset: np.ndarray, tree_at: np.ndarray, tree: np.ndarray) -> tuple[

@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from primal_compiler.executor import trees
-from primal_compiler.executor.topology import Topology, route_legs
+from primal_compiler.executor.topology import Topology, plan, route_legs
 
 
 def _topo() -> Topology:
@@ -20,11 +20,11 @@ def _legs(record_of_leg, src, dst, kind):
     ``(src ct, pe) -> (dst ct, pe)`` of records in order."""
     t = _topo()
     rec = np.asarray(record_of_leg, np.int64)
-    r = route_legs(t, *(np.asarray(a, np.int64) for a in (*zip(*src), *zip(*dst))))
-    link, offset = r.link.copy(), r.offset.copy()
-    kept, tree_at, tree = trees.build(rec, r.ptr, link, offset, np.asarray(kind, np.int64))
-    rows = int(kept.sum())
-    return (kept, tree_at, tree), (link[:rows], offset[:rows]), r
+    ends = [np.asarray(a, np.int64) for a in (*zip(*src), *zip(*dst))]
+    r = route_legs(t, *ends)
+    kept, tree_at, tree, link, offset = trees.build(rec, *plan(t, *ends), t.num_links, np.asarray(kind, np.int64))
+    assert len(link) == len(offset) == int(kept.sum())
+    return (kept, tree_at, tree), (link, offset), r
 
 
 def test_a_hand_drawn_tree():
