@@ -143,23 +143,33 @@ class Instances:
     write: np.ndarray  # bool per footprint row
 
 
+CHUNK_ROWS = 1 << 20
+"""Footprint rows :func:`instances` sizes at once: :func:`access_elements` makes a dozen temporaries per row, so the
+whole stream at once (8.2 M rows on the main job) held about 1 GiB of them."""
+
+
 def instances(stream: Stream, f: Footprints, s: Sizing) -> Instances:
     """The buffer instances of ``stream`` and their bytes (module docstring)."""
     records = stream.records
     w = widths(s.precision, s.dmac_bits)
-    kind = f.tag >> 12
     keep = (f.ct != CONTROLLER) & (f.tag < 0xF000)  # a pseudo-buffer's kind is 15
-    keep &= w[kind] > 0
+    keep &= w[f.tag >> 12] > 0
     rows = np.flatnonzero(keep)
-    sub = Footprints(*(getattr(f, k)[rows] for k in ("rec", "ct", "pe", "tag", "lo", "hi", "write")))
-    elements = access_elements(records, sub, s)
-    end_el = np.where(sub.lo >= END, 0, sub.lo + elements)
+    del keep
+    end_el = np.empty(len(rows), dtype=np.int64)
+    for a in range(0, len(rows), CHUNK_ROWS):
+        part = rows[a : a + CHUNK_ROWS]
+        sub = Footprints(*(getattr(f, k)[part] for k in ("rec", "ct", "pe", "tag", "lo", "hi", "write")))
+        end_el[a : a + CHUNK_ROWS] = np.where(sub.lo >= END, 0, sub.lo + access_elements(records, sub, s))
     passes = np.concatenate([[0], np.cumsum(step_ends(records))[:-1]]).astype(np.int64)
-    rec, loc = sub.rec, f.key[rows]
+    rec = f.rec[rows]
+    loc = (f.ct[rows] << 32) | (f.pe[rows] << 16) | f.tag[rows]  # Footprints.key of the kept rows alone
     order = np.lexsort((passes[rec], loc))  # instances contiguous: by location, then pass
-    rec, loc, end_el, wr = rec[order], loc[order], end_el[order], sub.write[order]
+    rec, loc, end_el, wr = rec[order], loc[order], end_el[order], f.write[rows[order]]
+    del order, rows
     pas = passes[rec]
     cut = np.flatnonzero(np.concatenate([[True], (loc[1:] != loc[:-1]) | (pas[1:] != pas[:-1])]))
+    del pas
     tag = loc[cut] & 0xFFFF
     per = np.where(statistics(tag), -(-int(s.precision["psum_bits"]) // 8), w[tag >> 12])
     size = (np.maximum.reduceat(end_el, cut) if len(cut) else np.zeros(0, np.int64)) * per

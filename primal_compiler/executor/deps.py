@@ -140,20 +140,26 @@ def footprints(stream: Stream) -> Footprints:
             else:
                 field = ("ct", "pe") if a.at == At.SOURCE else ("dst_ct", "dst_pe")
                 ct, pe = r[field[0]][rec], r[field[1]][rec]
-            parts.append((rec, ct, pe, tag, lo, hi, np.full(len(rec), is_write)))
-    cols = [np.concatenate([p[i] for p in parts]) if parts else np.zeros(0) for i in range(7)]
-    rec, ct, pe, tag, lo, hi = (c.astype(np.int64, copy=False) for c in cols[:6])
+            parts.append([rec, ct, pe, tag, lo, hi, np.full(len(rec), is_write)])
+    cols = []
+    for i in range(7):  # a column at a time, its parts dropped once joined: the parts and one column are held
+        cols.append(np.concatenate([p[i] for p in parts]).astype(np.int64 if i < 6 else bool, copy=False)
+                    if parts else np.zeros(0, np.int64 if i < 6 else bool))
+        for p in parts:
+            p[i] = None
+    rec, ct, pe, tag, lo, hi = cols[:6]
     pe = np.where(ct == CONTROLLER, 0, pe)
-    return Footprints(rec, ct, pe, tag, lo, hi, cols[6].astype(bool))
+    return Footprints(rec, ct, pe, tag, lo, hi, cols[6])
 
 
 @njit(nogil=True)
 def _sweep(loc, rec, lo, hi, wr, initial, width):  # pragma: no cover - compiled
-    """(consumer, producer) edges and the first unsatisfiable read (-1 none) of accesses sorted by location."""
+    """(consumer, producer) edges (int32 records) and the first unsatisfiable read (-1 none) of accesses sorted by
+    location."""
     m = len(loc)
     cap = max(16, 2 * m)
-    out_c = np.empty(cap, dtype=np.int64)
-    out_p = np.empty(cap, dtype=np.int64)
+    out_c = np.empty(cap, dtype=np.int32)
+    out_p = np.empty(cap, dtype=np.int32)
     n = 0
     w_rec = np.empty(width, dtype=np.int64)
     w_lo = np.empty(width, dtype=np.int64)
@@ -171,8 +177,8 @@ def _sweep(loc, rec, lo, hi, wr, initial, width):  # pragma: no cover - compiled
         a, b, me = lo[i], hi[i], rec[i]
         if n + nw + nr + 2 > cap:
             cap = 2 * cap + nw + nr
-            c2 = np.empty(cap, dtype=np.int64)
-            p2 = np.empty(cap, dtype=np.int64)
+            c2 = np.empty(cap, dtype=np.int32)
+            p2 = np.empty(cap, dtype=np.int32)
             c2[:n] = out_c[:n]
             p2[:n] = out_p[:n]
             out_c, out_p = c2, p2
@@ -229,20 +235,22 @@ def predecessors(stream: Stream, where: str = "program", f: Footprints | None = 
     f = footprints(stream) if f is None else f
     key = f.key
     order = np.lexsort((f.write, f.rec, key))
-    _, loc = np.unique(key[order], return_inverse=True)
+    key = key[order]
+    loc = np.cumsum(np.concatenate([[False], key[1:] != key[:-1]]), dtype=np.int64)  # location run of each row
+    del key
     width = int(np.bincount(loc).max()) if len(loc) else 1
-    tag = f.tag[order]
-    initial = np.isin(tag >> 12, _INITIAL)
-    cons, prod, bad = _sweep(loc.astype(np.int64), f.rec[order], f.lo[order], f.hi[order], f.write[order],
-                             initial, width)
+    initial = np.isin(f.tag[order] >> 12, _INITIAL)
+    cons, prod, bad = _sweep(loc, f.rec[order], f.lo[order], f.hi[order], f.write[order], initial, width)
+    del loc, initial
     if bad >= 0:
         i = order[bad]
         rec = int(f.rec[i])
         ct = "the controller" if f.ct[i] == CONTROLLER else f"CT {f.ct[i]} PE {f.pe[i]}"
         op = Opcode(stream.records["op"][rec]).name
-        raise InputError(where, f"record {rec} ({op}) reads {buf_name(int(tag[bad]))} at {ct}, "
+        raise InputError(where, f"record {rec} ({op}) reads {buf_name(int(f.tag[i]))} at {ct}, "
                                 f"which no earlier record wrote")
-    pair = distinct(cons * (n + 1) + prod)
+    pair = distinct(cons.astype(np.int64) * (n + 1) + prod)
+    del cons, prod
     cons, prod = pair // (n + 1), pair % (n + 1)
     ptr = np.zeros(n + 1, dtype=np.int64)
     np.add.at(ptr, cons + 1, 1)

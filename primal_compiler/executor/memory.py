@@ -22,8 +22,7 @@ import numpy as np
 
 from primal_compiler.errors import InputError
 from primal_compiler.executor.allocation import Allocation
-from primal_compiler.executor.buffers import Sizing, instances, kv_bytes, pe_keys
-from primal_compiler.executor.deps import Footprints
+from primal_compiler.executor.buffers import Instances, Sizing, kv_bytes, pe_keys
 from primal_compiler.ir.precision import Precision
 from primal_compiler.isa.opcodes import Opcode, buf_name
 
@@ -83,10 +82,11 @@ def program_kv_bytes(meta: dict, arrays: dict, pes: int, num: int) -> np.ndarray
     return kv_bytes(chunk, arrays["kv_ct"], arrays["kv_pe"], pes, num)
 
 
-def occupancy(stream: Stream, f: Footprints, start: np.ndarray, finish: np.ndarray, ctx, meta: dict, arrays: dict) -> Memory:
-    """Every buffer instance's bytes and lifetime, and every PE's peak occupancy (see the module docstring)."""
+def occupancy(stream: Stream, inst: Instances, start: np.ndarray, finish: np.ndarray, ctx, meta: dict,
+              arrays: dict) -> Memory:
+    """Every buffer instance's bytes and lifetime, and every PE's peak occupancy (see the module docstring), of the
+    stream's :func:`.buffers.instances` ``inst`` (sized with :func:`sizing`)."""
     pes, num = ctx.topo.pes, ctx.topo.num_cts * ctx.topo.pes
-    inst = instances(stream, f, sizing(ctx, meta))
     rec, wr, cut = inst.rec, inst.write, inst.cut
     never = np.iinfo(np.int64).max
     begin = _per(np.minimum, np.where(wr, start[rec], never), cut)

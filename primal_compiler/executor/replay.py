@@ -4,8 +4,9 @@ Stages (each vectorized over records, named in :attr:`Replay.stages` with
 their wall time): ``control`` (the sequencer of every record, :mod:`.control`;
 first, so a program whose CT programs overflow their instruction buffers is refused before anything else
 is built), ``transfers`` (legs and links of router records), ``costs`` (per-opcode busy time, unit and
-dynamic energy), ``deps`` (RAW/WAR/WAW predecessors on element ranges), ``schedule`` (the timing recurrence of
-:mod:`.kernel`) and ``power`` (CT state intervals). Every number a report
+dynamic energy), ``deps`` (RAW/WAR/WAW predecessors on element ranges), ``buffers`` (the scratchpad buffer
+instances, :mod:`.buffers`), ``schedule`` (the timing recurrence of :mod:`.kernel`), ``memory`` (their lifetimes
+and every PE's occupancy, :mod:`.memory`) and ``power`` (CT state intervals). Every number a report
 prints is computed from these arrays, so changing the stream changes them.
 """
 
@@ -24,7 +25,7 @@ import numpy as np
 from primal_compiler.errors import InputError
 from primal_compiler.executor import costs, deps, leakage, memory, power, transfers
 from primal_compiler.executor.cache import ReplayCache, Schedule, lookup, replay_key, store
-from primal_compiler.executor.buffers import program_tiles, tile_shapes
+from primal_compiler.executor.buffers import instances, program_tiles, tile_shapes
 from primal_compiler.executor.control import Control, control
 from primal_compiler.executor.linkstate import WAIT_LIMIT
 from primal_compiler.executor.kernel import schedule
@@ -132,7 +133,7 @@ def replay(meta: dict, arrays: dict, stream: Stream, target: PrimalTarget, where
            max_active_pes: int = 0, cache: ReplayCache | None = None) -> Replay:
     """Replay ``stream`` on ``target`` under control ``mode`` (default: the target's ``system.control``), with at
     most ``max_active_pes`` RRAM macros of a CT converting at once (:func:`costs.throttled`; 0: no limit).
-    With ``cache`` (and no throttle), the ``deps``, ``schedule`` and ``memory`` stages are read from it when it
+    With ``cache`` (and no throttle), the ``deps``, ``buffers``, ``schedule`` and ``memory`` stages are read from it when it
     holds this replay, and kept in it otherwise (:mod:`.cache`).
 
     InputError naming ``where`` if a record runs on a gated CT, reads a location no record wrote, or a
@@ -194,10 +195,15 @@ def replay(meta: dict, arrays: dict, stream: Stream, target: PrimalTarget, where
 def _schedule(stream: Stream, target: PrimalTarget, topo: Topology, tr: transfers.Transfers, ctx: costs.Ctx,
               ctl: Control, busy: np.ndarray, unit: np.ndarray, meta: dict, arrays: dict, where: str,
               mark: Callable[[str], None]) -> tuple[Schedule, np.ndarray, np.ndarray, LinkWait]:
-    """The ``deps``, ``schedule`` and ``memory`` stages: (the schedule, dependency CSR, link waits)."""
+    """The ``deps``, ``buffers``, ``schedule`` and ``memory`` stages: (the schedule, dependency CSR, link waits)."""
     prints = deps.footprints(stream)
     ptr, pred = deps.predecessors(stream, where, prints)
     mark("deps")
+    # the memory stage's buffer instances, sized now so the footprints (8 M rows on the main job) are not held
+    # through the schedule
+    inst = instances(stream, prints, memory.sizing(ctx, meta)) if "model_ir" in meta else None
+    del prints
+    mark("buffers")
     r = target.router
     a, b = touched(stream.records)
     link, num_links, mesh_ids = used_links(tr.link, topo.num_links, topo.d2d_base)
@@ -222,7 +228,7 @@ def _schedule(stream: Stream, target: PrimalTarget, topo: Topology, tr: transfer
         raise InputError(where, f"record {rec} ({Opcode(stream.records['op'][rec]).name}) waits {WAIT_LIMIT:,} cycles "
                                 f"or more in routers, beyond what the replay records per link")
     mark("schedule")
-    mem = memory.occupancy(stream, prints, start, finish, ctx, meta, arrays) if "model_ir" in meta else None
+    mem = memory.occupancy(stream, inst, start, finish, ctx, meta, arrays) if inst is not None else None
     mark("memory")
     return (Schedule(dispatch, start, finish, n_mesh, n_other, mem), ptr, pred,
             LinkWait(wait, ejected, link_by, link_bound, link_mesh))
