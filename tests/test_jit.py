@@ -108,7 +108,7 @@ def test_replay_from_a_read_only_install():
             f"assert primal_compiler.__file__.startswith({str(install)!r}), primal_compiler.__file__\n"
             "import primal_compiler.executor.kernel as k, primal_compiler.executor.topology as t\n"
             "import primal_compiler.viz.traffic as v\n"
-            "assert {type(f._cache).__name__ for f in (k.schedule, t._steps, t._grid, t._walk, v._link_bytes)}"
+            "assert {type(f._cache).__name__ for f in (k.schedule, t._steps, t._grid, t.walk, t._plan, v._link_bytes)}"
             " == {'NullCache'}\n"
             "from primal_compiler.cli import main\n"
             "sys.exit(main(['run', 'tiny-llama', '-p', 'lower-tiles,blocking,zcurve-order,kv-ring,codegen',"

@@ -110,16 +110,6 @@ def port_pes(mesh_cols: int, ports: int) -> tuple[int, ...]:
     return tuple(k * mesh_cols // ports for k in range(ports))
 
 
-def nearest_port(t: Topology, pe: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(port PE nearest each of ``pe``, its hops): XY distance on the CT mesh, ties to the lower column."""
-    pe = np.asarray(pe, dtype=np.int64)
-    ports = np.asarray(t.ports, dtype=np.int64)
-    c = t.mesh_cols
-    dist = np.abs(pe[:, None] % c - ports[None, :] % c) + np.abs(pe[:, None] // c - ports[None, :] // c)
-    k = np.argmin(dist, axis=1)
-    return ports[k], dist[np.arange(len(pe)), k]
-
-
 @dataclass(frozen=True)
 class Walk:
     """What the compiled walk of a leg set's link rows reads (:func:`plan`): per leg, its endpoints and the
@@ -132,27 +122,59 @@ class Walk:
 def plan(t: Topology, src_ct, src_pe, dst_ct, dst_pe) -> tuple[Routes, Walk]:
     """Routes of legs (src_ct, src_pe) -> (dst_ct, dst_pe) without their link rows (``link`` and ``offset``
     empty; ``ptr`` says how many each leg has), and what :func:`walk` needs to write them; ``CONTROLLER`` CTs
-    allowed. Hop counts and latencies are closed forms (vectorized)."""
+    allowed. Hop counts and latencies are closed forms, one compiled pass over the legs (no temporaries of the
+    legs' length: Llama-2-70B has 10.5 M legs)."""
     src_ct, dst_ct = np.asarray(src_ct, np.int64), np.asarray(dst_ct, np.int64)
     src_pe, dst_pe = np.asarray(src_pe, np.int64), np.asarray(dst_pe, np.int64)
-    s_ctl, d_ctl = src_ct == CONTROLLER, dst_ct == CONTROLLER
-    cross = (src_ct != dst_ct) | s_ctl | d_ctl
-    c = t.mesh_cols
-    s_port, s_hops = nearest_port(t, src_pe)
-    d_port, d_hops = nearest_port(t, dst_pe)
-    a_h = np.where(s_ctl, 0, np.where(cross, s_hops, np.abs(src_pe % c - dst_pe % c) + np.abs(src_pe // c - dst_pe // c)))
-    b_h = np.where(cross & ~d_ctl, d_hops, 0)
-    px, py = t.ct_xy(np.where(s_ctl, 0, src_ct))
-    qx, qy = t.ct_xy(np.where(d_ctl, 0, dst_ct))
-    p_h = np.where(cross, np.abs(px - qx) + np.abs(py - qy), 0) + (cross & s_ctl) + (cross & d_ctl)
-    rows = a_h + b_h + p_h
-    ptr = np.concatenate([[0], np.cumsum(rows)])
-    terminal = np.where(rows > 0, t.terminal_cycles, 0)  # a PE's own channels: latency, no contention
+    n = len(src_ct)
+    s_port, d_port, rows, mesh, pkg, latency = (np.empty(n, np.int64) for _ in range(6))
+    _plan(src_ct, src_pe, dst_ct, dst_pe, np.asarray(t.ports, np.int64), t.mesh_cols, t.package_cols, CONTROLLER,
+          t.hop_cycles, t.d2d_cycles, t.terminal_cycles, s_port, d_port, rows, mesh, pkg, latency)
+    ptr = np.zeros(n + 1, np.int64)
+    np.cumsum(rows, out=ptr[1:])
+    del rows
     none = np.zeros(0, np.int32)
-    routes = Routes(ptr, none, none, a_h + b_h, p_h, (a_h + b_h) * t.hop_cycles + p_h * t.d2d_cycles + terminal)
-    geometry = (c, t.pes, t.package_cols, int(t.routing == "xy"), t.hop_cycles, t.d2d_cycles, t.d2d_base, t.ctl_link,
-                CONTROLLER)
+    routes = Routes(ptr, none, none, mesh, pkg, latency)
+    geometry = (t.mesh_cols, t.pes, t.package_cols, int(t.routing == "xy"), t.hop_cycles, t.d2d_cycles, t.d2d_base,
+                t.ctl_link, CONTROLLER)
     return routes, Walk((src_ct, src_pe, dst_ct, dst_pe, s_port, d_port), geometry)
+
+
+@njit(nogil=True)
+def _nearest(pe, ports, cols):  # pragma: no cover - compiled
+    """(the port PE of ``ports`` nearest ``pe``, its hops): XY distance on the CT mesh, ties to the first listed
+    (:func:`port_pes` lists them by column)."""
+    best, hops = ports[0], -1
+    for k in range(len(ports)):
+        h = abs(pe % cols - ports[k] % cols) + abs(pe // cols - ports[k] // cols)
+        if hops < 0 or h < hops:
+            best, hops = ports[k], h
+    return best, hops
+
+
+@njit(nogil=True)
+def _plan(sct, spe, dct, dpe, ports, cols, pcols, ctl, hop, d2d, terminal, s_port, d_port, rows, mesh, pkg,
+          latency):  # pragma: no cover - compiled
+    """Per leg: the die-to-die ports its route leaves and enters by (0 where it uses none), its link rows, its
+    PE-mesh hops (both CTs' meshes for a leg between CTs), its die-to-die links (the controller link included)
+    and its head latency (link latencies, plus a PE's terminal channels when it crosses a link)."""
+    for i in range(len(sct)):
+        s_ctl, d_ctl = sct[i] == ctl, dct[i] == ctl
+        cross = s_ctl or d_ctl or sct[i] != dct[i]
+        a, b, p = 0, 0, 0
+        s_port[i], d_port[i] = 0, 0
+        if cross:
+            if not s_ctl:
+                s_port[i], a = _nearest(spe[i], ports, cols)
+            if not d_ctl:
+                d_port[i], b = _nearest(dpe[i], ports, cols)
+            ax, ay = _grid(0 if s_ctl else sct[i], pcols)
+            bx, by = _grid(0 if d_ctl else dct[i], pcols)
+            p = abs(ax - bx) + abs(ay - by) + int(s_ctl) + int(d_ctl)
+        else:
+            a = abs(spe[i] % cols - dpe[i] % cols) + abs(spe[i] // cols - dpe[i] // cols)
+        rows[i], mesh[i], pkg[i] = a + b + p, a + b, p
+        latency[i] = (a + b) * hop + p * d2d + (terminal if a + b + p > 0 else 0)
 
 
 def route_legs(t: Topology, src_ct, src_pe, dst_ct, dst_pe) -> Routes:
