@@ -130,11 +130,13 @@ def blocking(records, mode: str) -> np.ndarray:
 
 
 def replay(meta: dict, arrays: dict, stream: Stream, target: PrimalTarget, where: str = "program", mode: str | None = None,
-           max_active_pes: int = 0, cache: ReplayCache | None = None) -> Replay:
+           max_active_pes: int = 0, cache: ReplayCache | None = None, rows: bool = True) -> Replay:
     """Replay ``stream`` on ``target`` under control ``mode`` (default: the target's ``system.control``), with at
     most ``max_active_pes`` RRAM macros of a CT converting at once (:func:`costs.throttled`; 0: no limit).
     With ``cache`` (and no throttle), the ``deps``, ``buffers``, ``schedule`` and ``memory`` stages are read from it when it
-    holds this replay, and kept in it otherwise (:mod:`.cache`).
+    holds this replay, and kept in it otherwise (:mod:`.cache`); a schedule read from it needs no link rows, and
+    without ``rows`` its transfers have none (:func:`.transfers.expand`: every figure a report prints is the same,
+    only a traffic map draws the rows).
 
     InputError naming ``where`` if a record runs on a gated CT, reads a location no record wrote, or a
     CT's program overflows its instruction buffer.
@@ -154,9 +156,14 @@ def replay(meta: dict, arrays: dict, stream: Stream, target: PrimalTarget, where
         check_slots(stream.records, sram_rows, sram_cols, topo.pes, target, lora_bits(meta), where)
     ctl = control(stream, target, topo.num_cts, where, mode)  # first: a program past a buffer is refused at once
     mark("control")
+    key = replay_key(meta, arrays, stream, timing_hash(target), ctl.mode) if cache and not max_active_pes else None
+    kept = lookup(cache, key) if cache and key else None
+    hit = kept is not None
+    if key:
+        mark("cache")
     r = target.router
     local_rate = r.scratchpad_banks * r.scratchpad_bank_width_bits / 8
-    tr = transfers.expand(stream, topo, local_rate)
+    tr = transfers.expand(stream, topo, local_rate, rows or not hit)
     mark("transfers")
     kv = meta.get("kv") or {}
     ctx = costs.Ctx(target, topo, stream.records, stream, tr, rram_rows, rram_cols, sram_rows, sram_cols,
@@ -164,11 +171,6 @@ def replay(meta: dict, arrays: dict, stream: Stream, target: PrimalTarget, where
     busy, unit, energy = costs.record_costs(ctx, where)
     unit = costs.throttled(ctx, unit, max_active_pes)
     mark("costs")
-    key = replay_key(meta, arrays, stream, timing_hash(target), ctl.mode) if cache and not max_active_pes else None
-    kept = lookup(cache, key) if cache and key else None
-    hit = kept is not None
-    if key:
-        mark("cache")
     if kept is not None:
         none64 = np.zeros(0, np.int64)
         ptr, pred, waits = np.zeros(len(stream.records) + 1, np.int64), none64, LinkWait(

@@ -111,8 +111,10 @@ def _pe(ct, pe):
     return np.where(ct == CONTROLLER, 0, pe)
 
 
-def expand(stream: Stream, topo: Topology, local_bytes_per_cycle: float) -> Transfers:
-    """Legs and link occupancy of every router record of ``stream``."""
+def expand(stream: Stream, topo: Topology, local_bytes_per_cycle: float, rows: bool = True) -> Transfers:
+    """Legs and link occupancy of every router record of ``stream``; without ``rows``, no link rows (``link``,
+    ``link_offset`` and ``tree`` empty, ``link_ptr`` zeros, ``tree_at`` -1): every leg's hops, latency and every
+    record's network time and holds are there, what a schedule read from a replay cache needs."""
     r = stream.records
     n = len(r)
     parts = []
@@ -134,7 +136,11 @@ def expand(stream: Stream, topo: Topology, local_bytes_per_cycle: float) -> Tran
     net = np.zeros(n, dtype=np.int64)
     np.maximum.at(net, rec, leg_time)
     kind = np.where(r["op"] == Opcode.BCAST, trees.MULTICAST, np.where(r["op"] == Opcode.REDUCE, trees.REDUCTION, 0))
-    kept, tree_at, tree, link, offset = trees.build(rec, routes, walks, topo.num_links, kind)
+    if rows:
+        kept, tree_at, tree, link, offset = trees.build(rec, routes, walks, topo.num_links, kind)
+    else:
+        kept, tree_at, tree = np.zeros(n, np.int64), np.full(n, -1, np.int64), np.zeros((0, 4), np.int32)
+        link = offset = np.zeros(0, np.int32)
     routes = replace(routes, ptr=np.zeros(0, np.int64))  # its rows are link, offset
     return Transfers(rec, sct, spe, dct, dpe, routes, np.r_[0, np.cumsum(kept)], link, offset, tree_at, tree,
                      hold_mesh, hold_other, net, topo.d2d_base)

@@ -82,7 +82,7 @@ def replay_report(compiled: Compiled, validate: bool = True,
 
     meta, where = compiled.meta, compiled.where
     rp = replay(meta, compiled.arrays, compiled.stream, compiled.target, where, control,
-                cache=None if critical_path else cache)
+                cache=None if critical_path else cache, rows=False)
     if memory == "strict" and rp.memory is not None:
         from primal_compiler.executor.memory import check
 

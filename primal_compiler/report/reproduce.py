@@ -137,7 +137,7 @@ class Runner:
         target = target or self.target
         program = PassManager(parse_pipeline(tail)).run(placed or self.placed, target)
         meta, arrays = compiled.program_file(program, target)
-        rp = replay(meta, arrays, program.need_stream(), target, cache=self.cache)
+        rp = replay(meta, arrays, program.need_stream(), target, cache=self.cache, rows=False)
         m = metrics(rp)
         m |= {"h100": collect.h100_for(meta, m), "baselines": family_for_program(meta, m, self.study.baselines)}
         if self.keep and name:

@@ -195,7 +195,7 @@ class CostTable:
             self.say(f"serve: replaying batch {batch}{mix}, prompt {bucket}{saved}: {spec}")
             program = PassManager(passes).run(self.placed, self.target)
             meta, arrays = compiled.program_file(program, self.target)
-            rp = replay(meta, arrays, program.need_stream(), self.target, cache=self.cache)
+            rp = replay(meta, arrays, program.need_stream(), self.target, cache=self.cache, rows=False)
             self.shapes[key] = shape_costs(rp, batch, bucket, spec, history, adapters)
             if self.idle_w is None:
                 self.idle_w = idle_watts(rp)

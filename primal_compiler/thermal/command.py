@@ -25,7 +25,7 @@ def cmd_thermal(args) -> None:
         target = c.target
         if args.ambient_c is not None:
             target = require_primal(with_overrides(target, {"thermal.ambient_c": args.ambient_c}), c.where)
-        rp = replay(c.meta, c.arrays, c.stream, target, c.where, cache=replay_cache(args))
+        rp = replay(c.meta, c.arrays, c.stream, target, c.where, cache=replay_cache(args), rows=False)
         step("temperatures")
         report = thermal_report(rp, args.phase)
     report["program"] = c.where

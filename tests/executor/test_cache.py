@@ -47,8 +47,15 @@ def test_a_hit_gives_the_full_replays_figures(compiled, replayed, small_target, 
     first = _replay(compiled, small_target, store)
     assert not first.from_cache and len(_entries(store)) == 1
     again = _replay(compiled, small_target, store)
-    assert again.from_cache and [name for name, _ in again.stages] == ["control", "transfers", "costs", "cache", "power"]
+    assert again.from_cache and [name for name, _ in again.stages] == ["control", "cache", "transfers", "costs", "power"]
     assert _figures(again) == _figures(first) == _figures(replayed)
+    for name in ("link_ptr", "link", "link_offset", "tree_at", "tree"):  # what a traffic map draws
+        assert np.array_equal(getattr(again.transfers, name), getattr(replayed.transfers, name))
+    light = _replay(compiled, small_target, store, rows=False)  # a hit without the link rows: the same figures
+    assert light.from_cache and _figures(light) == _figures(replayed) and len(replayed.transfers.link)
+    assert not len(light.transfers.link) and not len(light.transfers.tree) and not light.transfers.link_ptr.any()
+    assert np.array_equal(light.transfers.net_cycles, replayed.transfers.net_cycles)
+    assert len(_replay(compiled, small_target, None, rows=False).transfers.link)  # scheduled: its rows, whatever is asked
     for name in ("dispatch", "start", "finish"):
         assert np.array_equal(getattr(again, name), getattr(replayed, name)) and getattr(again, name).dtype == np.int64
     assert np.array_equal(again.memory.peak_bytes, replayed.memory.peak_bytes)
