@@ -22,7 +22,7 @@ import numpy as np
 
 from primal_compiler.errors import InputError
 from primal_compiler.executor.allocation import Allocation
-from primal_compiler.executor.buffers import Instances, Sizing, kv_bytes, pe_keys
+from primal_compiler.executor.buffers import Instances, kv_bytes, pe_keys
 from primal_compiler.ir.precision import Precision
 from primal_compiler.isa.opcodes import Opcode, buf_name
 
@@ -66,11 +66,10 @@ class Memory:
         return live[np.argsort(-self.inst_bytes[live], kind="stable")]
 
 
-def sizing(ctx, meta: dict) -> Sizing:
-    """What sizes the accesses of a replay's stream (``ctx``: the replay's :class:`.costs.Ctx`)."""
-    precision = asdict(Precision(**meta["model_ir"]["precision"]))  # the loader's reading: absent widths default
-    return Sizing(ctx.topo.pes, ctx.rram_rows, ctx.rram_cols, ctx.sram_rows, ctx.sram_cols, ctx.target.router.dmac_bits,
-                  precision)
+def precision(meta: dict) -> dict:
+    """The widths of a program's model (``model_ir.precision``) as :class:`~.buffers.Sizing` reads them, absent
+    widths at their defaults (the loader's reading); none for a hand-written stream without a model."""
+    return asdict(Precision(**meta["model_ir"]["precision"])) if "model_ir" in meta else {}
 
 
 def program_kv_bytes(meta: dict, arrays: dict, pes: int, num: int) -> np.ndarray:

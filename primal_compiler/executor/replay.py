@@ -5,7 +5,8 @@ their wall time): ``control`` (the sequencer of every record, :mod:`.control`;
 first, so a program whose CT programs overflow their instruction buffers is refused before anything else
 is built), ``transfers`` (legs and links of router records), ``costs`` (per-opcode busy time, unit and
 dynamic energy), ``deps`` (RAW/WAR/WAW predecessors on element ranges), ``buffers`` (the scratchpad buffer
-instances, :mod:`.buffers`), ``schedule`` (the timing recurrence of :mod:`.kernel`), ``memory`` (their lifetimes
+instances, :mod:`.buffers`; these two on a second thread beside ``transfers`` and ``costs``, timed by what they
+add after ``costs``), ``schedule`` (the timing recurrence of :mod:`.kernel`), ``memory`` (their lifetimes
 and every PE's occupancy, :mod:`.memory`) and ``power`` (CT state intervals). Every number a report
 prints is computed from these arrays, so changing the stream changes them.
 """
@@ -19,13 +20,14 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 import functools
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
 from primal_compiler.errors import InputError
-from primal_compiler.executor import costs, deps, leakage, memory, power, transfers
+from primal_compiler.executor import buffers, costs, deps, leakage, memory, power, transfers
 from primal_compiler.executor.cache import ReplayCache, Schedule, lookup, replay_key, store
-from primal_compiler.executor.buffers import instances, program_tiles, tile_shapes
+from primal_compiler.executor.buffers import program_tiles, tile_shapes
 from primal_compiler.executor.control import Control, control
 from primal_compiler.executor.linkstate import WAIT_LIMIT
 from primal_compiler.executor.kernel import schedule
@@ -163,20 +165,29 @@ def replay(meta: dict, arrays: dict, stream: Stream, target: PrimalTarget, where
         mark("cache")
     r = target.router
     local_rate = r.scratchpad_banks * r.scratchpad_bank_width_bits / 8
-    tr = transfers.expand(stream, topo, local_rate, rows or not hit)
-    mark("transfers")
     kv = meta.get("kv") or {}
-    ctx = costs.Ctx(target, topo, stream.records, stream, tr, rram_rows, rram_cols, sram_rows, sram_cols,
-                    costs.bank_lanes(target, kv), int(kv.get("head_dim", 0)))
-    busy, unit, energy = costs.record_costs(ctx, where)
-    unit = costs.throttled(ctx, unit, max_active_pes)
-    mark("costs")
+    with ThreadPoolExecutor(1) as beside:  # deps and buffers on the other core while transfers and costs run
+        sizing = buffers.Sizing(topo.pes, rram_rows, rram_cols, sram_rows, sram_cols, r.dmac_bits, memory.precision(meta))
+        job = None if hit else beside.submit(_dependencies, stream, sizing if "model_ir" in meta else None, where)
+        tr = transfers.expand(stream, topo, local_rate, rows or not hit)
+        mark("transfers")
+        ctx = costs.Ctx(target, topo, stream.records, stream, tr, rram_rows, rram_cols, sram_rows, sram_cols,
+                        costs.bank_lanes(target, kv), int(kv.get("head_dim", 0)))
+        busy, unit, energy = costs.record_costs(ctx, where)
+        unit = costs.throttled(ctx, unit, max_active_pes)
+        mark("costs")
+        deps_done = job.result() if job else None
     if kept is not None:
         none64 = np.zeros(0, np.int64)
         ptr, pred, waits = np.zeros(len(stream.records) + 1, np.int64), none64, LinkWait(
             np.zeros(0, np.int32), none64, none64, none64, np.zeros(0, bool))
     else:
-        kept, ptr, pred, waits = _schedule(stream, target, topo, tr, ctx, ctl, busy, unit, meta, arrays, where, mark)
+        assert deps_done is not None  # submitted on every miss
+        ptr, pred, inst, ends = deps_done
+        for name, end in zip(("deps", "buffers"), ends):  # what each added after costs, so the stages sum to the wall
+            stages.append((name, max(0.0, end - clock)))
+            clock = max(clock, end)
+        kept, waits = _schedule(stream, target, topo, tr, ctx, ctl, busy, unit, ptr, pred, inst, meta, arrays, where, mark)
     energy["links"] = costs.link_energy(ctx, kept.n_mesh, kept.n_other)
     start, finish, mem = kept.start, kept.finish, kept.memory
     end = int(finish.max()) if len(finish) else 0
@@ -194,18 +205,23 @@ def replay(meta: dict, arrays: dict, stream: Stream, target: PrimalTarget, where
                   energy, (kept.n_mesh, kept.n_other), tl, tuple(stages), waits, mem, max_active_pes, hit)
 
 
-def _schedule(stream: Stream, target: PrimalTarget, topo: Topology, tr: transfers.Transfers, ctx: costs.Ctx,
-              ctl: Control, busy: np.ndarray, unit: np.ndarray, meta: dict, arrays: dict, where: str,
-              mark: Callable[[str], None]) -> tuple[Schedule, np.ndarray, np.ndarray, LinkWait]:
-    """The ``deps``, ``buffers``, ``schedule`` and ``memory`` stages: (the schedule, dependency CSR, link waits)."""
+def _dependencies(stream: Stream, sizing: buffers.Sizing | None, where: str) -> tuple[
+        np.ndarray, np.ndarray, buffers.Instances | None, tuple[float, float]]:
+    """The ``deps`` and ``buffers`` stages (run beside ``transfers`` and ``costs``): the dependency CSR, the buffer
+    instances (none without a ``sizing``: a stream without a model) and the clock when each stage ended. The
+    instances are sized here so the footprints (8 M rows on the main job) are not held through the schedule."""
     prints = deps.footprints(stream)
     ptr, pred = deps.predecessors(stream, where, prints)
-    mark("deps")
-    # the memory stage's buffer instances, sized now so the footprints (8 M rows on the main job) are not held
-    # through the schedule
-    inst = instances(stream, prints, memory.sizing(ctx, meta)) if "model_ir" in meta else None
-    del prints
-    mark("buffers")
+    done = time.perf_counter()
+    inst = buffers.instances(stream, prints, sizing) if sizing is not None else None
+    return ptr, pred, inst, (done, time.perf_counter())
+
+
+def _schedule(stream: Stream, target: PrimalTarget, topo: Topology, tr: transfers.Transfers, ctx: costs.Ctx,
+              ctl: Control, busy: np.ndarray, unit: np.ndarray, ptr: np.ndarray, pred: np.ndarray,
+              inst: buffers.Instances | None, meta: dict, arrays: dict, where: str,
+              mark: Callable[[str], None]) -> tuple[Schedule, LinkWait]:
+    """The ``schedule`` and ``memory`` stages: (the schedule, link waits)."""
     r = target.router
     a, b = touched(stream.records)
     link, num_links, mesh_ids = used_links(tr.link, topo.num_links, topo.d2d_base)
@@ -232,8 +248,7 @@ def _schedule(stream: Stream, target: PrimalTarget, topo: Topology, tr: transfer
     mark("schedule")
     mem = memory.occupancy(stream, inst, start, finish, ctx, meta, arrays) if inst is not None else None
     mark("memory")
-    return (Schedule(dispatch, start, finish, n_mesh, n_other, mem), ptr, pred,
-            LinkWait(wait, ejected, link_by, link_bound, link_mesh))
+    return Schedule(dispatch, start, finish, n_mesh, n_other, mem), LinkWait(wait, ejected, link_by, link_bound, link_mesh)
 
 
 def used_links(link: np.ndarray, num_links: int, mesh_links: int) -> tuple[np.ndarray, int, np.ndarray]:
