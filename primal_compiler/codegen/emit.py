@@ -166,6 +166,7 @@ class ProgramEmitter:
         empty (a prompt chunk that is not the last), the layers only: no LM head, no ARGMAX. Its LoRA
         products read SRAM slot ``slot``."""
         batch, L = len(seqs), self.model.num_layers
+        attention: dict[int, Block] = {}  # a template's attention records, emitted once: put shifts them to each layer
         for n in range(L + 1 if decide else L):
             tp = self.templates[self.template_of[n]]
             shift = self._first_ct(n) - tp.first_ct
@@ -175,7 +176,9 @@ class ProgramEmitter:
                 out.put(tp.embed_norm, shift, n, vectors, flags)
             out.put(tp.pre, shift, n, vectors, flags, slot)
             if tp.attention is not None:
-                out.put(tp.attention.emit(start, tokens, seqs), shift, n, 1, flags)
+                if self.template_of[n] not in attention:
+                    attention[self.template_of[n]] = tp.attention.emit(start, tokens, seqs)
+                out.put(attention[self.template_of[n]], shift, n, 1, flags)
             out.put(tp.post, shift, n, vectors, flags, slot)
         if not decide:
             return
