@@ -232,11 +232,13 @@ def predecessors(stream: Stream, where: str = "program", f: Footprints | None = 
     (other than one with a defined initial state) that no earlier record wrote.
     """
     n = len(stream.records)
+    if n >= 2**31:  # the sweep keeps its edges' records in 32 bits
+        raise InputError(where, f"{n:,} records: the dependency sweep holds at most 2**31 - 1")
     f = footprints(stream) if f is None else f
     key = f.key
     order = np.lexsort((f.write, f.rec, key))
     key = key[order]
-    loc = np.cumsum(np.concatenate([[False], key[1:] != key[:-1]]), dtype=np.int64)  # location run of each row
+    loc = np.cumsum(np.concatenate([[False], key[1:] != key[:-1]]), dtype=np.int64)[: len(key)]  # location run
     del key
     width = int(np.bincount(loc).max()) if len(loc) else 1
     initial = np.isin(f.tag[order] >> 12, _INITIAL)

@@ -84,7 +84,7 @@ def program_kv_bytes(meta: dict, arrays: dict, pes: int, num: int) -> np.ndarray
 def occupancy(stream: Stream, inst: Instances, start: np.ndarray, finish: np.ndarray, ctx, meta: dict,
               arrays: dict) -> Memory:
     """Every buffer instance's bytes and lifetime, and every PE's peak occupancy (see the module docstring), of the
-    stream's :func:`.buffers.instances` ``inst`` (sized with :func:`sizing`)."""
+    stream's :func:`.buffers.instances` ``inst`` (sized by a :class:`.buffers.Sizing` with :func:`precision`)."""
     pes, num = ctx.topo.pes, ctx.topo.num_cts * ctx.topo.pes
     rec, wr, cut = inst.rec, inst.write, inst.cut
     never = np.iinfo(np.int64).max

@@ -167,8 +167,9 @@ def replay(meta: dict, arrays: dict, stream: Stream, target: PrimalTarget, where
     local_rate = r.scratchpad_banks * r.scratchpad_bank_width_bits / 8
     kv = meta.get("kv") or {}
     with ThreadPoolExecutor(1) as beside:  # deps and buffers on the other core while transfers and costs run
-        sizing = buffers.Sizing(topo.pes, rram_rows, rram_cols, sram_rows, sram_cols, r.dmac_bits, memory.precision(meta))
-        job = None if hit else beside.submit(_dependencies, stream, sizing if "model_ir" in meta else None, where)
+        sizing = (buffers.Sizing(topo.pes, rram_rows, rram_cols, sram_rows, sram_cols, r.dmac_bits,
+                                 memory.precision(meta)) if "model_ir" in meta and not hit else None)
+        job = None if hit else beside.submit(_dependencies, stream, sizing, where)
         tr = transfers.expand(stream, topo, local_rate, rows or not hit)
         mark("transfers")
         ctx = costs.Ctx(target, topo, stream.records, stream, tr, rram_rows, rram_cols, sram_rows, sram_cols,

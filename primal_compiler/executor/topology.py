@@ -28,8 +28,9 @@ last link is one takes one of its destination's ejection ports
 (:func:`local_ports`). The die-to-die port and the controller link are ports
 of their own.
 
-Every function is vectorized over legs: a leg set expands to one row per
-(leg, link) with the cycle offset at which the leg's head enters the link.
+Every function works on a leg set at once (:func:`plan` and :func:`walk` as
+compiled loops over its legs): a leg set expands to one row per (leg, link)
+with the cycle offset at which the leg's head enters the link.
 """
 
 from __future__ import annotations

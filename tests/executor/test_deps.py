@@ -100,3 +100,13 @@ def test_the_controller_token_orders_decode_steps():
     e = _edges(b.build())
     assert (3, 1) in e and (4, 2) in e  # a decode EMBED reads the token its sequence's ARGMAX picked
     assert (3, 2) not in e  # and not the other sequence's: sequences pipeline
+
+
+def test_a_stream_without_accesses_has_no_edges():
+    """No footprint rows at all (an empty stream; a stream of controller SYNCs only): no edges, nothing read from
+    the empty columns (the sweep's location runs have the rows' length, not one more)."""
+    assert _edges(StreamBuilder().build()) == set()
+    b = StreamBuilder()
+    b.records(2, op=Opcode.SYNC, ct=CONTROLLER, pe=0)
+    ptr, pred = deps.predecessors(b.build())
+    assert ptr.tolist() == [0, 0, 0] and pred.tolist() == []

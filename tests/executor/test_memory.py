@@ -112,3 +112,22 @@ def test_a_scratchpad_too_small_is_named(replay_target):  # noqa: F811
         memory.check(m, program.stream.records, "prog")
     roomy = replay(meta, arrays, program.stream, replay_target).memory
     assert roomy.overflow is None and memory.summary(roomy, program.stream.records)["fits"]
+
+
+def test_instances_sized_in_chunks_are_the_same(replay_target, monkeypatch):  # noqa: F811
+    """``buffers.instances`` sizes its footprint rows ``CHUNK_ROWS`` at a time: chunks of 7 rows and of 1 M give
+    the same instances, element for element (the fixtures have fewer rows than one default chunk)."""
+    from primal_compiler.executor import buffers, deps
+
+    program = compiled(CASES[0], replay_target, PROMPT, 1)
+    meta, arrays = program_file(program, replay_target)
+    rp = replay(meta, arrays, program.stream, replay_target)
+    prints = deps.footprints(program.stream)
+    sizing = buffers.Sizing(rp.topo.pes, rp.ctx.rram_rows, rp.ctx.rram_cols, rp.ctx.sram_rows, rp.ctx.sram_cols,
+                            replay_target.router.dmac_bits, memory.precision(meta))
+    whole = buffers.instances(program.stream, prints, sizing)
+    monkeypatch.setattr(buffers, "CHUNK_ROWS", 7)
+    chunked = buffers.instances(program.stream, prints, sizing)
+    assert len(prints.rec) > 7 * 10
+    for name in ("loc", "bytes", "cut", "rec", "write"):
+        assert np.array_equal(getattr(whole, name), getattr(chunked, name)), name
