@@ -67,9 +67,9 @@ class Memory:
 
 
 def precision(meta: dict) -> dict:
-    """The widths of a program's model (``model_ir.precision``) as :class:`~.buffers.Sizing` reads them, absent
-    widths at their defaults (the loader's reading); none for a hand-written stream without a model."""
-    return asdict(Precision(**meta["model_ir"]["precision"])) if "model_ir" in meta else {}
+    """The widths of a program's model (``model_ir.precision``; a hand-written stream has none) as
+    :class:`~.buffers.Sizing` reads them, absent widths at their defaults (the loader's reading)."""
+    return asdict(Precision(**meta["model_ir"]["precision"]))
 
 
 def program_kv_bytes(meta: dict, arrays: dict, pes: int, num: int) -> np.ndarray:
