@@ -163,7 +163,7 @@ def instances(stream: Stream, f: Footprints, s: Sizing) -> Instances:
         end_el[a : a + CHUNK_ROWS] = np.where(sub.lo >= END, 0, sub.lo + access_elements(records, sub, s))
     passes = np.concatenate([[0], np.cumsum(step_ends(records))[:-1]]).astype(np.int64)
     rec = f.rec[rows]
-    loc = (f.ct[rows] << 32) | (f.pe[rows] << 16) | f.tag[rows]  # Footprints.key of the kept rows alone
+    loc = f.keys(rows)
     order = np.lexsort((passes[rec], loc))  # instances contiguous: by location, then pass
     rec, loc, end_el, wr = rec[order], loc[order], end_el[order], f.write[rows[order]]
     del order, rows

@@ -67,7 +67,11 @@ class Footprints:
 
     @property
     def key(self) -> np.ndarray:
-        return (self.ct << 32) | (self.pe << 16) | self.tag
+        return self.keys(slice(None))
+
+    def keys(self, rows) -> np.ndarray:
+        """The location keys ``ct << 32 | pe << 16 | tag`` of rows ``rows`` (an index array or a slice)."""
+        return (self.ct[rows] << 32) | (self.pe[rows] << 16) | self.tag[rows]
 
 
 def _selected(r: np.ndarray, rec: np.ndarray, a: Access) -> np.ndarray:

@@ -302,13 +302,9 @@ def _units() -> dict[str, str]:
 def without_link_rows(rp: Replay) -> Replay:
     """``rp`` without its per-(record, link) rows and dependency edges, the bulk of a replay's memory: what
     :func:`~primal_compiler.executor.metrics.metrics` and :func:`reprice` read is kept (per record, per leg)."""
-    tr = rp.transfers
     none32, none64 = np.zeros(0, np.int32), np.zeros(0, np.int64)
-    routes = replace(tr.routes, ptr=np.zeros(len(tr.routes.ptr), np.int64), link=none32, offset=none32)
-    light = replace(tr, routes=routes, link=none32, link_offset=none32, link_ptr=np.zeros(len(tr.link_ptr), np.int64),
-                    tree_at=np.full(len(tr.tree_at), -1, np.int64), tree=np.zeros((0, 4), np.int32))
     waits = replace(rp.link_wait, wait=none32)
-    return replace(rp, ctx=replace(rp.ctx, transfers=light), link_wait=waits, pred=none64,
+    return replace(rp, ctx=replace(rp.ctx, transfers=rp.transfers.without_rows()), link_wait=waits, pred=none64,
                    pred_ptr=np.zeros(len(rp.pred_ptr), np.int64))
 
 

@@ -60,6 +60,19 @@ class Transfers:
         rec = np.repeat(np.arange(len(self.link_ptr) - 1), np.diff(self.link_ptr))
         return np.where(self.link < self.mesh_links, self.hold_mesh[rec], self.hold_other[rec])
 
+    def without_rows(self) -> Transfers:
+        """These legs without their link rows (:func:`expand` without ``rows`` gives the same)."""
+        kept, tree_at, tree, link, offset = _no_rows(len(self.tree_at))
+        return replace(self, link_ptr=np.zeros(len(kept) + 1, np.int64), link=link, link_offset=offset,
+                       tree_at=tree_at, tree=tree)
+
+
+def _no_rows(n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """What :func:`.trees.build` gives for ``n`` records when no link row is walked: none kept, no tree records,
+    no tree rows, links and offsets."""
+    none32 = np.zeros(0, np.int32)
+    return np.zeros(n, np.int64), np.full(n, -1, np.int64), np.zeros((0, 4), np.int32), none32, none32
+
 
 def _one(rec, r):
     return rec, r["ct"][rec], r["pe"][rec], r["dst_ct"][rec], r["dst_pe"][rec]
@@ -136,11 +149,8 @@ def expand(stream: Stream, topo: Topology, local_bytes_per_cycle: float, rows: b
     net = np.zeros(n, dtype=np.int64)
     np.maximum.at(net, rec, leg_time)
     kind = np.where(r["op"] == Opcode.BCAST, trees.MULTICAST, np.where(r["op"] == Opcode.REDUCE, trees.REDUCTION, 0))
-    if rows:
-        kept, tree_at, tree, link, offset = trees.build(rec, routes, walks, topo.num_links, kind)
-    else:
-        kept, tree_at, tree = np.zeros(n, np.int64), np.full(n, -1, np.int64), np.zeros((0, 4), np.int32)
-        link = offset = np.zeros(0, np.int32)
+    kept, tree_at, tree, link, offset = (trees.build(rec, routes, walks, topo.num_links, kind) if rows else
+                                         _no_rows(n))
     routes = replace(routes, ptr=np.zeros(0, np.int64))  # its rows are link, offset
     return Transfers(rec, sct, spe, dct, dpe, routes, np.r_[0, np.cumsum(kept)], link, offset, tree_at, tree,
                      hold_mesh, hold_other, net, topo.d2d_base)
