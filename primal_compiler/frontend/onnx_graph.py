@@ -65,8 +65,10 @@ class Weight:
 
 
 class GraphIndex:
-    def __init__(self, model: onnx.ModelProto, base_dir: Path, quant: QuantTable | None = None) -> None:
+    def __init__(self, model: onnx.ModelProto, base_dir: Path, quant: QuantTable | None = None,
+                 folded: dict[str, np.ndarray] | None = None) -> None:
         self.model = model
+        self.folded = folded or {}  # shape arithmetic with a static value (``onnx_fold.fold_shapes``)
         self.base_dir = base_dir
         self.quant = quant  # the placeholders ``onnx_quant.dequantize_graph`` left for quantized constants
         graph = model.graph
@@ -157,7 +159,10 @@ class GraphIndex:
         return dims[-1]
 
     def const(self, name: str, limit: int = SMALL_CONST) -> np.ndarray | None:
-        """Value of a small inline constant (at most ``limit`` elements); else None."""
+        """Value of a small inline constant (at most ``limit`` elements), or of shape arithmetic folded to one;
+        else None."""
+        if name in self.folded:
+            return self.folded[name] if self.folded[name].size <= limit else None
         tensor = self.constant_tensor(name)
         if tensor is None:
             node = self.node_of(name)

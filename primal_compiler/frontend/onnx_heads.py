@@ -104,12 +104,12 @@ class HeadGeometry(ABC):
         path_q, path_k = set(self._path(p, core.q_in)), set(self._path(p, core.k_in))
         for i in sorted(path_q):
             node = g.nodes[i]
+            if node.op_type == "Slice" and slice_bounds(g, node, (-1, 3)) is not None:
+                return self._per_head_slices(p, node, path_k)
             if node.op_type != "Split" or len(node.output) != 3 or attr(node, "axis", 0) not in (-1, 3):
                 continue
-            src = g.node_of(node.input[0])
-            src = g.node_of(src.input[0]) if src is not None and src.op_type == "Transpose" else src
-            last = g.tail_ints(src.input[1], 1)[0] if src is not None and src.op_type == "Reshape" else None
-            if not last or last % 3 or p.out_features % last:
+            last = self._per_head_width(p, node.input[0])
+            if last is None:
                 return None
             sizes = g.const(node.input[1]) if len(node.input) > 1 and node.input[1] else attr(node, "split")
             if sizes is not None and [int(s) for s in list(sizes)] != [last // 3] * 3:
@@ -120,6 +120,31 @@ class HeadGeometry(ABC):
                                    f"query part {q} and the key part {k}, not 0 and 1")
             return last // 3
         return None
+
+    def _per_head_width(self, p: Projection, tensor: str) -> int | None:
+        """``3 * head_dim`` when ``tensor`` is ``p``'s output reshaped to ``[..., heads, 3 * head_dim]`` (maybe
+        transposed), else None."""
+        g = self.g
+        src = g.node_of(tensor)
+        src = g.node_of(src.input[0]) if src is not None and src.op_type == "Transpose" else src
+        last = g.tail_ints(src.input[1], 1)[0] if src is not None and src.op_type == "Reshape" else None
+        return None if not last or last % 3 or p.out_features % last else last
+
+    def _per_head_slices(self, p: Projection, q_slice, path_k: set[int]) -> int | None:
+        """The head size of NeoX's per-head qkv cut by three ``Slice`` nodes along the last axis (the TorchScript
+        exporter's form of its split; ``q_slice`` is the query's); None for another layout."""
+        g = self.g
+        last = self._per_head_width(p, q_slice.input[0])
+        if last is None:
+            return None
+        d = last // 3
+        ks = [slice_bounds(g, g.nodes[j], (-1, 3)) for j in g.consumers.get(q_slice.input[0], ())
+              if j in path_k and g.nodes[j].op_type == "Slice"]
+        q = slice_bounds(g, q_slice, (-1, 3))
+        if q != (0, d, 1) or ks != [(d, 2 * d, 1)]:
+            raise PatternError(f"unsupported fused qkv at node {q_slice.name}: its per-head slices give the query "
+                               f"{q} and the key {ks}, not [0, {d}) and [{d}, {2 * d})")
+        return d
 
     def _heads_axis_split(self, p: Projection, core: Core) -> tuple[int, int, str] | None:
         """(q size, kv size, ``qkv_layout``) of a fused qkv reshaped to ``[..., heads, head_dim]`` and cut along the heads
@@ -173,6 +198,9 @@ class HeadGeometry(ABC):
             if node.op_type == "Slice":
                 found = slice_bounds(g, node, (-2, axis))
                 return list(range(n))[slice(*found[:2])] if found is not None and found[2] == 1 else None
+            if node.op_type == "Gather" and attr(node, "axis", 0) in (-2, axis):  # the TorchScript form of x[..., [i], :]
+                index = g.const(node.input[1])
+                return None if index is None or index.ndim > 1 else [int(x) % n for x in index.reshape(-1)]
             if node.op_type == "Transpose" and (attr(node, "perm") or [None])[0] == axis:
                 for j in g.consumers.get(node.output[0], ()):
                     gather = g.nodes[j]

@@ -82,6 +82,7 @@ from primal_compiler.frontend.onnx_params import (
     ONNX_DEFAULT_EPS, NormRef, embedding_norm, norm_bias, norm_ref, norms_learned, rope_frequencies, tied_head,
 )
 from primal_compiler.frontend.onnx_project import Projection, find_weight_matmuls, pair_lora
+from primal_compiler.frontend.onnx_fold import fold_shapes
 from primal_compiler.frontend.onnx_quant import dequantize_graph, weight_formats
 from primal_compiler.frontend.onnx_rotary import rotated_layers, table_gather
 from primal_compiler.frontend.onnx_qknorm import qk_norms
@@ -144,7 +145,8 @@ def _recognise(model: onnx.ModelProto, path: Path) -> Recognised:
         import onnx.inliner
 
         model = onnx.inliner.inline_local_functions(model)
-    g = GraphIndex(model, path.parent, dequantize_graph(model))
+    quant = dequantize_graph(model)
+    g = GraphIndex(model, path.parent, quant, fold_shapes(model))
     refuse_experts(g)
     refuse_quantized_activations(g)
     projections = pair_lora(g, find_weight_matmuls(g))

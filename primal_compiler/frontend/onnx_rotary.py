@@ -201,14 +201,29 @@ def table_gather(g: GraphIndex, head_dim: int) -> tuple[int, object, list[int], 
     """(node, tensor, dims, split) of a constant ``[positions, rot]`` table gathered and split in two halves
     along its last axis (the form of GPT-J's ``embed_positions``), its values unread; None without one."""
     for i, node in enumerate(g.nodes):
-        tensor = g.constant_tensor(node.input[0]) if node.op_type in ("Gather", "GatherElements") else None
+        tensor = g.constant_tensor(_repeated(g, node.input[0])) if node.op_type in ("Gather", "GatherElements") else None
         dims = [int(d) for d in tensor.dims] if tensor is not None else []
         if len(dims) < 2 or any(d != 1 for d in dims[:-2]) or dims[-1] % 4 or not 4 <= dims[-1] <= head_dim:
             continue
-        halves = [g.nodes[j] for j in g.consumers.get(node.output[0], ()) if g.nodes[j].op_type == "Split"]
+        rows = node.output[0]
+        cast = [g.nodes[j] for j in g.consumers.get(rows, ()) if g.nodes[j].op_type == "Cast"]
+        rows = cast[0].output[0] if len(cast) == 1 and len(g.consumers.get(rows, ())) == 1 else rows
+        halves = [g.nodes[j] for j in g.consumers.get(rows, ()) if g.nodes[j].op_type == "Split"]
         if len(halves) == 1 and len(halves[0].output) == 2 and attr(halves[0], "axis", 0) in (-1, len(dims) - 1):
             return i, tensor, dims, halves[0]
     return None
+
+
+def _repeated(g: GraphIndex, tensor: str) -> str:
+    """The table behind ``Expand``/``Tile`` nodes that only repeat it along leading axes (the TorchScript
+    export's ``embed_positions.repeat(batch, 1, 1)``), else ``tensor`` itself."""
+    for _ in range(4):
+        node = g.node_of(tensor)
+        shape = g.const(node.input[1]) if node is not None and node.op_type in ("Expand", "Tile") else None
+        if node is None or shape is None or shape.ndim != 1 or len(shape) < 2 or (shape[-2:] != 1).any():
+            return tensor
+        tensor = node.input[0]
+    return tensor
 
 
 def table_rope(g: GraphIndex, head_dim: int) -> TableRope | None:
