@@ -74,6 +74,7 @@ from primal_compiler.frontend.onnx_decoder import Decoder, Layer, g_name
 from primal_compiler.frontend.onnx_graph import GraphIndex, PatternError, Weight, attr
 from primal_compiler.frontend.onnx_guard import (
     check_accounted, embed_scale, folded_positions, refuse_experts, refuse_quantized_activations,
+    refuse_weight_norms,
 )
 from primal_compiler.frontend.onnx_logits import logit_tail
 from primal_compiler.frontend.onnx_mlp import assign_mlp
@@ -148,6 +149,7 @@ def _recognise(model: onnx.ModelProto, path: Path) -> Recognised:
     quant = dequantize_graph(model)
     g = GraphIndex(model, path.parent, quant, fold_shapes(model))
     refuse_experts(g)
+    refuse_weight_norms(g)
     refuse_quantized_activations(g)
     projections = pair_lora(g, find_weight_matmuls(g))
     if not projections:

@@ -117,6 +117,7 @@ def pair_lora(g: GraphIndex, raw: list[Projection]) -> list[Projection]:
         rank = a.out_features  # any rank: PEFT allows one at or above min(in, out), and it computes the same
         scale, add = _scaled_add(g, g.nodes[b.node].output[0])
         if add is None:
+            _refuse_dora(g, b, by_node)
             continue
         others = [x for x in g.nodes[add].input if not depends_on(g, x, b.node)]
         base = None
@@ -166,6 +167,48 @@ def _scaled_add(g: GraphIndex, tensor: str) -> tuple[float, int | None]:
         else:
             return scale, None
     return scale, None
+
+
+def _refuse_dora(g: GraphIndex, b: Projection, by_node: dict[int, Projection]) -> None:
+    """A PatternError naming DoRA when LoRA B's output ``b`` is multiplied by a constant vector of its width (each
+    output column's magnitude over its norm) on its way to an ``Add`` that reaches a base projection of the
+    same shape: PEFT's weight-decomposed LoRA, ``c * (x W + s x A B)``, which is not read yet."""
+    tensor = g.nodes[b.node].output[0]
+    for _ in range(16):
+        i = _only_consumer(g, tensor)
+        node = g.nodes[i] if i is not None else None
+        if node is None or node.op_type not in ("Mul", "Div", *TRANSPARENT):
+            return
+        other = [x for x in node.input if x != tensor]
+        if node.op_type == "Mul" and len(other) == 1 and g.vector_len(other[0]) == b.out_features > 1:
+            _, add = _scaled_add(g, node.output[0])
+            seen = {g.nodes[add].input[k] for k in (0, 1)} if add is not None else set()
+            if any(_reaches_projection(g, x, by_node, b.out_features) for x in seen):
+                raise PatternError(f"weight-decomposed LoRA (DoRA): the adapter on the {b.in_features}x"
+                                   f"{b.out_features} B at node {g.nodes[b.node].name or b.node} is rescaled per "
+                                   f"output column at node {node.name or i} (a magnitude vector of "
+                                   f"{b.out_features} values), which is not supported yet; merge it into the "
+                                   "weights or train a plain LoRA")
+            return
+        tensor = node.output[0]
+
+
+def _reaches_projection(g: GraphIndex, tensor: str, by_node: dict[int, Projection], width: int) -> bool:
+    """Whether ``tensor`` is computed from a projection ``width`` wide through elementwise ops (DoRA's
+    ``(c - 1) * x W`` and its sums), a few steps back."""
+    todo, seen = [tensor], 0
+    while todo and seen < 32:
+        seen += 1
+        i = g.producer.get(todo.pop())
+        if i is None:
+            continue
+        if i in by_node:
+            if by_node[i].out_features == width:
+                return True
+            continue
+        if g.nodes[i].op_type in ("Mul", "Add", "Sub", *TRANSPARENT):
+            todo.extend(x for x in g.nodes[i].input if x)
+    return False
 
 
 def _is_scalar_constant(g: GraphIndex, name: str) -> bool:

@@ -1,0 +1,73 @@
+"""DoRA in an ONNX graph is refused naming DoRA (it was refused as an attention variant).
+
+PEFT's weight-decomposed LoRA computes ``c * (x W + s x A B)`` with ``c = m / ||W + s B A||`` per output
+column: the dynamo exporter folds ``c`` and ``c - 1`` into constants, the TorchScript exporter computes the
+norm at run time (``ReduceL2`` over the weights). Both forms are made here from a real dynamo LoRA export
+by rewriting its key adapter the way each exporter writes DoRA (the graphs of ``peft`` 0.21 with
+``use_dora=True`` through ``torch.onnx`` 2.13, compared by hand).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import helper, numpy_helper
+
+from primal_compiler.errors import InputError
+from primal_compiler.frontend.onnx_import import load_onnx
+from primal_compiler.ir.model import Role
+
+LORA = Path(__file__).resolve().parents[1] / "fixtures" / "onnx" / "llama_lora_qkvo_r8_dynamo.onnx"
+# the key projection's adapter in that file: base x W, B's output, its scaled copy and their sum
+BASE, B_OUT, SCALED, SUM, W, A, B, SCALE = ("linear_3", "linear_5", "node_mul_110", "node_add_154", "val_53",
+                                            "val_54", "val_55", "val_38")
+
+
+def _dora(run_time_norm: bool) -> onnx.ModelProto:
+    model = onnx.load(str(LORA))
+    graph = model.graph
+    inits = {t.name: numpy_helper.to_array(t) for t in graph.initializer}
+    nodes = list(graph.node)
+    at = next(i for i, n in enumerate(nodes) if n.name == SCALED)
+    assert nodes[at + 1].name == SUM
+    magnitude = np.random.default_rng(0).uniform(0.5, 1.5, (1, 32)).astype(np.float32)
+    if run_time_norm:  # c = m / ||W + s A B|| over each output column, computed by the graph
+        graph.initializer.append(numpy_helper.from_array(magnitude, "dora_m"))
+        new = [helper.make_node("MatMul", [A, B], ["dora_ab"]), helper.make_node("Mul", ["dora_ab", SCALE], ["dora_sab"]),
+               helper.make_node("Add", [W, "dora_sab"], ["dora_w"]),
+               helper.make_node("ReduceL2", ["dora_w", "dora_axis"], ["dora_n"], name="dora_norm", keepdims=1),
+               helper.make_node("Div", ["dora_m", "dora_n"], ["dora_c"]),
+               helper.make_node("Sub", ["dora_c", "dora_one"], ["dora_c1"])]
+        graph.initializer.extend([numpy_helper.from_array(np.array([0], np.int64), "dora_axis"),
+                                  numpy_helper.from_array(np.array(1.0, np.float32), "dora_one")])
+    else:  # folded: c and c - 1 as constants
+        w = inits[W] + float(inits[SCALE]) * inits[A] @ inits[B]
+        c = magnitude / np.linalg.norm(w, axis=0, keepdims=True)
+        graph.initializer.extend([numpy_helper.from_array(c, "dora_c"), numpy_helper.from_array(c - 1, "dora_c1")])
+        new = []
+    new += [helper.make_node("Mul", ["dora_c", B_OUT], ["dora_cb"], name="dora_scale"),
+            helper.make_node("Mul", ["dora_cb", SCALE], ["dora_cbs"]),
+            helper.make_node("Mul", ["dora_c1", BASE], ["dora_base"]),
+            helper.make_node("Add", ["dora_base", "dora_cbs"], ["dora_sum"]),
+            helper.make_node("Add", [BASE, "dora_sum"], list(nodes[at + 1].output))]
+    del graph.node[:]
+    graph.node.extend(nodes[:at] + new + nodes[at + 2:])
+    onnx.checker.check_model(model)
+    return model
+
+
+@pytest.mark.parametrize("run_time_norm, node", [(False, "dora_scale"), (True, "dora_norm")])
+def test_a_dora_adapter_is_refused_naming_dora_and_the_node(tmp_path, run_time_norm, node):
+    path = tmp_path / "dora.onnx"
+    onnx.save(_dora(run_time_norm), str(path))
+    with pytest.raises(InputError) as err:
+        load_onnx(path)
+    assert err.value.problem.startswith("weight-decomposed LoRA (DoRA)") and f"node {node}" in err.value.problem
+
+
+def test_the_plain_adapter_it_is_made_from_is_read():
+    k = load_onnx(LORA).layers[0].linear(Role.K)
+    assert k.lora is not None and k.lora.rank == 8
