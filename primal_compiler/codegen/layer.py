@@ -3,8 +3,9 @@
 Every matrix stage is: input BCASTs (hub -> the tiles of each block row), one
 SMAC_RRAM per crossbar tile, the LoRA path (A tiles' SMAC_SRAM, REDUCE to the
 rank hub, BCAST to the B hosts, their SMAC_SRAM) and the column REDUCEs to the
-root hubs, B's output added in with an accumulating REDUCE, then the bias
-(ACT BIAS at each root) when the projection has one. Every router
+root hubs, B's output added in with an accumulating REDUCE, then a DoRA
+adapter's column scale (ACT DORA at each root) and the bias (ACT BIAS) when
+the projection has them. Every router
 record is one leg of a flow of :mod:`primal_compiler.mapping.traffic` (see
 :mod:`primal_compiler.codegen.routes`); attention and KV flows are emitted by
 :mod:`primal_compiler.codegen.attention` instead. Counts and byte sizes are per
@@ -203,10 +204,13 @@ class LayerEmitter:
         self.lora_smac(mine, Part.LORA_B, role)
         self.route([f for f in flows if f.cls == FlowClass.REDUCE])
         self.route(b_out)
-        if self.model.lm_head_bias if self.head else self.ir.linear(role).bias:
+        lora = None if self.head else self.ir.linear(role).lora
+        fns = [ActFn.DORA] if lora is not None and lora.dora else []
+        fns += [ActFn.BIAS] if (self.model.lm_head_bias if self.head else self.ir.linear(role).bias) else []
+        for fn in fns:
             for name, pos, n in self.roots(role):
                 tag = buf(BufKind.ROOT, _hub_index(name))
-                self.act(pos, ActFn.BIAS, tag, tag, n)
+                self.act(pos, fn, tag, tag, n)
 
     def lora_smac(self, mine, part: Part, role: Role) -> None:
         t = self.t

@@ -70,33 +70,6 @@ def refuse_experts(g: GraphIndex) -> None:
                                "mixture-of-experts models are not supported yet")
 
 
-def refuse_weight_norms(g: GraphIndex) -> None:
-    """A norm computed from constants alone (a ``ReduceL2`` no graph input reaches: the column norms of
-    ``W + s B A`` that PEFT's weight-decomposed LoRA divides its magnitude vector by, as the TorchScript
-    exporter writes it) is refused naming DoRA and the node, before any pattern is sought (its weight products
-    would otherwise be refused as an attention variant)."""
-    for i, node in enumerate(g.nodes):
-        if node.op_type == "ReduceL2" and not _reaches_input(g, node.input[0]):
-            raise PatternError(f"weight-decomposed LoRA (DoRA): node {node.name or '#' + str(i)} (ReduceL2) takes "
-                               "the norm of a weight matrix at run time, by which DoRA divides its magnitude "
-                               "vector; DoRA is not supported yet: merge it into the weights or train a plain LoRA")
-
-
-def _reaches_input(g: GraphIndex, tensor: str) -> bool:
-    """Whether a graph input flows into ``tensor`` (through any op, shape computations included)."""
-    todo, seen = [tensor], set()
-    while todo:
-        name = todo.pop()
-        if name in g.graph_inputs:
-            return True
-        i = g.producer.get(name)
-        if i is None or i in seen:
-            continue
-        seen.add(i)
-        todo.extend(x for x in g.nodes[i].input if x)
-    return False
-
-
 def refuse_quantized_activations(g: GraphIndex) -> None:
     """A ``QuantizeLinear`` of a computed tensor left after ``onnx_quant.dequantize_graph`` (which reads each
     one that ``DequantizeLinear`` reads back at its own scale, static QDQ) is refused naming the node, before
@@ -347,11 +320,13 @@ def _between(dec, sources: list, target: str) -> set[int]:
 
 
 def _lora_scales(dec) -> set[int]:
-    """The nodes scaling each LoRA B output on its way to the base projection's Add."""
+    """The nodes scaling each LoRA B output on its way to the base projection's Add, and a DoRA sum's nodes."""
     g, out = dec.g, set()
     for p in dec.projections:
         if not p.lora_nodes:
             continue
+        if p.dora is not None:
+            out.update(p.dora.nodes)
         tensor = g.nodes[p.lora_nodes[1]].output[0]
         for _ in range(16):
             users = g.consumers.get(tensor, ())

@@ -74,7 +74,6 @@ from primal_compiler.frontend.onnx_decoder import Decoder, Layer, g_name
 from primal_compiler.frontend.onnx_graph import GraphIndex, PatternError, Weight, attr
 from primal_compiler.frontend.onnx_guard import (
     check_accounted, embed_scale, folded_positions, refuse_experts, refuse_quantized_activations,
-    refuse_weight_norms,
 )
 from primal_compiler.frontend.onnx_logits import logit_tail
 from primal_compiler.frontend.onnx_mlp import assign_mlp
@@ -149,7 +148,6 @@ def _recognise(model: onnx.ModelProto, path: Path) -> Recognised:
     quant = dequantize_graph(model)
     g = GraphIndex(model, path.parent, quant, fold_shapes(model))
     refuse_experts(g)
-    refuse_weight_norms(g)
     refuse_quantized_activations(g)
     projections = pair_lora(g, find_weight_matmuls(g))
     if not projections:
@@ -390,7 +388,7 @@ def _to_ir(index: int, layer: Layer, rope: bool, window: int) -> DecoderLayer:
     mlp_out, norm, activation = layer.recognised()
     projs = sorted((*layer.attn, layer.o, *layer.mlp_in, mlp_out), key=lambda p: _ROLE_ORDER.index(p.given_role()))
     linears = tuple(Linear(p.given_role(), p.in_features, p.out_features, bias=p.bias,
-                           lora=None if p.lora is None else LoRA(p.lora[0], p.lora[1])) for p in projs)
+                           lora=None if p.lora is None else LoRA(p.lora[0], p.lora[1], p.dora is not None)) for p in projs)
     attention = Attention(layer.num_heads, layer.num_kv_heads, layer.head_dim)
     return DecoderLayer(index, attention, linears, norm, activation, num_norms=layer.num_norms,
                         parallel=layer.parallel, rope=rope, post_norms=layer.post_norms, window=window,

@@ -19,6 +19,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from primal_compiler.frontend.onnx_dora import DoraSum, dora_sum, input_reached
 from primal_compiler.frontend.onnx_graph import SHAPE_OPS, TRANSPARENT, GraphIndex, PatternError, attr
 from primal_compiler.ir.model import Role
 
@@ -33,6 +34,7 @@ class Projection:
     bias: bool = False
     lora: tuple[int, float] | None = None  # (rank, alpha)
     lora_nodes: tuple[int, ...] = ()
+    dora: DoraSum | None = None  # the LoRA is DoRA: its sum's nodes and column scale (``onnx_dora``)
     role: Role | None = None
     split: tuple[int, int, int] | None = None  # (first, end, full width): columns of a fused gate/up weight
 
@@ -49,9 +51,14 @@ class Projection:
 
 
 def find_weight_matmuls(g: GraphIndex) -> list[Projection]:
+    """Every MatMul/Gemm of an activation by a weight; a product of constants alone (DoRA's weight norms as
+    TorchScript computes them) is none."""
     found: list[Projection] = []
+    live = input_reached(g)
     for i, node in enumerate(g.nodes):
         domain = node.domain or ""
+        if node.input and node.input[0] not in live:
+            continue
         if node.op_type == "MatMul" and domain in ("", "ai.onnx") and len(node.input) == 2:
             w = g.weight(node.input[1])
             if w is not None and g.weight(node.input[0]) is None:
@@ -106,8 +113,10 @@ def _follow_to_base(
 
 
 def pair_lora(g: GraphIndex, raw: list[Projection]) -> list[Projection]:
-    """Attach unmerged LoRA pairs to their base projections; the base projections, in order."""
+    """Attach unmerged LoRA pairs (plain, or DoRA: ``onnx_dora``) to their base projections; the base
+    projections, in order."""
     by_node = {p.node: p for p in raw}
+    live = input_reached(g)
     adapters: set[int] = set()
     for b in raw:
         src = g.canonical(b.x)
@@ -115,12 +124,12 @@ def pair_lora(g: GraphIndex, raw: list[Projection]) -> list[Projection]:
         if a is None or a.out_features != b.in_features:
             continue
         rank = a.out_features  # any rank: PEFT allows one at or above min(in, out), and it computes the same
-        scale, add = _scaled_add(g, g.nodes[b.node].output[0])
+        scale, add, column, lora_side = _scaled_add(g, g.nodes[b.node].output[0], live)
         if add is None:
-            _refuse_dora(g, b, by_node)
             continue
-        others = [x for x in g.nodes[add].input if not depends_on(g, x, b.node)]
-        base = None
+        dora = dora_sum(g, add, lora_side, column, b, by_node, live) if column is not None else None
+        others = [x for x in g.nodes[add].input if not depends_on(g, x, b.node)] if dora is None else []
+        base = by_node[dora.base] if dora is not None else None
         for other in others:
             base = _follow_to_base(g, other, by_node, (a.node, b.node))
             if base is not None:
@@ -135,6 +144,7 @@ def pair_lora(g: GraphIndex, raw: list[Projection]) -> list[Projection]:
                                f"node {g.nodes[base.node].name or base.node} is scaled by {scale}, not a finite number")
         base.lora = (rank, round(scale * rank, 6))
         base.lora_nodes = (a.node, b.node)
+        base.dora = dora
         adapters.update((a.node, b.node))
     bases = [p for p in raw if p.node not in adapters]
     for p in bases:
@@ -143,13 +153,14 @@ def pair_lora(g: GraphIndex, raw: list[Projection]) -> list[Projection]:
     return bases
 
 
-def _scaled_add(g: GraphIndex, tensor: str) -> tuple[float, int | None]:
-    """From a LoRA B output: multiply by scalar constants until an Add; (scale, Add node)."""
-    scale = 1.0
+def _scaled_add(g: GraphIndex, tensor: str, live: set[str]) -> tuple[float, int | None, int | None, str]:
+    """From a LoRA B output: multiply by scalar constants until an Add; (scale, Add node, the one ``Mul`` by a
+    constant column vector on the way (DoRA's ``c``) or None, the tensor the Add adds)."""
+    scale, column = 1.0, None
     for _ in range(16):
         i = _only_consumer(g, tensor)
         if i is None:
-            return scale, None
+            return scale, None, column, tensor
         node = g.nodes[i]
         if node.op_type in TRANSPARENT:
             tensor = node.output[0]
@@ -158,57 +169,17 @@ def _scaled_add(g: GraphIndex, tensor: str) -> tuple[float, int | None]:
             value = g.scalar(other)
             if value is None and _is_scalar_constant(g, other):
                 value = 1.0  # stored outside the file and absent: scale unknown, alpha reported as rank
+            if value is None and node.op_type == "Mul" and column is None and other not in live:
+                column, value = i, 1.0  # c, computed from constants alone
             if value is None or (node.op_type == "Div" and (other != node.input[1] or value == 0)):
-                return scale, None
+                return scale, None, column, tensor
             scale = scale * value if node.op_type == "Mul" else scale / value
             tensor = node.output[0]
         elif node.op_type == "Add":
-            return scale, i
+            return scale, i, column, tensor
         else:
-            return scale, None
-    return scale, None
-
-
-def _refuse_dora(g: GraphIndex, b: Projection, by_node: dict[int, Projection]) -> None:
-    """A PatternError naming DoRA when LoRA B's output ``b`` is multiplied by a constant vector of its width (each
-    output column's magnitude over its norm) on its way to an ``Add`` that reaches a base projection of the
-    same shape: PEFT's weight-decomposed LoRA, ``c * (x W + s x A B)``, which is not read yet."""
-    tensor = g.nodes[b.node].output[0]
-    for _ in range(16):
-        i = _only_consumer(g, tensor)
-        node = g.nodes[i] if i is not None else None
-        if node is None or node.op_type not in ("Mul", "Div", *TRANSPARENT):
-            return
-        other = [x for x in node.input if x != tensor]
-        if node.op_type == "Mul" and len(other) == 1 and g.vector_len(other[0]) == b.out_features > 1:
-            _, add = _scaled_add(g, node.output[0])
-            seen = {g.nodes[add].input[k] for k in (0, 1)} if add is not None else set()
-            if any(_reaches_projection(g, x, by_node, b.out_features) for x in seen):
-                raise PatternError(f"weight-decomposed LoRA (DoRA): the adapter on the {b.in_features}x"
-                                   f"{b.out_features} B at node {g.nodes[b.node].name or b.node} is rescaled per "
-                                   f"output column at node {node.name or i} (a magnitude vector of "
-                                   f"{b.out_features} values), which is not supported yet; merge it into the "
-                                   "weights or train a plain LoRA")
-            return
-        tensor = node.output[0]
-
-
-def _reaches_projection(g: GraphIndex, tensor: str, by_node: dict[int, Projection], width: int) -> bool:
-    """Whether ``tensor`` is computed from a projection ``width`` wide through elementwise ops (DoRA's
-    ``(c - 1) * x W`` and its sums), a few steps back."""
-    todo, seen = [tensor], 0
-    while todo and seen < 32:
-        seen += 1
-        i = g.producer.get(todo.pop())
-        if i is None:
-            continue
-        if i in by_node:
-            if by_node[i].out_features == width:
-                return True
-            continue
-        if g.nodes[i].op_type in ("Mul", "Add", "Sub", *TRANSPARENT):
-            todo.extend(x for x in g.nodes[i].input if x)
-    return False
+            return scale, None, column, tensor
+    return scale, None, column, tensor
 
 
 def _is_scalar_constant(g: GraphIndex, name: str) -> bool:

@@ -1,4 +1,5 @@
-"""Weights of an ONNX file: the initializers behind the projections the frontend recognised.
+"""Weights of an ONNX file: the initializers behind the projections the frontend recognised, and DoRA's
+column scales as the file computes them (``onnx_dora.column_scale``).
 
 :func:`load_onnx_weights` reads the initializers behind the projections
 that :func:`~primal_compiler.frontend.onnx_import.recognise_onnx` found
@@ -16,7 +17,8 @@ from typing import Any
 import numpy as np
 
 from primal_compiler.errors import InputError
-from primal_compiler.frontend.onnx_graph import SHAPE_OPS, TRANSPARENT
+from primal_compiler.frontend.onnx_dora import column_scale
+from primal_compiler.frontend.onnx_graph import SHAPE_OPS, TRANSPARENT, PatternError
 from primal_compiler.frontend.onnx_import import recognise_onnx
 from primal_compiler.frontend.onnx_params import read_tables
 from primal_compiler.frontend.onnx_tensors import decoded, finite, quantized, read_tensor
@@ -46,13 +48,18 @@ def load_onnx_weights(path: str | Path, *, base: bool = True) -> ModelWeights:
             if p.bias:
                 bias = _bias(g, p.node, full, label, where)
                 bias = None if bias is None else bias[lo:hi]
-        scale = 1.0
+        scale, dora = 1.0, None
         if p.lora is not None:
             rank, alpha = p.lora
             a = _matmul_weight(g, p.lora_nodes[0], (p.in_features, rank), f"{label} lora_A", where)[0]
             b = _matmul_weight(g, p.lora_nodes[1], (rank, p.out_features), f"{label} lora_B", where)[0]
             scale = alpha / rank
-        out[(layer, role)] = ProjectionWeights(w, bias, a, b, scale, node.name or f"node {p.node}", stored)
+        if p.dora is not None:
+            try:
+                dora = column_scale(g, p.dora, p.out_features, label, where)
+            except PatternError as exc:
+                raise InputError(where, str(exc)) from None
+        out[(layer, role)] = ProjectionWeights(w, bias, a, b, scale, node.name or f"node {p.node}", stored, dora)
     tables = read_tables(found, where) if base else None
     return ModelWeights(where, "onnx", out, found.model, tables, found.rope_unread)
 

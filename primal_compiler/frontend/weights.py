@@ -34,6 +34,7 @@ class ProjectionWeights:
     scale: float = 1.0  # LoRA alpha / rank (alpha / sqrt(rank) with rsLoRA)
     module: str = ""  # where it came from: PEFT module name or ONNX node name
     stored: Decoded | None = None  # the file's own quantization of ``w`` (in x out codes and scales), if any
+    dora: np.ndarray | None = None  # DoRA's column scale c (out): the adapted output is c * (x W + scale x A B)
 
     @property
     def rank(self) -> int | None:

@@ -18,7 +18,8 @@
   0 of a model with ``embed_norm``: the embedding norm), of ``MID`` its
   second (in a parallel block, of ``RESID``, the layer input, its second or
   its only one), in the LM head the final norm; ``BIAS`` adds the slice of the
-  projection's bias that the ROOT buffer's column block holds; ``GELU``
+  projection's bias that the ROOT buffer's column block holds, ``DORA``
+  multiplies it by the slice of its DoRA adapter's column scale; ``GELU``
   is the layer's GELU variant; ``SWIGLU`` gates with the layer's activation
   (SiLU, or GELU for GeGLU); ``ROPE`` rotates the q and k elements of a
   ROOT buffer at the step's positions. ``EMBED`` (controller) embeds the
@@ -246,6 +247,14 @@ def _bias(m: Machine, r: tuple, x: np.ndarray) -> np.ndarray:
     return x + bias[first : first + width]
 
 
+def _dora(m: Machine, r: tuple, x: np.ndarray) -> np.ndarray:
+    (role, first), width = root_block(m, r[SRC_BUF]), x.shape[1]
+    scale = m.params.dora.get((r[LAYER], role))
+    if scale is None or first + width > len(scale):
+        raise m.fail(f"layer {r[LAYER]} {role.value} has no DoRA column scale for elements {first}..{first + width - 1}")
+    return x * scale[first : first + width]
+
+
 def _qk_norm(m: Machine, r: tuple, x: np.ndarray) -> np.ndarray:
     (role, first), width = root_block(m, r[SRC_BUF]), x.shape[1]
     hd = m.model.layers[r[LAYER]].attention.head_dim
@@ -318,6 +327,8 @@ def act(m: Machine, r: tuple) -> None:
         y = _rope(m, x, r)
     elif fn == ActFn.BIAS:
         y = _bias(m, r, x)
+    elif fn == ActFn.DORA:
+        y = _dora(m, r, x)
     elif fn == ActFn.SOFTMAX:
         e = np.exp(x - x.max(axis=-1, keepdims=True))
         y = e / e.sum(axis=-1, keepdims=True)

@@ -13,7 +13,8 @@ adapters' B included. Every projection,
 bias, LoRA factor, embedding table and norm the program's model has must be
 present with the shape it expects, and nothing else may carry LoRA; any
 mismatch is a one-line :class:`InputError` naming the file. The LoRA scale
-(alpha / rank) is folded into B, as the adapter's CONFIG writes it. Several
+(alpha / rank) is folded into B, as the adapter's CONFIG writes it; a DoRA
+adapter's column scale is kept apart (``ACT DORA`` applies it at the roots). Several
 adapter directories give adapter ids 0, 1, ... (a CONFIG names the one it loads);
 one of a smaller rank, or without a role the program adapts, is padded with
 zeros to the program's LoRA.
@@ -60,6 +61,7 @@ class Params:
     # the file's own integer codes and scales of a quantized ``w`` (codes minus zero points, in x out),
     # keyed like ``w``; only where the zero points are integers
     stored: dict[tuple[int, Role], tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
+    dora: dict[tuple[int, Role], np.ndarray] = field(default_factory=dict)  # DoRA's column scales, keyed like ``w``
 
 
 def _dims(shape) -> str:
@@ -100,6 +102,7 @@ def load_params(model: Model, weights_path: str | Path,
     w: dict[tuple[int, Role], np.ndarray] = {}
     bias: dict[tuple[int, Role], np.ndarray] = {}
     stored: dict[tuple[int, Role], tuple[np.ndarray, np.ndarray]] = {}
+    dora: dict[tuple[int, Role], np.ndarray] = {}
     lora: tuple[tuple[dict[tuple[int, Role], np.ndarray], dict[tuple[int, Role], np.ndarray]], ...] = tuple(
         ({}, {}) for _ in sources)
     L, h = model.num_layers, model.hidden_size
@@ -118,6 +121,7 @@ def load_params(model: Model, weights_path: str | Path,
             if lin.lora is not None:
                 for src, (a, b) in zip(sources, lora):
                     a[key], b[key] = _padded(src.get(n, lin.role), lin)
+                _dora_scale(dora, key, label, lin, sources)
     head = onnx.get(L, Role.LM_HEAD)
     if head is None:
         raise InputError(where, "has no LM head projection, which the program's model has")
@@ -129,13 +133,13 @@ def load_params(model: Model, weights_path: str | Path,
     pos = None
     if model.positional == Positional.LEARNED:
         pos = _expect(where, "position embedding", tables.pos_embed, (model.num_pos_embeddings, h))
-    _in_stored_order(model, w, bias, stored, lora)
-    return Params(w, bias, lora, embed, pos, _norms(model, tables.norms, where), where, stored)
+    _in_stored_order(model, w, bias, stored, lora, dora)
+    return Params(w, bias, lora, embed, pos, _norms(model, tables.norms, where), where, stored, dora)
 
 
-def _in_stored_order(model: Model, w: dict, bias: dict, stored: dict, lora: tuple) -> None:
+def _in_stored_order(model: Model, w: dict, bias: dict, stored: dict, lora: tuple, dora: dict) -> None:
     """Put the columns of every projection ``ir.columns.stored_order`` reorders in that order: its weight,
-    bias, stored codes and scales, and every adapter's B."""
+    bias, stored codes and scales, DoRA column scale, and every adapter's B."""
     for n in range(model.num_layers):
         for role in (Role.Q, Role.K, Role.QKV):
             order, key = stored_order(model, n, role), (n, role)
@@ -144,11 +148,29 @@ def _in_stored_order(model: Model, w: dict, bias: dict, stored: dict, lora: tupl
             w[key] = np.ascontiguousarray(w[key][:, order])
             if key in bias:
                 bias[key] = np.ascontiguousarray(bias[key][order])
+            if key in dora:
+                dora[key] = np.ascontiguousarray(dora[key][order])
             if key in stored:
                 stored[key] = tuple(np.ascontiguousarray(x[:, order]) for x in stored[key])
             for _, b in lora:
                 if key in b:
                     b[key] = np.ascontiguousarray(b[key][:, order])
+
+
+def _dora_scale(dora: dict, key: tuple[int, Role], label: str, lin, sources: list) -> None:
+    """The column scale of ``lin``'s DoRA adapter into ``dora``; an InputError where the program's model and
+    the adapters disagree on DoRA, or where several adapters would share a program with one."""
+    has = [src.get(*key) is not None and src.get(*key).dora is not None for src in sources]
+    if any(has) != lin.lora.dora or (lin.lora.dora and not all(has)):
+        src = sources[has.index(not lin.lora.dora)]
+        what = "has a DoRA column scale" if not lin.lora.dora else "has no DoRA column scale (magnitude vector)"
+        raise InputError(src.source, f"{label} {what}, but the program's model {'does' if lin.lora.dora else 'has none'}")
+    if lin.lora.dora and len(sources) > 1:
+        raise InputError(sources[0].source, "DoRA adapters are replayed one at a time: several adapter directories "
+                                            "cannot share a program with DoRA")
+    if lin.lora.dora:
+        dora[key] = _expect(sources[0].source, f"{label} DoRA column scale", sources[0].get(*key).dora,
+                            (lin.out_features,))
 
 
 def _padded(p, lin) -> tuple[np.ndarray, np.ndarray]:

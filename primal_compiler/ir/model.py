@@ -102,11 +102,14 @@ class Positional(StrEnum):
 class LoRA:
     """A low-rank adapter ``delta W = (alpha / rank) * A @ B`` on one projection.
 
-    A is ``in_features x rank`` and B is ``rank x out_features``.
+    A is ``in_features x rank`` and B is ``rank x out_features``. ``dora``: weight-decomposed LoRA (DoRA),
+    whose output ``x (W + delta W)`` is then scaled per output column by ``m / ||W + delta W||`` (the learned
+    magnitude over the column's norm), before any bias.
     """
 
     rank: int
     alpha: float
+    dora: bool = False
 
     def __post_init__(self) -> None:
         if self.rank < 1:
@@ -117,7 +120,7 @@ class LoRA:
         return self.alpha / self.rank
 
     def params(self, in_features: int, out_features: int) -> int:
-        return self.rank * (in_features + out_features)
+        return self.rank * (in_features + out_features) + (out_features if self.dora else 0)
 
 
 @dataclass(frozen=True)

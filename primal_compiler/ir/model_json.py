@@ -20,7 +20,8 @@ def model_to_dict(model: Model) -> dict:
     ``qkv_layout`` only when per head, ``rope_interleaved``, ``alibi_slopes``, ``embed_norm`` and a layer's
     ``parallel``, ``post_norms``, ``window`` and ``qk_norm`` only when set, ``norm_bias`` and ``norm_weights`` only when False,
     ``rope_attention_scale``, ``logit_scale`` and ``residual_multiplier`` only when not 1, ``logit_softcap``,
-    ``attention_scale``, ``attn_softcap``, ``qkv_clip`` and ``static_activations`` only when set (older program files lack them)."""
+    ``attention_scale``, ``attn_softcap``, ``qkv_clip`` and ``static_activations`` only when set, a LoRA's ``dora``
+    only when True (older program files lack them)."""
     d = asdict(model)
     for key in ("weight_quant", "rope_dim", "qkv_layout", "rope_interleaved", "alibi_slopes", "embed_norm"):
         if not d[key]:
@@ -41,6 +42,9 @@ def model_to_dict(model: Model) -> dict:
         for key in ("post_norms", "window", "qk_norm"):
             if not layer[key]:
                 del layer[key]
+        for linear in layer["linears"]:
+            if linear["lora"] and not linear["lora"]["dora"]:
+                del linear["lora"]["dora"]
     return d
 
 

@@ -63,6 +63,7 @@ class ActFn(IntEnum):
     RELU_SQUARED = 15  # relu(x)^2
     CLIP = 16  # a q, k or v root's block clamped to the model's [-qkv_clip, qkv_clip]
     QK_NORM = 17  # each head of a q or k root's block RMS-normalised with the layer's q or k norm weight
+    DORA = 18  # a root's column block times its DoRA adapter's column scale (after B is added in, before the bias)
 
 
 class DmacOp(IntEnum):

@@ -49,6 +49,7 @@ def inspect_model(model, target: PrimalTarget, program: Program | None = None) -
         "residual_multiplier": model.residual_multiplier, "qkv_clip": model.qkv_clip,
         "base_params": model.base_params, "lora_params": model.lora_params,
         "lora_targets": [r.value for r in model.lora_targets],
+        "dora": any(lin.lora.dora for layer in model.layers for lin in layer.linears if lin.lora),
         "precision": {f.name: getattr(p, f.name) for f in fields(p)},
         "weight_quant": [{**asdict(q), "dynamic_inputs": q.dynamic_inputs, "description": q.describe()}
                          for q in model.weight_quant],
@@ -173,8 +174,8 @@ def render_inspect(info: dict) -> str:
         + (f", residual branches multiplied by {info['residual_multiplier']:g}"
            if info["residual_multiplier"] != 1.0 else "")
         + (f", q/k/v clamped to +-{info['qkv_clip']:g}" if info["qkv_clip"] else ""),
-        f"  parameters: base {info['base_params']:,}  LoRA {info['lora_params']:,} "
-        f"on {','.join(info['lora_targets']) or 'none'}",
+        f"  parameters: base {info['base_params']:,}  {'DoRA' if info['dora'] else 'LoRA'} {info['lora_params']:,} "
+        f"on {','.join(info['lora_targets']) or 'none'}" + (" (magnitudes included)" if info["dora"] else ""),
         f"  precision: base {p['base_weight_bits']}b, LoRA {p['lora_weight_bits']}b, "
         f"embeddings {p['embed_bits']}b, LM head {p['lm_head_bits']}b, activations {p['activation_bits']}b",
     ] + [f"  file quantization: {q['description']}" for q in info["weight_quant"]] + ([

@@ -249,6 +249,7 @@ class ActSpec(Table):
     residual_add_ops_per_element: int = _f("count", "one add", ge=1, le=1024)
     argmax_ops_per_element: int = _f("count", "controller: one compare per logit", ge=1, le=1024)
     bias_ops_per_element: int = _f("count", "add the projection bias to a column block", ge=1, le=1024)
+    dora_ops_per_element: int = _f("count", "scale a column block by its DoRA adapter's column scale", ge=1, le=1024)
     norm_stats_ops_per_element: int = _f("count", "a hub shard's LayerNorm statistics: sum and sum of squares", ge=1, le=1024)
     rms_stats_ops_per_element: int = _f("count", "a hub shard's RMSNorm statistics: sum of squares", ge=1, le=1024)
     logit_cap_ops_per_element: int = _f("count", "controller: a logit times the model's logit_scale, soft-capped (divide, tanh, multiply)", ge=1, le=1024)

@@ -1,4 +1,4 @@
-"""DoRA in an ONNX graph is refused naming DoRA (it was refused as an attention variant).
+"""DoRA in an ONNX graph: read and replayed exactly, or refused naming DoRA (it was refused as an attention variant).
 
 PEFT's weight-decomposed LoRA computes ``c * (x W + s x A B)`` with ``c = m / ||W + s B A||`` per output
 column: the dynamo exporter folds ``c`` and ``c - 1`` into constants, the TorchScript exporter computes the
@@ -59,13 +59,69 @@ def _dora(run_time_norm: bool) -> onnx.ModelProto:
     return model
 
 
-@pytest.mark.parametrize("run_time_norm, node", [(False, "dora_scale"), (True, "dora_norm")])
-def test_a_dora_adapter_is_refused_naming_dora_and_the_node(tmp_path, run_time_norm, node):
+def _check(tmp_path, model: onnx.ModelProto) -> dict:
+    from primal_compiler.report.check import check_onnx
+    from primal_compiler.target import load_primal_target
+
     path = tmp_path / "dora.onnx"
-    onnx.save(_dora(run_time_norm), str(path))
+    onnx.save(model, str(path))
+    return check_onnx(str(path), load_primal_target("primal-7nm"))
+
+
+@pytest.mark.parametrize("run_time_norm", [False, True])
+def test_a_dora_adapter_replays_to_onnxruntime(tmp_path, run_time_norm):
+    """Folded or computed at run time, c is read as the file computes it and applied at the roots."""
+    pytest.importorskip("onnxruntime")
+    model = _dora(run_time_norm)
+    path = tmp_path / "read.onnx"
+    onnx.save(model, str(path))
+    k = load_onnx(path).layers[0].linear(Role.K)
+    assert k.lora.dora and k.lora.rank == 8 and k.lora_params == 8 * (32 + 32) + 32  # the magnitudes counted
+    info = _check(tmp_path, model)
+    assert info["verdict"] == "OK" and info["relative_error"] < 1e-5, info
+
+
+def test_without_the_column_scale_the_replay_misses(tmp_path, monkeypatch):
+    """The check can fail: the same program with ACT DORA as the identity does not match onnxruntime."""
+    pytest.importorskip("onnxruntime")
+    from primal_compiler.functional import compute
+
+    monkeypatch.setattr(compute, "_dora", lambda m, r, x: x)
+    info = _check(tmp_path, _dora(False))
+    assert info["verdict"] == "MISMATCH", info
+
+
+def test_a_program_with_dora_scales_at_the_adapted_roots_only(tmp_path):
+    import primal_compiler as pc
+    from primal_compiler.isa.opcodes import ActFn, Opcode
+
+    path = tmp_path / "dora.onnx"
+    onnx.save(_dora(False), str(path))
+    program = pc.compile(str(path), target="primal-7nm")
+    rec = program.stream.records
+    acts = rec[(rec["op"] == Opcode.ACT) & (rec["arg"] == ActFn.DORA)]
+    assert len(acts) and set(acts["layer"].tolist()) == {0}  # only layer 0's key carries DoRA here
+
+
+def test_a_column_factor_of_the_base_that_is_not_c_minus_one_is_refused(tmp_path):
+    model = _dora(False)
+    less = next(t for t in model.graph.initializer if t.name == "dora_c1")
+    less.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(less) + np.float32(0.01), "dora_c1"))
+    with pytest.raises(InputError) as err:
+        _check(tmp_path, model)
+    assert "weight-decomposed LoRA (DoRA)" in err.value.problem and "not the column scale minus one" in err.value.problem
+
+
+def test_a_sum_that_is_not_dora_s_is_refused_naming_dora(tmp_path):
+    """c times the adapter, but the base never added back: refused naming DoRA, never read as a plain LoRA."""
+    model = _dora(False)
+    final = next(n for n in model.graph.node if n.input and n.input[0] == BASE and n.input[1] == "dora_sum")
+    final.op_type = "Sub"
+    path = tmp_path / "dora.onnx"
+    onnx.save(model, str(path))
     with pytest.raises(InputError) as err:
         load_onnx(path)
-    assert err.value.problem.startswith("weight-decomposed LoRA (DoRA)") and f"node {node}" in err.value.problem
+    assert err.value.problem.startswith("weight-decomposed LoRA (DoRA)") and "node dora_scale" in err.value.problem
 
 
 def test_the_plain_adapter_it_is_made_from_is_read():

@@ -178,7 +178,7 @@ ILLEGAL = [  # (record, fields, message)
     (8, {"dst_buf": 0xFFFE}, "record 8 field dst_buf: 0xfffe has buffer kind 15"),
     (8, {"count": 0}, "record 8 field count: 0, must be >= 1"),
     (8, {"flags": 0x81}, "record 8 field flags: 0x81 sets bits outside"),
-    (2, {"arg": 18}, "record 2 field arg: 18 is not in ActFn (0..17) for ACT"),
+    (2, {"arg": 19}, "record 2 field arg: 19 is not in ActFn (0..18) for ACT"),
     (19, {"arg": 2}, "record 19 field arg: 2 is not in DmacOp (0..1) for DMAC"),
     (14, {"arg": 9}, "record 14 field arg: 9 is not in ReduceOp (0..1) for REDUCE"),
     # operands the executor indexes with: units of a PE, routes to a destination
