@@ -17,8 +17,10 @@ regular expressions there; they are refused rather than run, since a
 user's pattern could take exponential time), and nothing but plain LoRA
 (:mod:`~primal_compiler.frontend.peft_config`, which reads the config); every
 LoRA tensor finite (a NaN or an infinity is refused naming the tensor), and no
-tensor but LoRA factors (a DoRA magnitude, a LoRA bias or a saved module is
-refused naming it).
+tensor but LoRA factors and, for a DoRA adapter (``use_dora``), one
+``lora_magnitude_vector`` per adapted module (a LoRA bias or a saved module is
+refused naming it; a DoRA adapter missing a magnitude, or a magnitude without
+``use_dora``, too).
 
 :func:`read_adapter` is what ``--adapter`` compiles with: the LoRA spec per
 role from the config (``target_modules``, ``r``, ``lora_alpha``, and
@@ -31,7 +33,7 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -51,7 +53,8 @@ ADAPTER_WEIGHTS = "adapter_model.safetensors"
 ADAPTER_LIMIT_BYTES = 64 << 30
 
 # base_model.model.model.layers.3.self_attn.q_proj.lora_A.weight (optionally lora_A.<adapter>.weight)
-_LORA_KEY = re.compile(r"^(?P<module>.+)\.lora_(?P<part>[AB])(?:\.(?P<adapter>[^.]+))?\.weight$")
+_LORA_KEY = re.compile(r"^(?P<module>.+)\.lora_(?:(?P<part>[AB])(?:\.(?P<adapter>[^.]+))?\.weight"
+                       r"|(?P<magnitude>magnitude_vector)(?:\.(?P<dora>[^.]+)\.weight)?)$")  # DoRA's: PEFT >= 0.12
 _LAYER_PATH = re.compile(r"(?:^|\.)(?:layers|h|blocks|layer)\.(?P<index>[0-9]{1,6})\.(?P<path>.+)$")
 _DTYPES: dict[str, Any] = {"F64": np.float64, "F32": np.float32, "F16": np.float16, "BF16": "bfloat16"}  # bfloat16: ml_dtypes
 
@@ -97,9 +100,10 @@ def load_peft_adapter(path: str | Path, *, shapes_only: bool = False) -> ModelWe
         if entry["module"] != module:
             both = f"modules {entry['module']} and {module}"
             raise InputError(where, f"{both} both map to layer {lm['index']} {role.value}")
-        if value.ndim != 2:
-            raise InputError(where, f"{key} has shape {list(value.shape)}, expected a matrix")
-        entry[m["part"]] = value
+        if value.ndim != (1 if m["magnitude"] else 2):
+            raise InputError(where, f"{key} has shape {list(value.shape)}, expected a "
+                                    f"{'vector' if m['magnitude'] else 'matrix'}")
+        entry[m["part"] or "M"] = value
     if not factors:
         raise InputError(where, "no LoRA weights (no *.lora_A.weight / *.lora_B.weight tensors)")
 
@@ -119,9 +123,18 @@ def load_peft_adapter(path: str | Path, *, shapes_only: bool = False) -> ModelWe
             raise InputError(where, f"{label} lora_A has rank {rank}, adapter_config.json says r={config['r']}")
         alpha = _pattern(config["alpha_pattern"], entry["module"], config["lora_alpha"])
         scale = alpha / math.sqrt(rank) if config["use_rslora"] else alpha / rank
+        magnitude = entry.get("M")
+        if config["use_dora"] != (magnitude is not None):
+            raise InputError(where, f"{label} ({entry['module']}) has no lora_magnitude_vector, which a DoRA adapter "
+                                    "(use_dora) needs" if magnitude is None else
+                                    f"{label} ({entry['module']}) has a DoRA lora_magnitude_vector, but "
+                                    f"{ADAPTER_CONFIG} does not set use_dora")
+        if magnitude is not None and magnitude.shape != (b.shape[1],):
+            raise InputError(where, f"{label} lora_magnitude_vector has {magnitude.shape[0]} values, lora_B "
+                                    f"{b.shape[1]} columns")
         out[(layer, role)] = ProjectionWeights(
             a=a if shapes_only else np.ascontiguousarray(a), b=b if shapes_only else np.ascontiguousarray(b),
-            scale=float(scale), module=entry["module"]
+            scale=float(scale), module=entry["module"], magnitude=magnitude
         )
     return ModelWeights(where, "adapter", out)
 
@@ -171,7 +184,7 @@ def read_adapter(path: str | Path, model: Model) -> Adapter:
         alpha = _named(where, "alpha_pattern", config["alpha_pattern"], names, name, config["lora_alpha"])
         if rank > MAX_RANK or alpha > MAX_ALPHA:
             raise InputError(where, f"{name}: rank {rank} or alpha {alpha:g} above {MAX_RANK} or {MAX_ALPHA:g}")
-        loras.update({r: LoRA(rank, float(alpha)) for r in found})
+        loras.update({r: LoRA(rank, float(alpha), config["use_dora"]) for r in found})
     loras = {role: loras[role] for role in LAYER_ROLES if role in loras}
     if set(shapes.lora_roles) != set(loras):
         have = ",".join(r.value for r in shapes.lora_roles)
@@ -196,7 +209,8 @@ def attach_adapter(model: Model, adapters: Adapter | list[Adapter], lora: str | 
             if role not in loras or x.rank > loras[role].rank:
                 loras[role] = x
     loras = {role: loras[role] for role in LAYER_ROLES if role in loras}
-    if lora and lora_of(attach_lora(set_lora(model, {}), lora)) != loras:
+    plain = {role: replace(x, dora=False) for role, x in loras.items()}  # --lora has no DoRA; the adapter says it
+    if lora and lora_of(attach_lora(set_lora(model, {}), lora)) != plain:
         given = (f"{adapters[0].config}, which gives" if len(adapters) == 1
                  else f"the {len(adapters)} adapters, which together give")
         raise InputError("--lora", f"{lora!r} disagrees with {given} {lora_text(loras)!r}; "
@@ -290,8 +304,8 @@ def _safetensors(path: Path, shapes_only: bool = False) -> dict[str, np.ndarray]
         raise InputError(str(path), f"not a readable safetensors file ({detail})") from None
     if foreign:
         raise InputError(str(path), f"holds {foreign[0][:120]}, which is not a LoRA factor (*.lora_A.weight, "
-                                    "*.lora_B.weight): a DoRA magnitude, a LoRA bias or a saved module changes what "
-                                    "the adapter computes, and only plain LoRA adapters are read")
+                                    "*.lora_B.weight, a DoRA *.lora_magnitude_vector): a LoRA bias or a saved module "
+                                    "changes what the adapter computes, and only LoRA and DoRA adapters are read")
     for key, value in out.items():
         if not shapes_only and not np.isfinite(value).all():
             raise InputError(str(path), f"{key} holds NaN or infinite values")

@@ -2,8 +2,8 @@
 one-line :class:`InputError` naming the file and the field.
 
 Every field that would make the adapter compute more than ``h += scale * x @ A @ B`` on a projection
-(:data:`NOT_PLAIN`: DoRA, LoRA biases, saved modules, ...) is refused unless it holds a plain value, so such
-an adapter is never replayed as plain LoRA. ``fan_in_fan_out`` is read (see :func:`_check_semantics`).
+(:data:`NOT_PLAIN`: LoRA biases, saved modules, ...) is refused unless it holds a plain value, so such
+an adapter is never replayed as plain LoRA; ``use_dora`` (DoRA: that sum rescaled per output column) is read. ``fan_in_fan_out`` is read (see :func:`_check_semantics`).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ _MODULE_NAME = re.compile(r"\^?[A-Za-z0-9_.]+")
 
 def read_config(path: Path) -> dict[str, Any]:
     """The checked ``adapter_config.json`` at ``path``: ``r``, ``lora_alpha``, ``target_modules``, the rank and
-    alpha patterns, ``use_rslora``; a config asking for more than plain LoRA is refused (:data:`NOT_PLAIN`)."""
+    alpha patterns, ``use_rslora``, ``use_dora``; a config asking for more than plain LoRA is refused (:data:`NOT_PLAIN`)."""
     where = str(path)
     text = read_text(path, TEXT_LIMIT_BYTES, "adapter config")
     try:
@@ -52,9 +52,10 @@ def read_config(path: Path) -> dict[str, Any]:
                 raise InputError(where, f"{name} key {key!r} is not a module name (regular expressions are "
                                         "not supported)")
             check(where, f"{name}[{key!r}]", value)
-    rslora = raw.get("use_rslora", False)
-    if not isinstance(rslora, bool):
-        raise InputError(where, f"use_rslora must be true or false, got {rslora!r}")
+    rslora, dora = raw.get("use_rslora", False), raw.get("use_dora", False)
+    for name, value in (("use_rslora", rslora), ("use_dora", dora)):
+        if not isinstance(value, bool):
+            raise InputError(where, f"{name} must be true or false, got {value!r}")
     _check_semantics(where, raw)
     return {
         "r": r,
@@ -64,6 +65,7 @@ def read_config(path: Path) -> dict[str, Any]:
         "rank_default": not rank_pattern,  # every module has rank r unless a pattern overrides it
         "alpha_pattern": {key: float(value) for key, value in alpha_pattern.items()},
         "use_rslora": rslora,
+        "use_dora": dora,  # weight-decomposed LoRA: the adapter stores a magnitude per output column
     }
 
 
@@ -71,7 +73,6 @@ def read_config(path: Path) -> dict[str, Any]:
 #: projection: the values that leave it plain LoRA (absent is plain too), and what any other value adds (PEFT's
 #: ``LoraConfig``). An adapter setting one otherwise is refused naming the field, never replayed as plain LoRA.
 NOT_PLAIN: dict[str, tuple[tuple[Any, ...], str]] = {
-    "use_dora": ((False,), "weight-decomposed LoRA (DoRA) rescales each output column by a learned magnitude"),
     "lora_bias": ((False,), "lora_B carries a bias vector"),
     "bias": (("none",), "the adapter trains and stores the base layers' biases"),
     "modules_to_save": ((None, []), "the adapter stores whole replacement modules"),

@@ -35,6 +35,7 @@ class ProjectionWeights:
     module: str = ""  # where it came from: PEFT module name or ONNX node name
     stored: Decoded | None = None  # the file's own quantization of ``w`` (in x out codes and scales), if any
     dora: np.ndarray | None = None  # DoRA's column scale c (out): the adapted output is c * (x W + scale x A B)
+    magnitude: np.ndarray | None = None  # a PEFT DoRA adapter's m (out): c = m / ||W + scale A B|| per column
 
     @property
     def rank(self) -> int | None:

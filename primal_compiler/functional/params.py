@@ -121,7 +121,7 @@ def load_params(model: Model, weights_path: str | Path,
             if lin.lora is not None:
                 for src, (a, b) in zip(sources, lora):
                     a[key], b[key] = _padded(src.get(n, lin.role), lin)
-                _dora_scale(dora, key, label, lin, sources)
+                _dora_scale(dora, key, label, lin, sources, w[key])
     head = onnx.get(L, Role.LM_HEAD)
     if head is None:
         raise InputError(where, "has no LM head projection, which the program's model has")
@@ -157,10 +157,13 @@ def _in_stored_order(model: Model, w: dict, bias: dict, stored: dict, lora: tupl
                     b[key] = np.ascontiguousarray(b[key][:, order])
 
 
-def _dora_scale(dora: dict, key: tuple[int, Role], label: str, lin, sources: list) -> None:
-    """The column scale of ``lin``'s DoRA adapter into ``dora``; an InputError where the program's model and
-    the adapters disagree on DoRA, or where several adapters would share a program with one."""
-    has = [src.get(*key) is not None and src.get(*key).dora is not None for src in sources]
+def _dora_scale(dora: dict, key: tuple[int, Role], label: str, lin, sources: list, w: np.ndarray) -> None:
+    """The column scale of ``lin``'s DoRA adapter into ``dora``: the ONNX file's own, or a PEFT adapter's
+    magnitude over the column norms of ``w + scale A B`` (as PEFT computes it, the norm over the input axis); an
+    InputError where the program's model and the adapters disagree on DoRA, or where several adapters would
+    share a program with one."""
+    got = [src.get(*key) for src in sources]
+    has = [p is not None and (p.dora is not None or p.magnitude is not None) for p in got]
     if any(has) != lin.lora.dora or (lin.lora.dora and not all(has)):
         src = sources[has.index(not lin.lora.dora)]
         what = "has a DoRA column scale" if not lin.lora.dora else "has no DoRA column scale (magnitude vector)"
@@ -169,8 +172,10 @@ def _dora_scale(dora: dict, key: tuple[int, Role], label: str, lin, sources: lis
         raise InputError(sources[0].source, "DoRA adapters are replayed one at a time: several adapter directories "
                                             "cannot share a program with DoRA")
     if lin.lora.dora:
-        dora[key] = _expect(sources[0].source, f"{label} DoRA column scale", sources[0].get(*key).dora,
-                            (lin.out_features,))
+        p = got[0]
+        scale = p.dora if p.dora is not None else p.magnitude / np.linalg.norm(w + np.float32(p.scale) * (p.a @ p.b),
+                                                                              axis=0)
+        dora[key] = _expect(sources[0].source, f"{label} DoRA column scale", scale, (lin.out_features,))
 
 
 def _padded(p, lin) -> tuple[np.ndarray, np.ndarray]:

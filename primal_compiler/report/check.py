@@ -157,7 +157,7 @@ def family_of(model: Model) -> str:
 
 
 def with_adapter(model: Model, adapter_dir: str | Path) -> tuple[Model, str]:
-    """``model`` with exactly the LoRA of the PEFT adapter in ``adapter_dir`` (its roles, ranks and scale),
+    """``model`` with exactly the LoRA of the PEFT adapter in ``adapter_dir`` (its roles, ranks, scale and DoRA),
     and a short description (``q,v r8``); LoRA on a projection the model lacks is an :class:`InputError`
     (shapes are checked by the replay)."""
     from primal_compiler.frontend.peft import load_peft_adapter
@@ -173,7 +173,7 @@ def with_adapter(model: Model, adapter_dir: str | Path) -> tuple[Model, str]:
         rank = p.rank
         if rank is None:  # ModelWeights.lora holds only the projections with LoRA factors
             raise InputError(adapter.source, f"has no LoRA factors on layer {key[0]} {key[1].value}")
-        found[key] = LoRA(rank, p.scale * rank)
+        found[key] = LoRA(rank, p.scale * rank, p.magnitude is not None)
     layers = tuple(replace(layer, linears=tuple(replace(lin, lora=found.get((n, lin.role))) for lin in layer.linears))
                    for n, layer in enumerate(model.layers))
     roles = sorted({role.value for _, role in lora})

@@ -81,7 +81,7 @@ def adapter_info(directory: str, model) -> dict:
     """JSON-ready description of the PEFT adapter in ``directory`` for ``model`` (which it must fit).
 
     Per target role: rank, alpha, layers and the stored tensor shapes (PEFT layout: lora_A ``r x in``,
-    lora_B ``out x r``), dtype and bytes; in total the stored bytes of the LoRA tensors and how many
+    lora_B ``out x r``), dtype and bytes (DoRA's magnitudes included), whether DoRA; in total the stored bytes of the LoRA tensors and how many
     :data:`BLOCK`-square blocks (see :data:`BLOCKS_COUNTED`) are all zero, read from the weights.
     """
     from primal_compiler.frontend.peft import load_peft_adapter, read_adapter
@@ -97,7 +97,9 @@ def adapter_info(directory: str, model) -> dict:
             "role": role.value, "modules": sorted({p.module.rsplit(".", 1)[-1] for p in shaped.values()}),
             "rank": lora.rank, "alpha": lora.alpha, "layers": len(shaped),
             "lora_A": list(first_a.T.shape), "lora_B": list(first_b.T.shape), "dtype": str(first_a.dtype),
-            "bytes": sum(int(a.nbytes + b.nbytes) for a, b in factors),
+            "bytes": sum(int(a.nbytes + b.nbytes) for a, b in factors)
+            + sum(int(p.magnitude.nbytes) for p in shaped.values() if p.magnitude is not None),  # DoRA's m
+            "dora": lora.dora,
         })
     for a, b in map(_factors, weights.lora.values()):
         for factor in (a, b.T):
@@ -130,7 +132,8 @@ def _zero_blocks(factor) -> tuple[int, int]:
 
 def render_adapter(info: dict) -> str:
     """The lines of :func:`adapter_info`'s description."""
-    lines = [f"adapter {info['directory']}: --lora {info['lora']}, {info['bytes']:,} bytes of LoRA tensors"]
+    dora = " (DoRA: magnitudes included)" if any(t["dora"] for t in info["targets"]) else ""
+    lines = [f"adapter {info['directory']}: --lora {info['lora']}, {info['bytes']:,} bytes of LoRA tensors{dora}"]
     lines += [f"  {t['role']} ({','.join(t['modules'])}): rank {t['rank']}, alpha {t['alpha']:g}, {t['layers']} "
               f"layers, lora_A {t['lora_A'][0]}x{t['lora_A'][1]}, lora_B {t['lora_B'][0]}x{t['lora_B'][1]} "
               f"{t['dtype']}, {t['bytes']:,} bytes" for t in info["targets"]]

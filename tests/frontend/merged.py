@@ -12,11 +12,13 @@ PROMPT, GENERATE = [1, 2, 3, 4], 3
 
 
 def replay_and_merged(model_path: Path, adapter: Path, factors: dict, delta: Callable[[np.ndarray, np.ndarray],
-                      np.ndarray], tmp_path: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+                      np.ndarray], tmp_path: Path, merge: Callable[[tuple, np.ndarray, np.ndarray], np.ndarray] | None = None,
+                      ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(replayed logits with the unmerged adapter, onnxruntime's on the merged copy, onnxruntime's without it).
 
     ``factors`` are :func:`tests.frontend.test_weights.write_adapter`'s IR-layout ``(a, b)`` per (layer, role);
-    ``delta(a, b)`` is what the merge adds to each projection's weight as the file stores it (``in x out``).
+    ``delta(a, b)`` is what the merge adds to each projection's weight as the file stores it (``in x out``),
+    and ``merge(key, w, w + delta)``, when given, the merged weight itself (DoRA rescales the sum's columns).
     """
     import onnx
     from onnx import numpy_helper
@@ -33,7 +35,9 @@ def replay_and_merged(model_path: Path, adapter: Path, factors: dict, delta: Cal
     for key, (a, b) in factors.items():
         name = found.projections[key].weight
         w = numpy_helper.to_array(inits[name])
-        inits[name].CopyFrom(numpy_helper.from_array((w + delta(a, b)).astype(np.float32), name))
+        summed = w + delta(a, b)
+        inits[name].CopyFrom(numpy_helper.from_array((summed if merge is None else merge(key, w, summed)).astype(np.float32),
+                                                     name))
     onnx.save(merged, tmp_path / "merged.onnx")
     target = load_primal_target("primal-7nm")
     program = compile_for_replay(load_model(str(model_path), adapter=str(adapter)), target, len(PROMPT), GENERATE,

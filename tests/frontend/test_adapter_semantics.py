@@ -1,6 +1,6 @@
 """An adapter is plain LoRA or it is refused: the ``adapter_config.json`` fields and tensors that make an adapter
-compute more than ``h += scale * x @ A @ B`` (DoRA, LoRA biases, saved modules, ...) are refused naming the
-field or tensor (``peft_config.NOT_PLAIN``); ``fan_in_fan_out``, which changes only how PEFT merges, is read, and the
+compute more than ``h += scale * x @ A @ B`` (LoRA biases, saved modules, ...) are refused naming the
+field or tensor (``peft_config.NOT_PLAIN``; DoRA is read, ``test_dora.py``); ``fan_in_fan_out``, which changes only how PEFT merges, is read, and the
 replay with it equals onnxruntime on the weights PEFT's merge gives (``W + transpose(B @ A) * scaling`` on
 GPT-2's Conv1D weights, stored ``in x out``).
 """
@@ -25,7 +25,7 @@ LLAMA = str(FIXTURES / "llama_dynamo.onnx")
 GPT2 = FIXTURES / "gpt2_optimum.onnx"
 
 #: A value PEFT writes for each field that makes the adapter more than plain LoRA.
-SET = {"use_dora": True, "lora_bias": True, "bias": "lora_only", "modules_to_save": ["lm_head"],
+SET = {"lora_bias": True, "bias": "lora_only", "modules_to_save": ["lm_head"],
        "layer_replication": [[0, 1]], "trainable_token_indices": [1, 2], "target_parameters": ["experts.w1"],
        "use_qalora": True}
 
@@ -38,7 +38,7 @@ def test_every_field_that_is_not_plain_lora_is_known():
 @pytest.mark.parametrize("value", ["set", "truthy"])
 def test_a_config_asking_for_more_than_plain_lora_is_refused_naming_the_field(field, value, tmp_path, capsys):
     adapter = tmp_path / "ad"
-    weird = {"use_dora": 1, "lora_bias": "true", "bias": "all", "modules_to_save": {"x": 1},
+    weird = {"lora_bias": "true", "bias": "all", "modules_to_save": {"x": 1},
              "layer_replication": 0.5, "trainable_token_indices": {"embed": [1]}, "target_parameters": "w",
              "use_qalora": float("nan")}
     write_adapter(adapter, load_model(LLAMA), config={field: SET[field] if value == "set" else weird[field]})
@@ -68,6 +68,14 @@ def test_a_tensor_that_is_not_a_lora_factor_is_refused_naming_it(key, tmp_path, 
     assert main(["inspect", LLAMA, "--adapter", str(adapter)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and f"holds {key}, which is not a LoRA factor" in err, err
+
+
+def test_a_use_dora_that_is_not_a_boolean_is_refused(tmp_path, capsys):
+    adapter = tmp_path / "ad"
+    write_adapter(adapter, load_model(LLAMA), config={"use_dora": 1})
+    assert main(["inspect", LLAMA, "--adapter", str(adapter)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "adapter_config.json: use_dora must be true or false, got 1" in err, err
 
 
 def test_a_fan_in_fan_out_that_is_not_a_boolean_is_refused(tmp_path, capsys):

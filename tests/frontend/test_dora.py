@@ -127,3 +127,71 @@ def test_a_sum_that_is_not_dora_s_is_refused_naming_dora(tmp_path):
 def test_the_plain_adapter_it_is_made_from_is_read():
     k = load_onnx(LORA).layers[0].linear(Role.K)
     assert k.lora is not None and k.lora.rank == 8
+
+
+# --------------------------------------------------------------------------- PEFT adapter directories
+
+
+def _dora_dir(tmp_path, with_magnitudes=True, use_dora=True) -> tuple[Path, dict, dict]:
+    """A PEFT DoRA adapter (PEFT >= 0.12 names: ``<module>.lora_magnitude_vector``) on the plain Llama export."""
+    from safetensors.numpy import load_file, save_file
+
+    from tests.frontend.test_weights import PEFT_NAMES, write_adapter
+
+    base = load_onnx(PLAIN)
+    directory = tmp_path / "dora"
+    factors = write_adapter(directory, base, roles=(Role.Q, Role.V), rank=4, alpha=8.0,
+                            config={"use_dora": use_dora})
+    tensors = load_file(str(directory / "adapter_model.safetensors"))
+    rng = np.random.default_rng(3)
+    magnitudes = {key: rng.uniform(0.5, 1.5, base.layers[key[0]].linear(key[1]).out_features).astype(np.float32)
+                  for key in factors}
+    if with_magnitudes:
+        for (layer, role), m in magnitudes.items():
+            tensors[f"base_model.model.model.layers.{layer}.{PEFT_NAMES[role]}.lora_magnitude_vector"] = m
+    save_file(tensors, str(directory / "adapter_model.safetensors"), metadata={"format": "pt"})
+    return directory, factors, magnitudes
+
+
+PLAIN = LORA.parent / "llama_dynamo.onnx"
+
+
+def test_a_peft_dora_adapter_replays_as_peft_merges_it(tmp_path):
+    """c = m / ||W + s A B|| per output column, computed from the base file's W: the replay with the unmerged
+    adapter equals onnxruntime on a copy whose weights are c * (W + s A B)."""
+    pytest.importorskip("onnxruntime")
+    from tests.frontend.merged import replay_and_merged
+
+    directory, factors, magnitudes = _dora_dir(tmp_path)
+
+    def merge(key, w, summed):  # PEFT: the norm of each output column of W + s A B, over the input axis
+        return summed * (magnitudes[key] / np.linalg.norm(summed, axis=0))
+
+    got, want, plain = replay_and_merged(PLAIN, directory, factors, lambda a, b: 2.0 * a @ b, tmp_path, merge)
+    scale = np.abs(want).max()
+    assert np.abs(got - want).max() / scale < 1e-5
+    assert np.abs(plain - want).max() / scale > 1e-3  # the adapter moves the logits
+
+
+@pytest.mark.parametrize("with_magnitudes, use_dora, message", [
+    (False, True, "has no lora_magnitude_vector, which a DoRA adapter (use_dora) needs"),
+    (True, False, "has a DoRA lora_magnitude_vector, but adapter_config.json does not set use_dora"),
+])
+def test_a_dora_adapter_and_its_config_must_agree(tmp_path, with_magnitudes, use_dora, message):
+    from primal_compiler.frontend.peft import load_peft_adapter
+
+    directory, _, _ = _dora_dir(tmp_path, with_magnitudes, use_dora)
+    with pytest.raises(InputError) as err:
+        load_peft_adapter(directory)
+    assert message in err.value.problem and err.value.where.endswith("adapter_model.safetensors")
+
+
+def test_inspect_says_dora_and_counts_the_magnitudes(tmp_path, capsys):
+    from primal_compiler.cli import main
+
+    directory, factors, _ = _dora_dir(tmp_path)
+    assert main(["inspect", str(PLAIN), "--adapter", str(directory)]) == 0
+    out = capsys.readouterr().out
+    stored = sum(a.nbytes + b.nbytes for a, b in factors.values()) + sum(b.shape[1] * 4 for _, b in factors.values())
+    assert f"{stored:,} bytes of LoRA tensors (DoRA: magnitudes included)" in out
+    assert "DoRA 1,152 on q,v (magnitudes included)" in out  # 4 modules x (4 x (32 + 32) + 32)

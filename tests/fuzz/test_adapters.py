@@ -3,15 +3,17 @@
 What is guaranteed, besides the streams and the scratch tree of :mod:`tests.fuzz.harness`, for
 ``inspect --adapter`` and ``compile --adapter``:
 
-- a config that sets a field changing what the adapter computes (:data:`PLAIN`: ``use_dora``,
-  ``lora_bias``, ``bias``, ``modules_to_save``, ``layer_replication``, ``trainable_token_indices``,
-  ``target_parameters``, ``use_qalora``) to anything but its plain value is refused with exit 2, in one
-  line naming the field; set to its plain value, it is read;
+- a config that sets a field changing what the adapter computes (:data:`PLAIN`: ``lora_bias``, ``bias``,
+  ``modules_to_save``, ``layer_replication``, ``trainable_token_indices``, ``target_parameters``,
+  ``use_qalora``) to anything but its plain value is refused with exit 2, in one line naming the field; set
+  to its plain value, it is read; ``use_dora: true`` is read only with a magnitude per adapted module, so
+  on these magnitude-less adapters it is refused naming ``use_dora`` too (``tests/frontend/test_dora.py``
+  reads a whole DoRA adapter);
 - ``fan_in_fan_out`` is read, ``true`` or ``false`` (it only says how PEFT merges into a Conv1D weight
   stored in x out; the factors and the unmerged forward are the same), and refused naming the field
   when it is not a boolean;
-- a weights file holding a tensor that is not ``*.lora_A.weight`` or ``*.lora_B.weight`` (a DoRA
-  magnitude, a LoRA bias, a saved module) is refused.
+- a weights file holding a tensor that is not ``*.lora_A.weight`` or ``*.lora_B.weight`` (a LoRA bias, a
+  saved module, or a DoRA magnitude when the config does not set ``use_dora``) is refused.
 
 How: :func:`adapter_config` sets, deletes and breaks the config's fields (JSON values compared by type
 and value: ``0`` is not ``false``); :data:`EXPLICIT_PLAIN` and :data:`EXPLICIT_REFUSED` are each tried
