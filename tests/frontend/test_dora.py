@@ -21,6 +21,7 @@ from primal_compiler.frontend.onnx_import import load_onnx
 from primal_compiler.ir.model import Role
 
 LORA = Path(__file__).resolve().parents[1] / "fixtures" / "onnx" / "llama_lora_qkvo_r8_dynamo.onnx"
+PLAIN = LORA.parent / "llama_dynamo.onnx"
 # the key projection's adapter in that file: base x W, B's output, its scaled copy and their sum
 BASE, B_OUT, SCALED, SUM, W, A, B, SCALE = ("linear_3", "linear_5", "node_mul_110", "node_add_154", "val_53",
                                             "val_54", "val_55", "val_38")
@@ -132,13 +133,14 @@ def test_the_plain_adapter_it_is_made_from_is_read():
 # --------------------------------------------------------------------------- PEFT adapter directories
 
 
-def _dora_dir(tmp_path, with_magnitudes=True, use_dora=True) -> tuple[Path, dict, dict]:
-    """A PEFT DoRA adapter (PEFT >= 0.12 names: ``<module>.lora_magnitude_vector``) on the plain Llama export."""
+def _dora_dir(tmp_path, with_magnitudes=True, use_dora=True, model=None) -> tuple[Path, dict, dict]:
+    """A PEFT DoRA adapter (PEFT >= 0.12 names: ``<module>.lora_magnitude_vector``) on ``model`` (default: the
+    plain Llama export)."""
     from safetensors.numpy import load_file, save_file
 
     from tests.frontend.test_weights import PEFT_NAMES, write_adapter
 
-    base = load_onnx(PLAIN)
+    base = load_onnx(model or PLAIN)
     directory = tmp_path / "dora"
     factors = write_adapter(directory, base, roles=(Role.Q, Role.V), rank=4, alpha=8.0,
                             config={"use_dora": use_dora})
@@ -153,21 +155,21 @@ def _dora_dir(tmp_path, with_magnitudes=True, use_dora=True) -> tuple[Path, dict
     return directory, factors, magnitudes
 
 
-PLAIN = LORA.parent / "llama_dynamo.onnx"
 
-
-def test_a_peft_dora_adapter_replays_as_peft_merges_it(tmp_path):
+@pytest.mark.parametrize("model", [PLAIN, PLAIN.parent / "families" / "qwen2.onnx"], ids=["llama", "qwen2-biased-gqa"])
+def test_a_peft_dora_adapter_replays_as_peft_merges_it(tmp_path, model):
     """c = m / ||W + s A B|| per output column, computed from the base file's W: the replay with the unmerged
-    adapter equals onnxruntime on a copy whose weights are c * (W + s A B)."""
+    adapter equals onnxruntime on a copy whose weights are c * (W + s A B), the bias left as it is (PEFT
+    rescales the projection without its bias: Qwen2's q and v have one)."""
     pytest.importorskip("onnxruntime")
     from tests.frontend.merged import replay_and_merged
 
-    directory, factors, magnitudes = _dora_dir(tmp_path)
+    directory, factors, magnitudes = _dora_dir(tmp_path, model=model)
 
     def merge(key, w, summed):  # PEFT: the norm of each output column of W + s A B, over the input axis
         return summed * (magnitudes[key] / np.linalg.norm(summed, axis=0))
 
-    got, want, plain = replay_and_merged(PLAIN, directory, factors, lambda a, b: 2.0 * a @ b, tmp_path, merge)
+    got, want, plain = replay_and_merged(model, directory, factors, lambda a, b: 2.0 * a @ b, tmp_path, merge)
     scale = np.abs(want).max()
     assert np.abs(got - want).max() / scale < 1e-5
     assert np.abs(plain - want).max() / scale > 1e-3  # the adapter moves the logits
