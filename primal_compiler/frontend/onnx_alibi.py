@@ -16,13 +16,11 @@ softmax ignores), with the same slopes in every layer. Anything else is a
 
 from __future__ import annotations
 
-from typing import Any, cast
-
 import numpy as np
 import onnx
 from onnx import helper
-from onnx.reference import ReferenceEvaluator
 
+from primal_compiler.frontend.onnx_evaluate import producers, run
 from primal_compiler.frontend.onnx_graph import GraphIndex, PatternError
 
 FLOATS = (onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16, onnx.TensorProto.DOUBLE)
@@ -95,7 +93,7 @@ def _biased(g: GraphIndex, closure: set[int], heads: int) -> bool:
 def _evaluate(g: GraphIndex, tensor: str, heads: int, name: str) -> tuple[float, ...] | None:
     """ALiBi's slopes from the term's values on the probe prompt; None when it is a mask only (0 where a key
     is attended, a huge negative number where it is not, which the replay's causal mask already does)."""
-    bias = _run(g, _all_producers(g, tensor), tensor)
+    bias = _run(g, producers(g, tensor), tensor)
     if bias is None:
         raise PatternError(f"unsupported bias on the attention scores at node {name}: it cannot be evaluated")
     bias = bias.astype(np.float64)
@@ -115,36 +113,16 @@ def _evaluate(g: GraphIndex, tensor: str, heads: int, name: str) -> tuple[float,
     return tuple(float(s) for s in slopes.reshape(-1).astype(np.float32))
 
 
-def _all_producers(g: GraphIndex, tensor: str) -> set[int]:
-    """Every node ``tensor`` depends on, shape computations included (the walks of ``GraphIndex`` skip them)."""
-    seen: set[int] = set()
-    todo = [tensor]
-    while todo:
-        i = g.producer.get(todo.pop())
-        if i is not None and i not in seen:
-            seen.add(i)
-            todo.extend(x for x in g.nodes[i].input if x)
-    return seen
-
-
 def _run(g: GraphIndex, closure: set[int], tensor: str) -> np.ndarray | None:
     """``tensor`` computed from the graph's inputs by the nodes ``closure``, for a probe prompt of ones."""
-    nodes = [g.nodes[i] for i in sorted(closure)]
-    used = {x for n in nodes for x in n.input if x}
-    inits = [g.inits[x] for x in sorted(used) if x in g.inits]
-    inputs = [i for i in g.model.graph.input if i.name in used and i.name not in g.inits]
-    feeds: dict[str, Any] = {}
-    for i in inputs:
-        elem = i.type.tensor_type.elem_type
+    feeds: dict[str, np.ndarray] = {}
+    used = {x for i in closure for x in g.nodes[i].input if x}
+    for i in g.model.graph.input:
+        if i.name not in used or i.name in g.inits:
+            continue
         if i.name != "attention_mask" and "position" not in i.name and "input_ids" not in i.name:
             return None  # e.g. past key values: not evaluated
         value = np.arange(PROBE_TOKENS) if "position" in i.name else np.ones(PROBE_TOKENS)
-        feeds[i.name] = value.reshape(1, -1).astype(helper.tensor_dtype_to_np_dtype(elem))
-    graph = helper.make_graph(nodes, "bias", inputs, [helper.make_value_info(tensor, onnx.TypeProto())], inits)
-    model = helper.make_model(graph, opset_imports=list(g.model.opset_import))
-    try:
-        outputs = cast(list[Any], ReferenceEvaluator(model).run(None, feeds))  # a list unless intermediate=True
-        return np.asarray(outputs[0])
-    except Exception:  # noqa: BLE001 - a term the reference evaluator cannot run is refused by the caller
-        return None
+        feeds[i.name] = value.reshape(1, -1).astype(helper.tensor_dtype_to_np_dtype(i.type.tensor_type.elem_type))
+    return run(g, closure, tensor, feeds)
 

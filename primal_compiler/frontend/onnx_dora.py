@@ -10,21 +10,19 @@ subgraph no graph input reaches.
 
 :func:`dora_sum` recognises that sum around a LoRA pair and returns its nodes; anything else that scales a
 LoRA output per column is refused naming DoRA and the node. :func:`column_scale` evaluates ``c`` (and
-checks ``c - 1`` against it) with onnx's reference evaluator over the constant subgraph, so the functional
+checks ``c - 1`` against it) with onnx's reference evaluator over the constant subgraph (``onnx_evaluate``), so the functional
 replay scales by what the file computes, to the last bit of float32.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING
 
 import numpy as np
-import onnx
-from onnx import helper
-from onnx.reference import ReferenceEvaluator
 
-from primal_compiler.frontend.onnx_graph import TRANSPARENT, GraphIndex, PatternError
+from primal_compiler.frontend.onnx_evaluate import producers, run
+from primal_compiler.frontend.onnx_graph import GraphIndex, PatternError
 from primal_compiler.frontend.onnx_tensors import read_tensor
 
 if TYPE_CHECKING:
@@ -53,16 +51,6 @@ def input_reached(g: GraphIndex) -> set[str]:
     return live
 
 
-def _through(g: GraphIndex, tensor: str) -> str:
-    """``tensor`` back through layout-only ops to the tensor they pass on."""
-    for _ in range(16):
-        node = g.node_of(tensor)
-        if node is None or node.op_type not in TRANSPARENT or not node.input:
-            return tensor
-        tensor = node.input[0]
-    return tensor
-
-
 def dora_sum(g: GraphIndex, add: int, lora_side: str, column_mul: int, b: Projection,
              by_node: dict[int, Projection], live: set[str]) -> DoraSum:
     """The DoRA sum whose first ``Add`` is ``add`` (``lora_side``: its operand from B's output, which the
@@ -81,14 +69,14 @@ def dora_sum(g: GraphIndex, add: int, lora_side: str, column_mul: int, b: Projec
         raise refuse
     less = [x for x in scaled.input if x not in live]
     base_out = [x for x in scaled.input if x in live]
-    base = by_node.get(g.producer.get(_through(g, base_out[0]), -1)) if len(base_out) == 1 else None
+    base = by_node.get(g.producer.get(g.canonical(base_out[0]), -1)) if len(base_out) == 1 else None
     users = [i for i in g.consumers.get(node.output[0], ()) if g.nodes[i].op_type == "Add"]
     if len(less) != 1 or base is None or base.node in (b.node,) or len(users) != 1 \
             or len(g.consumers.get(node.output[0], ())) != 1:
         raise refuse
     final = g.nodes[users[0]]
     again = [x for x in final.input if x != node.output[0]]
-    if len(again) != 1 or g.producer.get(_through(g, again[0])) != base.node:
+    if len(again) != 1 or g.producer.get(g.canonical(again[0])) != base.node:
         raise refuse
     return DoraSum(base.node, column[0], less[0], (column_mul, g.producer[others[0]], add, users[0]))
 
@@ -113,22 +101,7 @@ def _evaluate(g: GraphIndex, tensor: str, label: str, where: str) -> np.ndarray 
     stored = g.constant_tensor(tensor)
     if stored is not None:
         return read_tensor(g, stored, f"{label} DoRA scale", where)
-    closure: set[int] = set()
-    todo = [tensor]
-    while todo:
-        i = g.producer.get(todo.pop())
-        if i is not None and i not in closure:
-            closure.add(i)
-            todo.extend(x for x in g.nodes[i].input if x)
-    nodes = [g.nodes[i] for i in sorted(closure)]
-    used = {x for n in nodes for x in n.input if x}
-    if used & g.graph_inputs:
+    closure = producers(g, tensor)
+    if {x for i in closure for x in g.nodes[i].input} & g.graph_inputs:
         return None
-    inits = [g.inits[x] for x in sorted(used) if x in g.inits]
-    graph = helper.make_graph(nodes, "column_scale", [], [helper.make_value_info(tensor, onnx.TypeProto())], inits)
-    model = helper.make_model(graph, opset_imports=list(g.model.opset_import))
-    try:
-        outputs = cast(list[Any], ReferenceEvaluator(model).run(None, {}))
-        return np.asarray(outputs[0])
-    except Exception:  # noqa: BLE001 - a scale the reference cannot compute is refused by the caller
-        return None
+    return run(g, closure, tensor, {})
