@@ -86,7 +86,7 @@ from primal_compiler.frontend.onnx_fold import fold_shapes
 from primal_compiler.frontend.onnx_quant import dequantize_graph, weight_formats
 from primal_compiler.frontend.onnx_rotary import rotated_layers, table_gather
 from primal_compiler.frontend.onnx_qknorm import qk_norms
-from primal_compiler.frontend.onnx_sandwich import post_norms
+from primal_compiler.frontend.onnx_sandwich import no_pre_norm, post_norms
 from primal_compiler.frontend.onnx_window import windows
 from primal_compiler.ir.model import (
     SIZE_LIMITS, Attention, DecoderLayer, Linear, LoRA, Model, NormKind, Positional, Role,
@@ -185,7 +185,7 @@ def _recognise(model: onnx.ModelProto, path: Path) -> Recognised:
         layer.norm = attn_norm or mlp_norm
         layer.num_norms = (attn_norm is not None) + (mlp_norm is not None)
         if layer.norm is None:
-            raise PatternError("unsupported decoder layer: no LayerNorm or RMSNorm before attention or MLP")
+            raise PatternError(no_pre_norm(dec, n, layer, stops, residual))
         for which, tensor, kind in ((0, attn_in, attn_norm), (1, mlp_in, mlp_norm)):
             if kind is not None:
                 norm_regions.append(dec.norm_region(tensor, stops))

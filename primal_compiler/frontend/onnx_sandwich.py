@@ -52,6 +52,16 @@ def post_norms(dec: Decoder, layers: list[Layer], stops: set[int], residual: set
     return found
 
 
+def no_pre_norm(dec: Decoder, n: int, layer: Layer, stops: set[int], residual: set[int]) -> str:
+    """Why layer ``n``, which has no norm before its projections, is refused: OLMo 2's reordered norms (the
+    attention output normed before its residual add, nothing normed before) are named as such."""
+    branch = _branch_input(dec, layer.o.node, residual)
+    if branch is not None and dec.norm_before(branch, stops) is not None:
+        return (f"unsupported decoder layer {n}: its attention output is normed before the residual add but nothing "
+                "is normed before the projections (reordered post-norms, as OLMo 2's)")
+    return "unsupported decoder layer: no LayerNorm or RMSNorm before attention or MLP"
+
+
 def _branch_input(dec: Decoder, node: int, residual: set[int]) -> str | None:
     """The tensor the first residual ``Add`` that projection ``node``'s output reaches takes from it."""
     g = dec.g

@@ -17,7 +17,7 @@ import pytest
 
 from primal_compiler.errors import InputError
 from primal_compiler.frontend.onnx_import import load_onnx
-from primal_compiler.ir.model import Activation, Positional, Role
+from primal_compiler.ir.model import Activation, NormKind, Positional, Role
 from tests.frontend.families import llama3_inv_freq
 
 FAMILIES = Path(__file__).resolve().parents[1] / "fixtures" / "onnx" / "families"
@@ -32,9 +32,17 @@ def sidecar(name: str) -> dict:
 
 def test_the_set_has_the_families_and_stays_small():
     assert READ == ["bloom", "falcon", "falcon_grouped", "gemma", "gemma2", "gpt_neox", "gptj", "llama3", "llama_yarn",
-                    "mpt", "phi2", "phi3", "qwen2", "qwen3"]
-    assert not REFUSED  # every family here is read (Gemma-2 and Qwen3 were refused until their norms were)
-    assert sum(p.stat().st_size for p in FAMILIES.glob("*.onnx")) < 2 * 1024 * 1024
+                    "mpt", "olmo", "phi2", "phi3", "qwen2", "qwen3"]
+    assert REFUSED == ["olmo2"]  # Gemma-2 and Qwen3 were refused until their norms were read
+    assert sum(p.stat().st_size for p in FAMILIES.glob("*.onnx")) < 2.5 * 1024 * 1024
+
+
+@pytest.mark.parametrize("name", REFUSED)
+def test_a_refused_family_is_refused_naming_what(name):
+    """Never imported as something else: OLMo-2's norms after the branches (and none before) are named."""
+    with pytest.raises(InputError) as err:
+        load_onnx(FAMILIES / f"{name}.onnx")
+    assert err.value.problem.startswith(sidecar(name)["expect"]), err.value.problem
 
 
 @pytest.mark.parametrize("name", READ)
@@ -86,6 +94,8 @@ def test_each_family_keeps_what_makes_it_different():
     mpt = load_onnx(FAMILIES / "mpt.onnx")  # ALiBi sliced from a precomputed table, LayerNorms without bias
     assert mpt.alibi_slopes == bloom.alibi_slopes and not mpt.norm_bias and not mpt.embed_norm
     assert bloom.norm_bias and all(m.norm_bias for m in (qwen2, phi3, gemma, llama3, phi2, neox, gptj, falcon))
+    olmo = load_onnx(FAMILIES / "olmo.onnx")  # LayerNorms without parameters: none counted (base_params above)
+    assert not olmo.norm_weights and not olmo.norm_bias and olmo.norm == NormKind.LAYER
 
 
 @pytest.mark.parametrize("name", READ)
