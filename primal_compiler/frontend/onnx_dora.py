@@ -20,6 +20,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
+import onnx
+from onnx import helper, numpy_helper
 
 from primal_compiler.frontend.onnx_evaluate import producers, run
 from primal_compiler.frontend.onnx_graph import GraphIndex, PatternError
@@ -28,6 +30,7 @@ from primal_compiler.frontend.onnx_tensors import read_tensor
 if TYPE_CHECKING:
     from primal_compiler.frontend.onnx_project import Projection
 
+FLOATS = (onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16, onnx.TensorProto.DOUBLE)
 #: How far ``c - 1`` may differ from the evaluated ``c`` minus one (float32 rounding of a subtraction).
 ONE_LESS_SLACK = 1e-6
 
@@ -71,14 +74,33 @@ def dora_sum(g: GraphIndex, add: int, lora_side: str, column_mul: int, b: Projec
     base_out = [x for x in scaled.input if x in live]
     base = by_node.get(g.producer.get(g.canonical(base_out[0]), -1)) if len(base_out) == 1 else None
     users = [i for i in g.consumers.get(node.output[0], ()) if g.nodes[i].op_type == "Add"]
-    if len(less) != 1 or base is None or base.node in (b.node,) or len(users) != 1 \
+    if len(less) != 1 or base is None or base.node in (b.node,) or base.bias or len(users) != 1 \
             or len(g.consumers.get(node.output[0], ())) != 1:
         raise refuse
+    if not _one_less(g, column[0], less[0]):
+        raise PatternError(f"weight-decomposed LoRA (DoRA) at {where}: the factor of the base output at node "
+                           f"{scaled.name or g.producer[others[0]]} is not the column scale minus one")
     final = g.nodes[users[0]]
     again = [x for x in final.input if x != node.output[0]]
     if len(again) != 1 or g.producer.get(g.canonical(again[0])) != base.node:
         raise refuse
     return DoraSum(base.node, column[0], less[0], (column_mul, g.producer[others[0]], add, users[0]))
+
+
+def _one_less(g: GraphIndex, column: str, less: str) -> bool:
+    """Whether ``less`` is ``column`` minus one, as far as the graph shows without reading external data: both
+    inline constants (compared within :data:`ONE_LESS_SLACK`), or ``less`` a ``Sub`` of ``column`` and the constant
+    1; two constants stored outside the file are compared when the weights are read (:func:`column_scale`)."""
+    node = g.node_of(less)
+    if node is not None and node.op_type == "Sub":
+        return list(node.input[:1]) == [column] and g.scalar(node.input[1]) == 1.0
+    c, c1 = (g.constant_tensor(t) for t in (column, less))
+    if c is None or c1 is None:
+        return False
+    if c.data_location == onnx.TensorProto.EXTERNAL or c1.data_location == onnx.TensorProto.EXTERNAL:
+        return True  # checked by column_scale once the weights are read
+    a, b = numpy_helper.to_array(c).astype(np.float32), numpy_helper.to_array(c1).astype(np.float32)
+    return a.shape == b.shape and bool(np.abs((a - np.float32(1)) - b).max() <= ONE_LESS_SLACK * max(1.0, np.abs(a).max()))
 
 
 def column_scale(g: GraphIndex, dora: DoraSum, width: int, label: str, where: str) -> np.ndarray:
@@ -96,12 +118,17 @@ def column_scale(g: GraphIndex, dora: DoraSum, width: int, label: str, where: st
 
 
 def _evaluate(g: GraphIndex, tensor: str, label: str, where: str) -> np.ndarray | None:
-    """``tensor`` computed from the constants alone by onnx's reference evaluator (a stored constant read as
-    stored, external data included); None if it cannot be."""
+    """``tensor`` computed from the constants alone by onnx's reference evaluator, every initializer read as
+    stored (external data and a quantized file's own codes included); None if it cannot be."""
     stored = g.constant_tensor(tensor)
     if stored is not None:
         return read_tensor(g, stored, f"{label} DoRA scale", where)
     closure = producers(g, tensor)
     if {x for i in closure for x in g.nodes[i].input} & g.graph_inputs:
         return None
-    return run(g, closure, tensor, {})
+    def read(t: onnx.TensorProto) -> np.ndarray:  # floats as stored (external data, codes), in their own dtype
+        if t.data_type not in FLOATS:
+            return numpy_helper.to_array(t)
+        return read_tensor(g, t, f"{label} DoRA scale", where).astype(helper.tensor_dtype_to_np_dtype(t.data_type))
+
+    return run(g, closure, tensor, {}, read)

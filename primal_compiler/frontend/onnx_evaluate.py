@@ -9,11 +9,12 @@ None, never an exception; the caller refuses it naming what it needed.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, cast
 
 import numpy as np
 import onnx
-from onnx import helper
+from onnx import helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
 
 from primal_compiler.frontend.onnx_graph import GraphIndex
@@ -31,12 +32,15 @@ def producers(g: GraphIndex, tensor: str) -> set[int]:
     return seen
 
 
-def run(g: GraphIndex, closure: set[int], tensor: str, feeds: dict[str, np.ndarray]) -> np.ndarray | None:
-    """``tensor`` computed by the nodes ``closure`` from the graph's initializers and ``feeds`` (one array per
-    graph input the nodes read, by name); None when an input has no feed or the evaluator fails."""
+def run(g: GraphIndex, closure: set[int], tensor: str, feeds: dict[str, np.ndarray],
+        read: Callable[[onnx.TensorProto], np.ndarray] | None = None) -> np.ndarray | None:
+    """``tensor`` computed by the nodes ``closure`` from the graph's initializers (each as ``read`` gives it, when
+    given: external data, quantized codes) and ``feeds`` (one array per graph input the nodes read, by name);
+    None when an input has no feed or the evaluator fails."""
     nodes = [g.nodes[i] for i in sorted(closure)]
     used = {x for n in nodes for x in n.input if x}
-    inits = [g.inits[x] for x in sorted(used) if x in g.inits]
+    inits = [g.inits[x] if read is None else numpy_helper.from_array(read(g.inits[x]), x)
+             for x in sorted(used) if x in g.inits]
     inputs = [i for i in g.model.graph.input if i.name in used and i.name not in g.inits]
     if any(i.name not in feeds for i in inputs):
         return None

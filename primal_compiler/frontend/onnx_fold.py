@@ -7,8 +7,11 @@ value is a constant too: :func:`fold_shapes` computes it, and :class:`~.onnx_gra
 one, so the recognisers read both exports alike.
 
 Guarantees: only values computed from a ``Shape`` (and constants) are folded, computed with onnx's
-semantics (integer ``Div`` truncates), and only small ones (1 to ``SMALL_CONST`` elements); a dimension
-that depends on the batch or the sequence stays unknown, and so does everything computed from it. Shape
+semantics (integer ``Div`` truncates; a division by zero, a NaN or an infinity folds nothing; ``Unsqueeze`` and
+``Squeeze`` only between a scalar and a one-element vector), and only small ones (1 to ``SMALL_CONST``
+elements); a dimension the export leaves dynamic (the batch, the sequence, where it declares them dynamic)
+stays unknown, and so does everything computed from it. A dimension the tracer fixed (a legacy export's
+position path traced at one length) is static to shape inference and folds like any other. Shape
 inference runs on a copy whose large initializers are typed inputs, so no weight byte is copied or read.
 The fold repeats (a folded ``Slice`` end makes the sliced shape static) until nothing new folds, at most
 :data:`ROUNDS` times. A graph onnx's shape inference cannot type folds nothing (the recognisers then see
@@ -101,9 +104,12 @@ class _Evaluator:
                     self.consts[node.output[0]] = value
                 continue
             try:
-                found = self._node(node)
+                with np.errstate(all="ignore"):
+                    found = self._node(node)
             except (ValueError, TypeError, IndexError, ZeroDivisionError, FloatingPointError):
                 found = None
+            if isinstance(found, np.ndarray) and np.issubdtype(found.dtype, np.floating) and not np.isfinite(found).all():
+                found = None  # a NaN or an infinity is no shape and no scale
             if isinstance(found, tuple):
                 if all(d is not None for d in found):
                     found = np.array(found, dtype=np.int64)
@@ -135,18 +141,23 @@ class _Evaluator:
             return None  # arithmetic on constants alone is the recognisers' to read, as written
         args = [self.value(x) if x else None for x in ins]
         if op in _BINARY and len(ins) == 2 and args[0] is not None and args[1] is not None:
+            if op == "Div" and (args[1] == 0).any():
+                return None  # onnx leaves it undefined (integers) or infinite: never a shape
             return _BINARY[op](args[0], args[1])
         if op in _UNARY and args[0] is not None:
             return _UNARY[op](args[0])
+        to = helper.tensor_dtype_to_np_dtype(attr(node, "to")) if op == "Cast" else None
         if op == "Cast" and args[0] is not None:
-            return args[0].astype(helper.tensor_dtype_to_np_dtype(attr(node, "to")))
-        if op in ("Cast", "Identity") and ins[0] in self.partial:
+            return args[0].astype(to)
+        if ins[0] in self.partial and (op == "Identity" or (op == "Cast" and np.issubdtype(to, np.integer))):
             return self.partial[ins[0]]
         if op == "Identity":
             return args[0]
         if op == "Gather" and attr(node, "axis", 0) == 0 and args[1] is not None and args[1].ndim <= 1:
+            if args[0] is not None:
+                return np.take(args[0], args[1], axis=0)
             vector = self.vector(ins[0])
-            if vector is None:
+            if vector is None or not ((-len(vector) <= args[1]) & (args[1] < len(vector))).all():
                 return None
             picked = tuple(vector[int(i)] for i in args[1].reshape(-1))
             if args[1].ndim == 1:
@@ -156,9 +167,11 @@ class _Evaluator:
             fill = attr(node, "value")
             fill = numpy_helper.to_array(fill).reshape(-1) if fill is not None else np.zeros(1, np.float32)
             return np.full([int(d) for d in args[0]], fill[0], dtype=fill.dtype)
-        if op == "Unsqueeze" and args[0] is not None and args[0].ndim == 0:
+        axes = args[1] if len(args) > 1 and args[1] is not None else attr(node, "axes")
+        first = axes is None or list(np.asarray(axes).reshape(-1)) in ([0], [-1])  # the one axis of a 1-D vector
+        if op == "Unsqueeze" and args[0] is not None and args[0].ndim == 0 and axes is not None and first:
             return args[0].reshape(1)
-        if op == "Squeeze" and args[0] is not None and args[0].size == 1:
+        if op == "Squeeze" and args[0] is not None and args[0].shape == (1,) and first:
             return args[0].reshape(())
         if op == "Concat" and attr(node, "axis", 0) in (0, -1):
             parts = [self.vector(x) for x in ins]

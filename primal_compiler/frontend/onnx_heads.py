@@ -105,7 +105,7 @@ class HeadGeometry(ABC):
         for i in sorted(path_q):
             node = g.nodes[i]
             if node.op_type == "Slice" and slice_bounds(g, node, (-1, 3)) is not None:
-                return self._per_head_slices(p, node, path_k)
+                return self._per_head_slices(p, node, path_k, set(self._path(p, core.v_in)))
             if node.op_type != "Split" or len(node.output) != 3 or attr(node, "axis", 0) not in (-1, 3):
                 continue
             last = self._per_head_width(p, node.input[0])
@@ -130,20 +130,26 @@ class HeadGeometry(ABC):
         last = g.tail_ints(src.input[1], 1)[0] if src is not None and src.op_type == "Reshape" else None
         return None if not last or last % 3 or p.out_features % last else last
 
-    def _per_head_slices(self, p: Projection, q_slice, path_k: set[int]) -> int | None:
+    def _per_head_slices(self, p: Projection, q_slice, path_k: set[int], path_v: set[int]) -> int | None:
         """The head size of NeoX's per-head qkv cut by three ``Slice`` nodes along the last axis (the TorchScript
-        exporter's form of its split; ``q_slice`` is the query's); None for another layout."""
+        exporter's form of its split; ``q_slice`` is the query's): q, k and v must take ``[0, d)``, ``[d, 2d)``
+        and ``[2d, 3d)`` (an end past ``3d`` is the same); None for another layout."""
         g = self.g
         last = self._per_head_width(p, q_slice.input[0])
         if last is None:
             return None
         d = last // 3
-        ks = [slice_bounds(g, g.nodes[j], (-1, 3)) for j in g.consumers.get(q_slice.input[0], ())
-              if j in path_k and g.nodes[j].op_type == "Slice"]
-        q = slice_bounds(g, q_slice, (-1, 3))
-        if q != (0, d, 1) or ks != [(d, 2 * d, 1)]:
+
+        def cuts(path: set[int]) -> list:
+            return [slice_bounds(g, g.nodes[j], (-1, 3)) for j in g.consumers.get(q_slice.input[0], ())
+                    if j in path and g.nodes[j].op_type == "Slice"]
+
+        q, ks, vs = slice_bounds(g, q_slice, (-1, 3)), cuts(path_k), cuts(path_v)
+        v_ok = len(vs) == 1 and vs[0] is not None and vs[0][0] == 2 * d and vs[0][1] >= 3 * d and vs[0][2] == 1
+        if q != (0, d, 1) or ks != [(d, 2 * d, 1)] or not v_ok:
             raise PatternError(f"unsupported fused qkv at node {q_slice.name}: its per-head slices give the query "
-                               f"{q} and the key {ks}, not [0, {d}) and [{d}, {2 * d})")
+                               f"{q}, the key {ks} and the value {vs}, not [0, {d}), [{d}, {2 * d}) and "
+                               f"[{2 * d}, {3 * d})")
         return d
 
     def _heads_axis_split(self, p: Projection, core: Core) -> tuple[int, int, str] | None:
@@ -200,7 +206,9 @@ class HeadGeometry(ABC):
                 return list(range(n))[slice(*found[:2])] if found is not None and found[2] == 1 else None
             if node.op_type == "Gather" and attr(node, "axis", 0) in (-2, axis):  # the TorchScript form of x[..., [i], :]
                 index = g.const(node.input[1])
-                return None if index is None or index.ndim > 1 else [int(x) % n for x in index.reshape(-1)]
+                if index is None or index.ndim > 1 or not ((-n <= index) & (index < n)).all():
+                    return None  # an index past the heads is an error in onnx, never read as wrapped
+                return [int(x) % n for x in index.reshape(-1)]
             if node.op_type == "Transpose" and (attr(node, "perm") or [None])[0] == axis:
                 for j in g.consumers.get(node.output[0], ()):
                     gather = g.nodes[j]

@@ -100,6 +100,8 @@ def check_partial(g: GraphIndex, dim: int, head_dim: int, tables: frozenset[str]
                                f"the rotary tables outside the first {dim} dimensions of a head")
 
 
+#: The types a cast of the table's rows may give them (a float type: the rows stay what they were).
+FLOAT_TYPES = (onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16, onnx.TensorProto.DOUBLE)
 #: Ops that only reshape or select a cosine or sine table on its way to the rotation.
 TABLE_OPS = frozenset({"Unsqueeze", "Squeeze", "Cast", "CastLike", "Identity", "Slice", "Gather", "Reshape",
                        "Expand", "Transpose", "Split", "Tile", "Concat"})
@@ -206,7 +208,8 @@ def table_gather(g: GraphIndex, head_dim: int) -> tuple[int, object, list[int], 
         if len(dims) < 2 or any(d != 1 for d in dims[:-2]) or dims[-1] % 4 or not 4 <= dims[-1] <= head_dim:
             continue
         rows = node.output[0]
-        cast = [g.nodes[j] for j in g.consumers.get(rows, ()) if g.nodes[j].op_type == "Cast"]
+        cast = [g.nodes[j] for j in g.consumers.get(rows, ()) if g.nodes[j].op_type == "Cast"
+                and attr(g.nodes[j], "to") in FLOAT_TYPES]
         rows = cast[0].output[0] if len(cast) == 1 and len(g.consumers.get(rows, ())) == 1 else rows
         halves = [g.nodes[j] for j in g.consumers.get(rows, ()) if g.nodes[j].op_type == "Split"]
         if len(halves) == 1 and len(halves[0].output) == 2 and attr(halves[0], "axis", 0) in (-1, len(dims) - 1):

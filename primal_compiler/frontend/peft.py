@@ -12,9 +12,9 @@ Everything is checked before it is used, each problem a one-line
 UTF-8 JSON of at most 64 MiB and the weights at most
 :data:`ADAPTER_LIMIT_BYTES`; ``r`` and every ``rank_pattern`` value a positive
 integer, ``lora_alpha`` and every ``alpha_pattern`` value a positive finite
-number, ``use_rslora`` a boolean, pattern keys module names (PEFT allows
+number, ``use_rslora`` and ``use_dora`` booleans, pattern keys module names (PEFT allows
 regular expressions there; they are refused rather than run, since a
-user's pattern could take exponential time), and nothing but plain LoRA
+user's pattern could take exponential time), and nothing but LoRA or DoRA
 (:mod:`~primal_compiler.frontend.peft_config`, which reads the config); every
 LoRA tensor finite (a NaN or an infinity is refused naming the tensor), and no
 tensor but LoRA factors and, for a DoRA adapter (``use_dora``), one
@@ -154,7 +154,8 @@ class Adapter:
 
     @property
     def spec(self) -> str:
-        """The ``--lora`` text that attaches the same adapters."""
+        """The ``--lora`` text that attaches the same ranks and alphas (``--lora`` has no DoRA: a DoRA adapter's
+        column scales come with its directory only)."""
         return lora_text(self.loras)
 
 
@@ -203,6 +204,10 @@ def attach_adapter(model: Model, adapters: Adapter | list[Adapter], lora: str | 
     the :class:`InputError` names both.
     """
     adapters = adapters if isinstance(adapters, list) else [adapters]
+    dora = [a.config for a in adapters if any(x.dora for x in a.loras.values())]
+    if dora and len(adapters) > 1:
+        raise InputError(dora[0], f"is a DoRA adapter (use_dora), and DoRA adapters are compiled one at a time: "
+                                  f"{len(adapters)} adapters cannot share a program with one")
     loras: dict[Role, LoRA] = {}
     for adapter in adapters:
         for role, x in adapter.loras.items():

@@ -176,6 +176,9 @@ def _dora_scale(dora: dict, key: tuple[int, Role], label: str, lin, sources: lis
         scale = p.dora if p.dora is not None else p.magnitude / np.linalg.norm(w + np.float32(p.scale) * (p.a @ p.b),
                                                                               axis=0)
         dora[key] = _expect(sources[0].source, f"{label} DoRA column scale", scale, (lin.out_features,))
+        if not np.isfinite(dora[key]).all():
+            raise InputError(sources[0].source, f"{label} DoRA column scale is not finite (a column of W + s A B "
+                                                "has a zero norm)")
 
 
 def _padded(p, lin) -> tuple[np.ndarray, np.ndarray]:

@@ -166,8 +166,9 @@ def test_a_peft_dora_adapter_replays_as_peft_merges_it(tmp_path, model):
 
     directory, factors, magnitudes = _dora_dir(tmp_path, model=model)
 
-    def merge(key, w, summed):  # PEFT: the norm of each output column of W + s A B, over the input axis
-        return summed * (magnitudes[key] / np.linalg.norm(summed, axis=0))
+    def merge(key, w, summed):  # PEFT's get_weight_norm: ||W + s B A|| over dim 1 of its out x in weight
+        peft_weight = summed.T
+        return (peft_weight * (magnitudes[key] / np.linalg.norm(peft_weight, axis=1))[:, None]).T
 
     got, want, plain = replay_and_merged(model, directory, factors, lambda a, b: 2.0 * a @ b, tmp_path, merge)
     scale = np.abs(want).max()
@@ -197,3 +198,51 @@ def test_inspect_says_dora_and_counts_the_magnitudes(tmp_path, capsys):
     stored = sum(a.nbytes + b.nbytes for a, b in factors.values()) + sum(b.shape[1] * 4 for _, b in factors.values())
     assert f"{stored:,} bytes of LoRA tensors (DoRA: magnitudes included)" in out
     assert "DoRA 1,152 on q,v (magnitudes included)" in out  # 4 modules x (4 x (32 + 32) + 32)
+
+
+def test_a_factor_of_the_base_that_is_not_c_minus_one_is_refused_when_read(tmp_path):
+    """``2 * base + c * s * lora`` (c - 1 replaced by one) is not DoRA: refused by inspect and compile, not only
+    by a replay that reads the weights."""
+    model = _dora(False)
+    less = next(t for t in model.graph.initializer if t.name == "dora_c1")
+    less.CopyFrom(numpy_helper.from_array(np.ones_like(numpy_helper.to_array(less)), "dora_c1"))
+    path = tmp_path / "dora.onnx"
+    onnx.save(model, str(path))
+    with pytest.raises(InputError) as err:
+        load_onnx(path)
+    assert "is not the column scale minus one" in err.value.problem
+
+
+def test_dora_on_a_biased_base_is_refused(tmp_path):
+    """A Gemm with a bias as the base: the graph scales the bias too (c * (x W + b) + ...), which PEFT never
+    does and the replay would not; refused naming DoRA."""
+    model = _dora(False)
+    graph, nodes = model.graph, list(model.graph.node)
+    at = next(i for i, n in enumerate(nodes) if BASE in n.output)
+    x = nodes[at].input[0]
+    gemm = [helper.make_node("Constant", [], ["gm_shape"], value=numpy_helper.from_array(np.array([-1, 32], np.int64))),
+            helper.make_node("Reshape", [x, "gm_shape"], ["gm_x"]), helper.make_node("Gemm", ["gm_x", W, "gm_b"], ["gm_y"]),
+            helper.make_node("Shape", [x], ["gm_s"]), helper.make_node("Reshape", ["gm_y", "gm_s"], [BASE])]
+    graph.initializer.append(numpy_helper.from_array(np.full(32, 0.5, np.float32), "gm_b"))
+    del graph.node[:]
+    graph.node.extend(nodes[:at] + gemm + nodes[at + 1:])
+    path = tmp_path / "dora.onnx"
+    onnx.save(model, str(path))
+    with pytest.raises(InputError) as err:
+        load_onnx(path)
+    assert err.value.problem.startswith("weight-decomposed LoRA (DoRA)") and "no bias" in err.value.problem
+
+
+def test_several_adapters_with_dora_are_refused_in_either_order(tmp_path):
+    from primal_compiler.frontend.peft import attach_adapter, read_adapter
+    from tests.frontend.test_weights import write_adapter
+
+    base = load_onnx(PLAIN)
+    dora, _, _ = _dora_dir(tmp_path)
+    plain = tmp_path / "plain"
+    write_adapter(plain, base, roles=(Role.Q, Role.V), rank=4, alpha=8.0)
+    adapters = [read_adapter(d, base) for d in (plain, dora)]
+    for order in (adapters, adapters[::-1]):
+        with pytest.raises(InputError) as err:
+            attach_adapter(base, order)
+        assert "DoRA adapters are compiled one at a time" in err.value.problem

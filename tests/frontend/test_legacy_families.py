@@ -13,7 +13,10 @@ import json
 from dataclasses import replace
 from pathlib import Path
 
+import onnx
 import pytest
+
+from primal_compiler.errors import InputError
 
 from primal_compiler.frontend.onnx_import import load_onnx
 
@@ -54,3 +57,18 @@ def test_a_legacy_export_replays_to_onnxruntime(name):
     prompt, generate = (list(range(1, fixed + 1)), 1) if fixed else (None, None)
     info = check_onnx(str(FIXTURES / "legacy" / f"{name}.onnx"), load_primal_target("primal-7nm"), prompt, generate)
     assert info["verdict"] == "OK" and info["relative_error"] < 1e-5, info
+
+
+def test_a_neox_split_whose_value_slice_is_not_the_third_is_refused(tmp_path):
+    """The value's slice is checked too: rewired to take the key's columns, the file is refused, never read."""
+    model = onnx.load(str(FIXTURES / "legacy" / "gpt_neox.onnx"))
+    q_slice, v_slice = (next(n for n in model.graph.node if n.name == f"/gpt_neox/layers.0/attention/{s}")
+                        for s in ("Slice", "Slice_2"))
+    k_slice = next(n for n in model.graph.node if n.name == "/gpt_neox/layers.0/attention/Slice_1")
+    v_slice.input[1], v_slice.input[2] = k_slice.input[1], k_slice.input[2]
+    assert q_slice.input[0] == v_slice.input[0]
+    path = tmp_path / "neox.onnx"
+    onnx.save(model, str(path))
+    with pytest.raises(InputError) as err:
+        load_onnx(path)
+    assert "unsupported fused qkv" in err.value.problem and "the value [(16, 32, 1)]" in err.value.problem

@@ -67,3 +67,21 @@ def test_the_shape_of_what_onnx_cannot_type_stays_unknown():
     model.opset_import.append(helper.make_opsetid("nowhere", 1))
     folded = fold_shapes(model)
     assert list(folded["sx"]) == [2, 3] and "su" not in folded
+
+
+def test_what_onnx_computes_otherwise_is_left_unknown():
+    """A shape cast to float (its division is no longer an integer's), a division by zero, an Unsqueeze to two
+    axes: each would fold to another value than onnx computes, so none folds."""
+    nodes = [
+        helper.make_node("Shape", ["x"], ["s"]), _const("zero", 0), _const("two", 2), _const("last", 3),
+        helper.make_node("Cast", ["s"], ["sf"], to=TensorProto.FLOAT),
+        helper.make_node("Gather", ["sf", "last"], ["nf"]),
+        helper.make_node("Constant", [], ["three"], value=numpy_helper.from_array(np.array(3.0, np.float32))),
+        helper.make_node("Div", ["nf", "three"], ["ratio"]),
+        helper.make_node("Gather", ["s", "last"], ["n"]), helper.make_node("Div", ["n", "zero"], ["by_zero"]),
+        _const("ax01", [0, 1]), helper.make_node("Unsqueeze", ["n", "ax01"], ["n2"]),
+        helper.make_node("Gather", ["s", "two"], ["heads"]), helper.make_node("Identity", ["x"], ["y"]),
+    ]
+    folded = fold_shapes(_graph(nodes, x_shape=("batch", "seq", 4, 8)))
+    assert folded["n"] == 8 and folded["heads"] == 4  # the static dims themselves fold
+    assert not {"sf", "nf", "ratio", "by_zero", "n2"} & folded.keys()
