@@ -24,7 +24,7 @@ import onnx
 from onnx import helper, numpy_helper
 
 from primal_compiler.frontend.onnx_evaluate import producers, run
-from primal_compiler.frontend.onnx_graph import GraphIndex, PatternError
+from primal_compiler.frontend.onnx_graph import HALF_EPS, GraphIndex, PatternError
 from primal_compiler.frontend.onnx_tensors import read_tensor
 
 if TYPE_CHECKING:
@@ -99,8 +99,16 @@ def _one_less(g: GraphIndex, column: str, less: str) -> bool:
         return False
     if c.data_location == onnx.TensorProto.EXTERNAL or c1.data_location == onnx.TensorProto.EXTERNAL:
         return True  # checked by column_scale once the weights are read
-    a, b = numpy_helper.to_array(c).astype(np.float32), numpy_helper.to_array(c1).astype(np.float32)
-    return a.shape == b.shape and bool(np.abs((a - np.float32(1)) - b).max() <= ONE_LESS_SLACK * max(1.0, np.abs(a).max()))
+    a, b = numpy_helper.to_array(c), numpy_helper.to_array(c1)
+    return a.shape == b.shape and _is_one_less(a, b)
+
+
+def _is_one_less(c: np.ndarray, less: np.ndarray) -> bool:
+    """``less == c - 1`` within float32's rounding, or the half-precision type's epsilon when either is stored in
+    one (both rounded: at most an epsilon of ``max(1, |c|)``)."""
+    slack = max([ONE_LESS_SLACK] + [HALF_EPS[x.dtype.name] for x in (c, less) if x.dtype.name in HALF_EPS])
+    c, less = c.astype(np.float32), less.astype(np.float32)
+    return bool(np.abs((c - np.float32(1)) - less).max() <= slack * max(1.0, float(np.abs(c).max())))
 
 
 def column_scale(g: GraphIndex, dora: DoraSum, width: int, label: str, where: str) -> np.ndarray:
@@ -110,19 +118,19 @@ def column_scale(g: GraphIndex, dora: DoraSum, width: int, label: str, where: st
     if c is None or less is None or c.size != width or less.size != width:
         raise PatternError(f"weight-decomposed LoRA (DoRA) on {label}: its column scale cannot be evaluated "
                            f"to {width} values")
-    c, less = c.reshape(-1).astype(np.float32), less.reshape(-1).astype(np.float32)
-    if not np.isfinite(c).all() or np.abs((c - np.float32(1)) - less).max() > ONE_LESS_SLACK * max(1.0, np.abs(c).max()):
+    if not np.isfinite(c.astype(np.float32)).all() or not _is_one_less(c.reshape(-1), less.reshape(-1)):
         raise PatternError(f"weight-decomposed LoRA (DoRA) on {label}: the factor of the base output is not the "
                            "column scale minus one (or the scale is not finite)")
-    return c
+    return c.reshape(-1).astype(np.float32)
 
 
 def _evaluate(g: GraphIndex, tensor: str, label: str, where: str) -> np.ndarray | None:
     """``tensor`` computed from the constants alone by onnx's reference evaluator, every initializer read as
     stored (external data and a quantized file's own codes included); None if it cannot be."""
     stored = g.constant_tensor(tensor)
-    if stored is not None:
-        return read_tensor(g, stored, f"{label} DoRA scale", where)
+    if stored is not None:  # in its stored type, so that c - 1 is compared within that type's rounding
+        return read_tensor(g, stored, f"{label} DoRA scale", where).astype(helper.tensor_dtype_to_np_dtype(
+            stored.data_type))
     closure = producers(g, tensor)
     if {x for i in closure for x in g.nodes[i].input} & g.graph_inputs:
         return None

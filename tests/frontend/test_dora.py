@@ -246,3 +246,14 @@ def test_several_adapters_with_dora_are_refused_in_either_order(tmp_path):
         with pytest.raises(InputError) as err:
             attach_adapter(base, order)
         assert "DoRA adapters are compiled one at a time" in err.value.problem
+
+
+@pytest.mark.parametrize("run_time_norm", [False, True])
+def test_an_fp16_dora_export_compares_c_minus_one_within_fp16s_rounding(tmp_path, run_time_norm):
+    """c and c - 1 stored (or computed) in float16 differ from an exact subtraction by up to fp16's epsilon:
+    read, and replayed within the fp16 comparison's tolerance, not refused as another sum."""
+    pytest.importorskip("onnxruntime")
+    from tests.frontend.families import to_float16
+
+    info = _check(tmp_path, to_float16(_dora(run_time_norm)))
+    assert info["verdict"] == "OK", info
