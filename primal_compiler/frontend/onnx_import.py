@@ -81,8 +81,9 @@ from primal_compiler.frontend.onnx_alibi import alibi_slopes
 from primal_compiler.frontend.onnx_params import (
     ONNX_DEFAULT_EPS, NormRef, embedding_norm, norm_bias, norm_ref, norms_learned, rope_frequencies, tied_head,
 )
-from primal_compiler.frontend.onnx_project import Projection, find_weight_matmuls, pair_lora
+from primal_compiler.frontend.onnx_dora import input_reached
 from primal_compiler.frontend.onnx_fold import fold_shapes
+from primal_compiler.frontend.onnx_project import Projection, find_weight_matmuls, pair_lora
 from primal_compiler.frontend.onnx_quant import dequantize_graph, weight_formats
 from primal_compiler.frontend.onnx_rotary import rotated_layers, table_gather
 from primal_compiler.frontend.onnx_qknorm import qk_norms
@@ -149,7 +150,8 @@ def _recognise(model: onnx.ModelProto, path: Path) -> Recognised:
     g = GraphIndex(model, path.parent, quant, fold_shapes(model))
     refuse_experts(g)
     refuse_quantized_activations(g)
-    projections = pair_lora(g, find_weight_matmuls(g))
+    live = input_reached(g)
+    projections = pair_lora(g, find_weight_matmuls(g, live), live)
     if not projections:
         raise PatternError("no decoder layers found (no MatMul/Gemm with a weight initializer)")
     dec = Decoder(g, projections)

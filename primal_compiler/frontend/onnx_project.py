@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from primal_compiler.frontend.onnx_dora import DoraSum, dora_sum, input_reached
+from primal_compiler.frontend.onnx_dora import DoraSum, dora_sum
 from primal_compiler.frontend.onnx_graph import SHAPE_OPS, TRANSPARENT, GraphIndex, PatternError, attr
 from primal_compiler.ir.model import Role
 
@@ -50,11 +50,10 @@ class Projection:
         return self.role
 
 
-def find_weight_matmuls(g: GraphIndex) -> list[Projection]:
+def find_weight_matmuls(g: GraphIndex, live: set[str]) -> list[Projection]:
     """Every MatMul/Gemm of an activation by a weight; a product of constants alone (DoRA's weight norms as
-    TorchScript computes them) is none."""
+    TorchScript computes them: its input not among ``live``, what a graph input reaches) is none."""
     found: list[Projection] = []
-    live = input_reached(g)
     for i, node in enumerate(g.nodes):
         domain = node.domain or ""
         if node.input and node.input[0] not in live:
@@ -112,11 +111,10 @@ def _follow_to_base(
     return None
 
 
-def pair_lora(g: GraphIndex, raw: list[Projection]) -> list[Projection]:
-    """Attach unmerged LoRA pairs (plain, or DoRA: ``onnx_dora``) to their base projections; the base
-    projections, in order."""
+def pair_lora(g: GraphIndex, raw: list[Projection], live: set[str]) -> list[Projection]:
+    """Attach unmerged LoRA pairs (plain, or DoRA: ``onnx_dora``; ``live``: the tensors a graph input reaches)
+    to their base projections; the base projections, in order."""
     by_node = {p.node: p for p in raw}
-    live = input_reached(g)
     adapters: set[int] = set()
     for b in raw:
         src = g.canonical(b.x)
