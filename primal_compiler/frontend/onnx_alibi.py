@@ -17,13 +17,11 @@ softmax ignores), with the same slopes in every layer. Anything else is a
 from __future__ import annotations
 
 import numpy as np
-import onnx
 from onnx import helper
 
 from primal_compiler.frontend.onnx_evaluate import producers, run
-from primal_compiler.frontend.onnx_graph import GraphIndex, PatternError
+from primal_compiler.frontend.onnx_graph import FLOATS, GraphIndex, PatternError
 
-FLOATS = (onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16, onnx.TensorProto.DOUBLE)
 #: Tokens of the prompt the bias is evaluated on.
 PROBE_TOKENS = 5
 

@@ -10,8 +10,8 @@ subgraph no graph input reaches.
 
 :func:`dora_sum` recognises that sum around a LoRA pair and returns its nodes; anything else that scales a
 LoRA output per column is refused naming DoRA and the node. :func:`column_scale` evaluates ``c`` (and
-checks ``c - 1`` against it) with onnx's reference evaluator over the constant subgraph (``onnx_evaluate``), so the functional
-replay scales by what the file computes, to the last bit of float32.
+checks ``c - 1`` against it) with onnx's reference evaluator over the constant subgraph
+(``onnx_evaluate``), so the functional replay scales by what the file computes, to the last bit of float32.
 """
 
 from __future__ import annotations
@@ -24,13 +24,12 @@ import onnx
 from onnx import helper, numpy_helper
 
 from primal_compiler.frontend.onnx_evaluate import producers, run
-from primal_compiler.frontend.onnx_graph import HALF_EPS, GraphIndex, PatternError
+from primal_compiler.frontend.onnx_graph import FLOATS, HALF_EPS, GraphIndex, PatternError
 from primal_compiler.frontend.onnx_tensors import read_tensor
 
 if TYPE_CHECKING:
     from primal_compiler.frontend.onnx_project import Projection
 
-FLOATS = (onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16, onnx.TensorProto.DOUBLE)
 #: How far ``c - 1`` may differ from the evaluated ``c`` minus one (float32 rounding of a subtraction).
 ONE_LESS_SLACK = 1e-6
 

@@ -47,6 +47,8 @@ SHAPE_OPS = frozenset({"Shape", "Size"})
 # Largest constant (in elements) the frontend will ever decode.
 SMALL_CONST = 64
 
+#: The float element types a tensor may have (a weight, a table, a scale).
+FLOATS = (TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.BFLOAT16, TensorProto.DOUBLE)
 ITEMSIZE: dict[int, int] = {TensorProto.FLOAT: 4, TensorProto.FLOAT16: 2, TensorProto.BFLOAT16: 2, TensorProto.DOUBLE: 8}
 #: Edges all walks of one recognition may follow (about 15 s at worst).
 WALK_LIMIT = 1 << 23

@@ -41,7 +41,7 @@ import numpy as np
 import onnx
 
 from primal_compiler.errors import InputError
-from primal_compiler.frontend.onnx_graph import HALF_EPS, GraphIndex, PatternError, attr, slice_bounds
+from primal_compiler.frontend.onnx_graph import FLOATS, HALF_EPS, GraphIndex, PatternError, attr, slice_bounds
 
 if TYPE_CHECKING:  # onnx_decoder's layers are built before rotation is read; no import at run time
     from primal_compiler.frontend.onnx_decoder import Decoder, Layer
@@ -100,8 +100,6 @@ def check_partial(g: GraphIndex, dim: int, head_dim: int, tables: frozenset[str]
                                f"the rotary tables outside the first {dim} dimensions of a head")
 
 
-#: The types a cast of the table's rows may give them (a float type: the rows stay what they were).
-FLOAT_TYPES = (onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16, onnx.TensorProto.DOUBLE)
 #: Ops that only reshape or select a cosine or sine table on its way to the rotation.
 TABLE_OPS = frozenset({"Unsqueeze", "Squeeze", "Cast", "CastLike", "Identity", "Slice", "Gather", "Reshape",
                        "Expand", "Transpose", "Split", "Tile", "Concat"})
@@ -209,7 +207,7 @@ def table_gather(g: GraphIndex, head_dim: int) -> tuple[int, object, list[int], 
             continue
         rows = node.output[0]
         cast = [g.nodes[j] for j in g.consumers.get(rows, ()) if g.nodes[j].op_type == "Cast"
-                and attr(g.nodes[j], "to") in FLOAT_TYPES]
+                and attr(g.nodes[j], "to") in FLOATS]  # a float cast: the rows stay what they were
         rows = cast[0].output[0] if len(cast) == 1 and len(g.consumers.get(rows, ())) == 1 else rows
         halves = [g.nodes[j] for j in g.consumers.get(rows, ()) if g.nodes[j].op_type == "Split"]
         if len(halves) == 1 and len(halves[0].output) == 2 and attr(halves[0], "axis", 0) in (-1, len(dims) - 1):
