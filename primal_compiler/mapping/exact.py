@@ -3,7 +3,10 @@
 CP-SAT model: a boolean per (tile, PE), one PE per tile and at most one tile
 per PE; hub coordinates are free integers (several hubs may share a PE); the
 objective is the integer-scaled byte-hops with ``|dx| + |dy|`` per flow. It
-uses a deterministic-time budget and one worker, so results are reproducible.
+uses a deterministic-time budget and one worker, so results are reproducible,
+and leaves SIGINT to the command (CP-SAT would otherwise catch it, stop early
+and let the command finish with what it had: an interrupt ignored and a result
+that depends on when it came); the interrupt lands when the solve returns.
 
 The star bound splits the flows into disjoint stars (each tile-hub flow in
 its hub's star, each tile-tile flow in its source's star; hub-hub flows can
@@ -79,6 +82,7 @@ def solve_exact(inst: Instance, max_deterministic_time: float = 20.0, scale: flo
     solver.parameters.max_deterministic_time = max_deterministic_time
     solver.parameters.num_workers = 1
     solver.parameters.random_seed = 0
+    solver.parameters.catch_sigint_signal = False  # CP-SAT's own handler would end the search and swallow a Ctrl-C
     status = solver.Solve(m)
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         return ExactResult(None, float("inf"), solver.BestObjectiveBound() / scale, False)

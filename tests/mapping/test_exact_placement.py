@@ -53,3 +53,30 @@ def test_star_bound_below_every_ordering_on_real_ct(tiny_blocked):
         for curve in CURVES.values():
             slots = curve(tp.instance.rows, tp.instance.cols)[: tp.instance.num_tiles]
             assert lb <= evaluate(tp.instance, slots[None, :])[0][0] + 1e-6
+
+
+def test_an_interrupt_during_the_solve_is_not_swallowed():
+    """CP-SAT catches SIGINT by default, ends its search and returns: the command then finished with what it
+    had (exit 0). The solver leaves SIGINT to Python, so the interrupt lands when the solve returns."""
+    import signal
+    import subprocess
+    import sys
+    import textwrap
+    import time
+    from pathlib import Path
+
+    child = textwrap.dedent("""
+        from tests.mapping.instances import random_instance
+        from primal_compiler.mapping.exact import solve_exact
+        inst = random_instance(0, 6, 6, 20, 4)
+        print("READY", flush=True)
+        solve_exact(inst, 1.0)
+        print("DONE", flush=True)
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", child], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            cwd=Path(__file__).resolve().parents[2])
+    assert proc.stdout.readline().strip() == "READY"
+    time.sleep(0.5)  # model built, the search running (it takes over a second)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    assert "DONE" not in out and "KeyboardInterrupt" in err, (proc.returncode, out, err[-300:])
