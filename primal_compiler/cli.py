@@ -19,7 +19,7 @@ from pathlib import Path
 
 from primal_compiler.errors import InputError, one_line
 from primal_compiler.outdir import check_destination, existing
-from primal_compiler.signals import Terminated, handled, received
+from primal_compiler.signals import Terminated, handled, raise_if_received, received
 from primal_compiler.terminal import Parser, reopen_closed_streams, steps as progress_steps
 
 
@@ -350,6 +350,7 @@ def _run(argv: list[str] | None) -> int:
     try:
         args = build_parser().parse_args(argv)
         args.func(args)
+        raise_if_received()  # a signal whose exception something swallowed is still the command's end
         sys.stdout.flush()
     except InputError as exc:
         print(f"primal: {one_line(exc, 2000)}", file=sys.stderr)

@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from primal_compiler.errors import InputError, one_line
+from primal_compiler.signals import raise_if_received
 
 #: The file that marks a directory as written by this tool; JSON ``{"tool", "verb", "entries"}``.
 MARKER = ".primal-output"
@@ -300,6 +301,7 @@ def output_directory(dest: str | os.PathLike, verb: str, force: bool = False, ne
         marker = {"tool": TOOL, "verb": verb, "entries": _walk(tmp)}
         (tmp / MARKER).write_text(json.dumps(marker, indent=1, sort_keys=True) + "\n", encoding="utf-8")
         check_destination(path, force, directory=True, inputs=inputs)  # it may have changed while we worked
+        raise_if_received()  # an interrupt something swallowed commits nothing
         _install_directory(tmp, path)
     except OSError as exc:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -328,6 +330,7 @@ def output_file(dest: str | os.PathLike, force: bool = False, need_bytes: int = 
         with os.fdopen(fd, "wb") as f:
             yield f
         check_destination(path, force, directory=False, inputs=inputs)  # it may have changed while we worked
+        raise_if_received()  # an interrupt something swallowed commits nothing
         os.replace(tmp, path)
     except OSError as exc:
         tmp.unlink(missing_ok=True)

@@ -23,6 +23,16 @@ def received() -> int | None:
     return _RECEIVED[0] if _RECEIVED else None
 
 
+def raise_if_received() -> None:
+    """Raise the exception of a signal that came under :func:`handled` but whose exception something swallowed
+    (a library catching broadly, an extension's import turning it into an error it then ignores): called before
+    an output is committed and when a command returns, so an interrupted command never ends as a success."""
+    if _RECEIVED:
+        if _RECEIVED[0] == signal.SIGINT:
+            raise KeyboardInterrupt
+        raise Terminated()
+
+
 def on_sigterm(signum: int, frame: object) -> None:
     _RECEIVED.append(signal.SIGTERM)
     raise Terminated()

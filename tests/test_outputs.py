@@ -205,6 +205,31 @@ def test_sigint_early_in_compile_is_one_line(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.parametrize("sig, code, line", [(signal.SIGINT, 130, "primal: interrupted"),
+                                             (signal.SIGTERM, 143, "primal: terminated")])
+def test_a_signal_something_swallowed_still_ends_the_command_and_commits_nothing(sig, code, line, tmp_path,
+                                                                                 monkeypatch, capsys):
+    """A library that catches the signal's exception broadly (or an extension import that turns it into an
+    error it then ignores) let the command finish as a success: the interrupt is still its end, before the
+    output is committed."""
+    import os
+
+    walk = outdir._walk
+
+    def swallowing(tmp):  # runs inside output_directory, before the commit
+        try:
+            os.kill(os.getpid(), sig)
+            time.sleep(0.2)
+        except BaseException:  # noqa: BLE001 - what the misbehaving library does
+            pass
+        return walk(tmp)
+
+    monkeypatch.setattr(outdir, "_walk", swallowing)
+    assert main(["compile", "tiny-llama", *FAST, "-o", str(tmp_path / "out")]) == code
+    assert capsys.readouterr().err == line + "\n"
+    assert list(tmp_path.iterdir()) == []
+
+
 @pytest.mark.parametrize("moment", ["filling", "aside"])
 def test_sigkill_leaves_a_whole_version_and_the_next_run_tidies(moment, tmp_path, capsys):
     out = tmp_path / "out"
