@@ -45,26 +45,36 @@ def fold_shapes(model: onnx.ModelProto) -> dict[str, np.ndarray]:
     """The value of every small tensor of ``model`` computed from static dimensions and constants (see the module
     docstring), by name; constants themselves are not repeated."""
     folded: dict[str, np.ndarray] = {}
+    consts = _constants(model)
     for _ in range(ROUNDS):
-        dims = _static_dims(model, folded)
+        dims = _static_dims(model, folded, consts)
         if dims is None:
             return folded
-        new = _Evaluator(model, dims).run()
+        new = _Evaluator(model, dims, consts).run()
         if new.keys() <= folded.keys():
             return folded
         folded = new
     return folded
 
 
-def _static_dims(model: onnx.ModelProto, folded: dict[str, np.ndarray]) -> dict[str, Partial] | None:
-    """Every typed tensor's dims (None where dynamic) by onnx's shape inference, with ``folded`` as constants;
-    None when the inference fails."""
+def _constants(model: onnx.ModelProto) -> dict[str, np.ndarray]:
+    """The small constants by name (initializers and ``Constant`` nodes of at most ``SMALL_CONST`` elements
+    whose value is here: not external data, not a quantized constant's placeholder), decoded once."""
+    small = ((t.name, _decoded(t)) for t in model.graph.initializer if math.prod(t.dims) <= SMALL_CONST)
+    nodes = ((n.output[0], _constant(n)) for n in model.graph.node if n.op_type == "Constant" and n.output)
+    return {name: value for name, value in (*small, *nodes) if value is not None and value.size <= SMALL_CONST}
+
+
+def _static_dims(model: onnx.ModelProto, folded: dict[str, np.ndarray],
+                 consts: dict[str, np.ndarray]) -> dict[str, Partial] | None:
+    """Every typed tensor's dims (None where dynamic) by onnx's shape inference, with ``folded`` as constants
+    (``consts``: the small ones readable here, kept inline); None when the inference fails."""
     g = model.graph
     inputs = list(g.input)
     declared = {i.name for i in inputs}
     small = []
     for t in g.initializer:
-        if math.prod(t.dims) <= SMALL_CONST and _decoded(t) is not None:
+        if t.name in consts:
             small.append(t)
         elif t.name not in declared:
             inputs.append(helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)))
@@ -87,10 +97,8 @@ def _static_dims(model: onnx.ModelProto, folded: dict[str, np.ndarray]) -> dict[
 class _Evaluator:
     """One pass over the nodes in order: full values (``values``) and partial integer vectors (``partial``)."""
 
-    def __init__(self, model: onnx.ModelProto, dims: dict[str, Partial]) -> None:
-        self.model, self.dims = model, dims
-        small = ((t.name, _decoded(t)) for t in model.graph.initializer if math.prod(t.dims) <= SMALL_CONST)
-        self.consts: dict[str, np.ndarray] = {name: value for name, value in small if value is not None}
+    def __init__(self, model: onnx.ModelProto, dims: dict[str, Partial], consts: dict[str, np.ndarray]) -> None:
+        self.model, self.dims, self.consts = model, dims, consts
         self.values: dict[str, np.ndarray] = {}
         self.partial: dict[str, Partial] = {}
 
@@ -99,10 +107,7 @@ class _Evaluator:
             if len(node.output) != 1 or not node.output[0]:
                 continue
             if node.op_type == "Constant":
-                value = _constant(node)
-                if value is not None and value.size <= SMALL_CONST:
-                    self.consts[node.output[0]] = value
-                continue
+                continue  # in ``consts``
             try:
                 with np.errstate(all="ignore"):
                     found = self._node(node)
