@@ -226,7 +226,7 @@ def _recognise(model: onnx.ModelProto, path: Path) -> Recognised:
                                             logit_nodes | branch_nodes | clip_nodes)
     turned = rotated_layers(g, dec, layers) if positional == Positional.ROPE else [True] * len(layers)
     ir_layers = tuple(_to_ir(i, layer, rope, w) for (i, layer), rope, w in zip(enumerate(layers), turned,
-                                                                               windows(dec, cores)))
+                                                                               windows(dec, cores, max_pos)))
     tied = tied_head(g, emb_table, lm_head.weight)
     try:
         ir = Model(

@@ -10,7 +10,8 @@ shifted by constants read through layout ops: a comparison without an offset
 (or with ``c = -1``, ``key < query + 1``) is the causal part; one with
 ``c < -1`` is a window of ``W = -c`` keys, the query's own included. An offset comparison of another sign, a window that
 differs between two comparisons of one layer, and a fused attention op with
-a ``local_window_size`` are refused, naming the node.
+a ``local_window_size`` are refused, naming the node, as is a window longer
+than the positions a learned position table holds.
 
 The replay masks causally (and by window): it takes a mask's values as
 "attend" or "never". So every constant a mask puts on the scores (a float
@@ -38,9 +39,10 @@ COMPARE = {"Greater": (False, False), "GreaterOrEqual": (False, True), "Less": (
 """Comparison op: (its sides swapped to read it as ``>``, non-strict)."""
 
 
-def windows(dec: Decoder, cores: list[Core]) -> list[int]:
+def windows(dec: Decoder, cores: list[Core], positions: int = 0) -> list[int]:
     """Keys each layer's queries see (0: all of them, causal), one entry per attention core; each softmax's mask
-    constants are checked first (:func:`_check_fills`)."""
+    constants are checked first (:func:`_check_fills`). A window longer than the model's ``positions`` (when
+    known: the rows of a learned position table) is refused naming its node: it could never bite."""
     g, out = dec.g, []
     for n, core in enumerate(cores):
         node = g.nodes[core.anchor]
@@ -67,6 +69,9 @@ def windows(dec: Decoder, cores: list[Core]) -> list[int]:
             if c >= 0:
                 raise PatternError(f"unsupported attention mask in layer {n} at node {g_name(g, i)}: a position "
                                    f"comparison with offset {c}, not a sliding window")
+            if positions and -c > positions:
+                raise PatternError(f"unsupported attention mask in layer {n} at node {g_name(g, i)}: a sliding window "
+                                   f"of {-c} keys, longer than the model's {positions} positions")
             found[i] = -c
         if len(set(found.values())) > 1:
             a, b = sorted(found)[:2]

@@ -295,6 +295,18 @@ def test_gemma2_sandwich_norms_caps_and_window_are_read():
     assert info["verdict"] == "OK" and info["relative_error"] < 1e-5, info
 
 
+def test_a_window_longer_than_the_model_positions_is_refused(monkeypatch):
+    """Gemma-2's 32-key window in a model that holds 16 positions (as a learned table of 16 rows would say): a
+    window that never bites is not read as one; refused naming the node."""
+    from primal_compiler.frontend import onnx_import
+
+    real = onnx_import._positional
+    monkeypatch.setattr(onnx_import, "_positional", lambda *args: (*real(*args)[:2], 16))
+    with pytest.raises(InputError, match=r"layer 0 at node .*: a sliding window of 32 keys, longer than the "
+                                         r"model's 16 positions"):
+        load_onnx(FAMILIES / "gemma2.onnx")
+
+
 def test_qwen3_head_norms_are_read():
     """Qwen3's q_norm and k_norm (8 values each, every head of q and k): read as head norms in both layers, their
     weights among the norms (the replay matching onnxruntime is the parametrized test above)."""
