@@ -81,7 +81,9 @@ class Compiled:
         tiles = TileTable.from_columns(**{c: arrays[f"tile_{c}"] for c in COLUMNS})
         layout = restore_layout(model, tiles, geometry(model, target), (target.ct.mesh_rows, target.ct.mesh_cols),
                                 blocking[-1].context, target.system.num_cts, arrays, self.where)
-        kv = KvMap(**meta["kv"], ct=arrays["kv_ct"], pe=arrays["kv_pe"], slot=arrays["kv_slot"])
+        kv_meta = dict(meta["kv"])  # rings only where a layer's differs from the context
+        rings = tuple(kv_meta.pop("rings", [kv_meta["context"]] * model.num_layers))
+        kv = KvMap(**kv_meta, rings=rings, ct=arrays["kv_ct"], pe=arrays["kv_pe"], slot=arrays["kv_slot"])
         power = {k: arrays[k] for k in POWER if k in arrays} or None
         return Program(model=model, facts=held, records=tuple(PassRecord(p.name, p.spec(), 0.0) for p in passes),
                        tiles=tiles, layout=layout, kv=kv, stream=self.stream, power=power, target=target)
@@ -127,6 +129,12 @@ def program_file(program: Program, target: PrimalTarget) -> tuple[dict, dict[str
     t, kv, layout = program.need_tiles(), program.need_kv(), program.need_layout()
     passes = [p for r in program.records for p in parse_pipeline(r.spec)]
     seeds = [p.seed for p in passes if hasattr(p, "seed")]
+    kv_meta: dict[str, object] = {
+        "context": kv.context, "batch": kv.batch, "chunk_tokens": kv.chunk_tokens, "kv_heads": kv.kv_heads,
+        "head_dim": kv.head_dim, "kv_bytes": kv.kv_bytes, "banks": kv.banks, "interleave": kv.interleave,
+        "chunk_slots": kv.chunk_slots}
+    if any(ring != kv.context for ring in kv.rings):  # a sliding layer's ring (codegen/kvmap.py)
+        kv_meta["rings"] = list(kv.rings)
     meta = {
         "format": "primal-program", "package_version": __version__, "model": program.model.name,
         "target": target.name, "target_hash": target.content_hash, "pipeline": pipeline_text(program),
@@ -134,9 +142,7 @@ def program_file(program: Program, target: PrimalTarget) -> tuple[dict, dict[str
         "mesh_rows": target.ct.mesh_rows, "mesh_cols": target.ct.mesh_cols,
         "num_layers": program.model.num_layers, "package_cols": layout.package_cols,
         "model_ir": model_to_dict(program.model),
-        "kv": {"context": kv.context, "batch": kv.batch, "chunk_tokens": kv.chunk_tokens, "kv_heads": kv.kv_heads,
-               "head_dim": kv.head_dim, "kv_bytes": kv.kv_bytes, "banks": kv.banks, "interleave": kv.interleave,
-               "chunk_slots": kv.chunk_slots},
+        "kv": kv_meta,
     }
     arrays = {f"tile_{k}": v for k, v in t.columns().items()}
     arrays["ct_layer"] = layout.ct_layer.astype(np.int32)

@@ -43,7 +43,7 @@ def test_the_functional_compile_places_for_the_context_it_replays(small_target):
     program = compile_for_replay(load_model("tiny-llama"), small_target, 6, 2,
                                  "lower-tiles,blocking,zcurve-order,kv-ring,codegen", context=32)
     specs = {r.name: r.spec for r in program.records}
-    assert specs["blocking"] == "blocking{context=32}" and specs["kv-ring"] == "kv-ring{context=32}"
+    assert specs["blocking"] == "blocking{context=32}" and specs["kv-ring"] == "kv-ring{context=32,pass_tokens=6}"
 
 
 def test_no_module_looks_a_pass_up_by_name():

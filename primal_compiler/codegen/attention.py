@@ -60,10 +60,16 @@ def causal_pairs(chunks: np.ndarray, chunk_tokens: int, start: int, tokens: int,
     return np.maximum(last - np.maximum(k, start), 0).sum(axis=1)
 
 
-def window_chunks(position: int, window: int, context: int, chunk_tokens: int) -> np.ndarray:
-    """Keys per ring chunk that a query at ``position`` past the context sees, its last ``window`` positions."""
-    seen = np.arange(position - window + 1, position + 1) % context // chunk_tokens
-    return np.bincount(seen, minlength=context // chunk_tokens)
+def ring_pairs(start: int, tokens: int, window: int, ring: int, chunk_tokens: int) -> np.ndarray:
+    """(query, key) pairs per chunk of a ring of ``ring`` tokens, queries at ``start .. start+tokens-1`` each
+    reading its keys back ``window`` positions (the ring's length when 0 or longer): position ``k`` sits in
+    chunk ``k % ring // chunk_tokens``. ValueError when the pass overwrites a key one of its queries reads."""
+    seen, end = (min(window, ring) if window else ring), start + tokens
+    if end - max(0, start - seen + 1) > ring:
+        raise ValueError(f"{tokens} tokens from position {start} overwrite keys they read in a ring of {ring}")
+    absolute = np.arange(max(0, start - seen + 1) // chunk_tokens, (end - 1) // chunk_tokens + 1)
+    pairs = causal_pairs(absolute, chunk_tokens, start, tokens, seen)
+    return np.bincount(absolute % (ring // chunk_tokens), weights=pairs, minlength=ring // chunk_tokens).astype(np.int64)
 
 
 class AttentionEmitter:
@@ -78,42 +84,36 @@ class AttentionEmitter:
     def emit(self, start: int, tokens: int, seqs: range) -> Block:
         """Records of sequences ``seqs`` for queries at positions ``start .. start+tokens-1``.
 
-        Past the context (one token per step) the ring has wrapped: the token
-        overwrites the slot of position ``start - context`` and the query
-        attends to every slot, the last ``context`` tokens. A layer with a
-        sliding ``window`` reads only the chunks holding its queries' last
-        ``window`` positions, and counts only those pairs.
+        The layer's ring (``kv.rings``) wraps: a token at position ``p``
+        overwrites the slot of ``p - ring``, and the queries read the chunks
+        holding their last ``ring`` positions, or a sliding ``window``'s
+        last ``window`` when shorter (:func:`ring_pairs`), counting only those
+        pairs.
         """
-        kv, b, w = self.kv, Block(), self.ir.window
-        end = start + tokens
-        if end > kv.context:
-            if tokens != 1:
-                raise ValueError(f"{tokens} tokens from position {start} cross the end of the KV ring")
-            pairs = window_chunks(start, w if 0 < w < kv.context else kv.context, kv.context, kv.chunk_tokens)
-            start, end = start % kv.context, start % kv.context + 1
-        else:
-            pairs = causal_pairs(np.arange((end - 1) // kv.chunk_tokens + 1), kv.chunk_tokens, start, tokens, w)
+        kv, b, layer = self.kv, Block(), self.r.layer
+        pairs = ring_pairs(start, tokens, self.ir.window, kv.rings[layer], kv.chunk_tokens)
         chunks = np.flatnonzero(pairs)  # a sliding window's queries read only the chunks it reaches
         pairs = pairs[chunks]
-        written = np.arange(start // kv.chunk_tokens, (end - 1) // kv.chunk_tokens + 1)
+        written = np.arange(start // kv.chunk_tokens, (start + tokens - 1) // kv.chunk_tokens + 1)
         for seq in seqs:
             for g in range(kv.kv_heads):
-                self._append(b, seq, g, written, start, end)
+                self._append(b, seq, g, written, start, start + tokens)
                 self._queries(b, seq, g, chunks, tokens)
                 self._chunks(b, seq, g, chunks, pairs, tokens)
                 self._merge(b, seq, g, chunks, tokens)
         return b
 
     def _units(self, seq: int, g: int, chunks: np.ndarray, kind: int):
-        u = self.kv.unit(0, chunks, seq, g, kind) + self.r.layer * self.kv.units
+        u = self.kv.unit(self.r.layer, chunks, seq, g, kind)
         return self.kv.ct[u].astype(np.int64), self.kv.pe[u].astype(np.int64), self.kv.slot[u].astype(np.int64)
 
     def _append(self, b: Block, seq: int, g: int, written: np.ndarray, start: int, end: int) -> None:
+        """KV_APPENDs of positions ``start .. end-1``, one per chunk ``written`` (absolute: position // chunk)."""
         kv = self.kv
         first = np.maximum(written * kv.chunk_tokens, start)
         count = np.minimum((written + 1) * kv.chunk_tokens, end) - first
         for kind, part, tag in ((0, "k", BufKind.KV_K), (1, "v", BufKind.KV_V)):
-            ct, pe, slot = self._units(seq, g, written, kind)
+            ct, pe, slot = self._units(seq, g, written % kv.chunks_of(self.r.layer), kind)
             token_slot = slot * kv.chunk_tokens + first % kv.chunk_tokens
             pieces = root_pieces(self.ir, part, g * self.hd, (g + 1) * self.hd, self.geo.rram_cols)
             for root, off, e, n in pieces:  # a head split over two roots: two pieces

@@ -96,14 +96,12 @@ def _check_phase(rec: np.ndarray, name: str, start: int) -> None:
 
 
 def check_kv_map(kv: KvMap, layer_cts: list[np.ndarray]) -> None:
-    n_layers = len(layer_cts)
-    u = np.arange(kv.units * n_layers)
     key = kv.ct.astype(np.int64) << 32 | kv.pe.astype(np.int64) << 16 | kv.slot
     if len(distinct(key)) != len(key):
         raise AssertionError("two KV units share a scratchpad slot")
     if (kv.slot >= kv.chunk_slots).any():
         raise AssertionError("a KV unit is beyond its router's chunk slots")
-    layer = u // kv.units
+    layer, _ = kv.unit_layers()
     for n, cts in enumerate(layer_cts):
         if not np.isin(kv.ct[layer == n], cts).all():
             raise AssertionError(f"layer {n} has KV units outside its CTs")

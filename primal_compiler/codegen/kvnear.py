@@ -196,7 +196,8 @@ def near_map(program: Program, target: PrimalTarget, kv: KvMap, where: str) -> t
     ids, firsts = layer_templates(model)
     first_ct = [int(np.flatnonzero(layout.ct_layer == n)[0]) for n in range(model.num_layers)]
     solved = [_solve_layer(mesh, LayerRoutes(program, target, n, kv.context), model.layers[n],
-                           np.flatnonzero(layout.ct_layer == n), kv, geo, act_bytes, where) for n in firsts]
+                           np.flatnonzero(layout.ct_layer == n), kv, kv.chunks_of(n), geo, act_bytes, where)
+              for n in firsts]
     ct, pe, slot = [], [], []
     for n in range(model.num_layers):
         t = int(ids[n])
@@ -209,10 +210,10 @@ def near_map(program: Program, target: PrimalTarget, kv: KvMap, where: str) -> t
     return placed, {"placement": "near", "max_hops_bound": max((s[3] for s in solved), default=0)}
 
 
-def _solve_layer(mesh: Mesh, routes: LayerRoutes, layer, cts: np.ndarray, kv: KvMap, geo, act_bytes: float,
-                 where: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
-    """(CT, PE, slot) of one layer's units and its hop bound."""
-    demand = kv.batch * kv.chunks
+def _solve_layer(mesh: Mesh, routes: LayerRoutes, layer, cts: np.ndarray, kv: KvMap, chunks: int, geo,
+                 act_bytes: float, where: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+    """(CT, PE, slot) of one layer's units, its ring of ``chunks`` chunks, and its hop bound."""
+    demand = kv.batch * chunks
     doms = dominoes(cts, mesh.rows, mesh.cols)
     if len(doms[0]) * kv.chunk_slots < kv.kv_heads * demand:
         raise InputError(where, f"placement near pairs K and V on neighbouring routers: a layer needs "
@@ -220,11 +221,11 @@ def _solve_layer(mesh: Mesh, routes: LayerRoutes, layer, cts: np.ndarray, kv: Kv
                                 f"{len(doms[0]) * kv.chunk_slots}; use placement=spread or a smaller context")
     k_ends, v_ends = [], []
     for g in range(kv.kv_heads):
-        k, v = unit_flows(layer, g, geo.rram_rows, geo.rram_cols, act_bytes, kv.kv_bytes, kv.chunks)
+        k, v = unit_flows(layer, g, geo.rram_rows, geo.rram_cols, act_bytes, kv.kv_bytes, chunks)
         k_ends.append([(routes.hub_pos(r), b) for r, b in k])
         v_ends.append([(routes.hub_pos(r), b) for r, b in v])
-    cost, worst = head_costs(mesh, k_ends, v_ends, doms, kv.chunks)
+    cost, worst = head_costs(mesh, k_ends, v_ends, doms, chunks)
     even = -(-kv.kv_heads * demand // len(doms[0]))  # the fewest pairs per domino that hold the cache
     bound, per_head, orients = place(cost, worst, demand, even)
-    ct, pe, slot = units(doms, per_head, orients, chunks=kv.chunks, batch=kv.batch)
+    ct, pe, slot = units(doms, per_head, orients, chunks=chunks, batch=kv.batch)
     return ct, pe, slot, bound

@@ -24,14 +24,16 @@ if TYPE_CHECKING:
 
 
 def compile_for_replay(model: Model, target: PrimalTarget, prompt_len: int, generate: int, pipeline: str = "default",
-                       context: int | None = None, adapters: int = 0) -> Program:
+                       context: int | None = None, adapters: int = 0, prefill_chunk: int | None = None) -> Program:
     """``model`` compiled by ``pipeline`` (which must end with kv-ring and codegen) for a prompt of
-    ``prompt_len`` tokens and ``generate`` generated tokens; ``context`` overrides kv-ring's context;
-    ``adapters`` > 1 adapter directories get one request each (``Codegen.workload_changes``)."""
+    ``prompt_len`` tokens and ``generate`` generated tokens; ``context`` overrides kv-ring's context and
+    ``prefill_chunk`` codegen's (and so kv-ring's ``pass_tokens``); ``adapters`` > 1 adapter directories get
+    one request each (``Codegen.workload_changes``)."""
     if prompt_len < 1 or generate < 1:
         raise InputError("compile_for_replay", f"prompt_len and generate must be >= 1, got {prompt_len}, {generate}")
     chosen = Pipeline.parse(pipeline)
     if "kv-ring" not in chosen.names or "codegen" not in chosen.names:
         raise InputError(f"pipeline {pipeline}", "needs the kv-ring and codegen passes to emit a stream")
-    workload = Workload(context=context, prompt=prompt_len, steps=max(1, generate - 1), adapters=adapters)
+    workload = Workload(context=context, prompt=prompt_len, steps=max(1, generate - 1), adapters=adapters,
+                        prefill_chunk=prefill_chunk)
     return PassManager(chosen.for_workload(workload).passes).run(Program(model=model), target)

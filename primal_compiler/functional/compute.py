@@ -7,8 +7,8 @@
   macro is not fired and the output is zero.
 * ``DMAC QK`` scores the queries of its KV group (``QVEC``, the step's
   positions from the controller) against the K chunk in slot ``arg >> 8``,
-  causally and within the last ``context`` positions (a sliding layer's
-  last ``window``, when shorter), adding ALiBi's
+  causally and within the last positions its layer's ring holds (a
+  sliding layer's last ``window``, when shorter), adding ALiBi's
   ``slope_h * key position`` when the model has it; ``DMAC PV`` turns the
   scores into an (o, m, l) partial over the V chunk in slot ``arg >> 8``,
   merged into the one already there with ``ACCUMULATE``.
@@ -109,8 +109,8 @@ def dmac(m: Machine, r: tuple) -> None:
         if src.shape[1] < grp * hd:
             raise m.fail(f"queries of {src.shape[1]} elements, the KV group needs {grp * hd}")
         keys, key_pos, _ = m.kv_slot(pos, slot, 0, layer)
-        window = m.model.layers[layer].window  # a sliding window shorter than the ring: its last positions
-        live = ops.live_keys(m.step_positions(), key_pos, min(window, m.kv.context) if window else m.kv.context)
+        window, ring = m.model.layers[layer].window, m.kv.rings[layer]  # a window shorter than the ring: its last
+        live = ops.live_keys(m.step_positions(), key_pos, min(window, ring) if window else ring)
         s = ops.scores(src[:, : grp * hd].reshape(t, grp, hd), keys, live, m.model.attention_scale,
                        m.model.attn_softcap)
         if m.model.alibi_slopes:  # ALiBi: slope_h * key position, the group's heads from its QVEC index

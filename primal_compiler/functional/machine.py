@@ -97,8 +97,7 @@ class Machine:
         """(ct, pe, slot) -> (layer, chunk, kind) of every KV unit."""
         kv = self.kv
         per_chunk = kv.batch * kv.kv_heads * 2
-        u = np.arange(len(kv.ct))
-        layer, unit = np.divmod(u, kv.units)
+        layer, unit = kv.unit_layers()
         keys = zip(kv.ct.tolist(), kv.pe.tolist(), kv.slot.tolist())
         return dict(zip(keys, zip(layer.tolist(), (unit // per_chunk).tolist(), (unit % 2).tolist())))
 

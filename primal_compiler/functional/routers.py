@@ -154,7 +154,7 @@ def kv_append(m: Machine, r: tuple) -> None:
     if not 0 <= t0 <= kv.chunk_tokens - n:
         raise m.fail(f"token slots {token_slot}..{token_slot + n - 1} are outside chunk slot {slot}")
     values, positions, chunk = m.kv_slot(_dst(r), slot, kind, r[LAYER])
-    first = m.position + (chunk * kv.chunk_tokens + t0 - m.position) % kv.context
+    first = m.position + (chunk * kv.chunk_tokens + t0 - m.position) % kv.rings[r[LAYER]]
     rows = first - m.position + np.arange(n)
     if rows[-1] >= m.tokens:
         raise m.fail(f"ring position {chunk * kv.chunk_tokens + t0} holds no token of this step "

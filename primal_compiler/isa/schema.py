@@ -5,14 +5,13 @@ stream, the model IR, the KV-ring layout, the tile table, the CT layout, the
 mapping's flows and (after ``srpg``) the power schedule. The executor, the
 hop validation, ``primal viz`` and the functional replay index one with the
 other, so :func:`compiled_issue` checks every key and array they read: the
-meta keys' types and ranges (``STRINGS``, ``seed``, ``package_cols``,
-``KV_KEYS``, a strictly typed ``model_ir`` agreeing with ``num_layers`` and
-``kv``), every array's name, dtype and length (``ARRAYS``; the srpg
-schedule all or none), value ranges and cross-references (tiles placed on
-the mesh, one PE-owning tile per PE, each LoRA tile on its RRAM host's PE
-or on a PE of its own, CT
-templates and the flows' CSR pointers, KV units on their layer's CTs in
-distinct slots, power windows naming PG_ON/PG_OFF records of their CT), and
+meta keys (:func:`~primal_compiler.isa.meta.meta_issue`), every array's
+name, dtype and length (``ARRAYS``; the srpg schedule all or none; the KV
+arrays one entry per unit of each layer's ring), value ranges and
+cross-references (tiles placed on the mesh, one PE-owning tile per PE, each
+LoRA tile on its RRAM host's PE or on a PE of its own, CT templates and the
+flows' CSR pointers, KV units on their layer's CTs in distinct slots, power
+windows naming PG_ON/PG_OFF records of their CT), and
 the sections (``adapter:R`` with LoRA, ``prefill:R`` with one controller
 ARGMAX, ``decode:R`` with at least one, for R = 0, 1, ... in order).
 :func:`tiles_issue` adds the one check that needs the target: the tile
@@ -25,17 +24,16 @@ array or section.
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Mapping
-from dataclasses import fields, is_dataclass
-from typing import Any, NamedTuple, TYPE_CHECKING
+from typing import Any, TYPE_CHECKING
 
 import numpy as np
 
 from primal_compiler.errors import InputError
 from primal_compiler.ir.model_json import model_from_dict
 from primal_compiler.ir.tiles import COLUMNS, ROLE_CODES, Macro, Part, lora_macros
+from primal_compiler.isa.meta import COMPILED, INT_MAX, Issue, kv_units, meta_issue
 from primal_compiler.isa.opcodes import Opcode, step_ends
 from primal_compiler.isa.stream import Stream
 from primal_compiler.mapping.lower import Geometry, lower_model
@@ -43,13 +41,6 @@ from primal_compiler.mapping.lower import Geometry, lower_model
 if TYPE_CHECKING:
     from primal_compiler.target.spec import PrimalTarget
 
-COMPILED = "primal-program"  # meta ``format`` of a program written by primal compile
-INT_MAX = 2**31 - 1  # every count in the model IR and the KV layout fits an int32
-STRINGS = ("package_version", "model", "target", "target_hash", "pipeline")
-KV_INTERLEAVES = ("token", "word")
-"""How a KV chunk's tokens sit in a scratchpad's banks (``codegen/kvmap.py``): whole token vectors round the
-banks (the seed's interleave), or the chunk contiguous with its bank words round the banks."""
-KV_KEYS = ("context", "batch", "chunk_tokens", "kv_heads", "head_dim", "kv_bytes", "banks", "chunk_slots")
 TILES = {f"tile_{name}": np.dtype(dtype) for name, dtype in COLUMNS.items()}
 ARRAYS = {**TILES, **{name: np.dtype(dtype) for name, dtype in (
     ("ct_layer", "<i4"), ("ct_template", "<i4"), ("map_tpl_ptr", "<i8"), ("map_src_pe", "<i4"), ("map_dst_pe", "<i4"),
@@ -62,14 +53,6 @@ WEIGHT_COLUMNS = ("layer", "role", "part", "macro", "brow", "bcol", "slice", "ro
 SECTION = re.compile(r"(adapter|prefill|decode):(0|[1-9][0-9]{0,8})")
 
 
-class Issue(NamedTuple):
-    """Why a program is not a compiled program: ``kind`` is meta/array/section/end, ``key`` the name."""
-
-    kind: str
-    key: str
-    message: str
-
-
 def is_compiled(meta: object) -> bool:
     """Whether ``meta`` claims to be a compiled program's (such a file is always checked in full)."""
     return isinstance(meta, Mapping) and meta.get("format") == COMPILED
@@ -77,7 +60,7 @@ def is_compiled(meta: object) -> bool:
 
 def compiled_issue(meta: Mapping[str, Any], arrays: Mapping[str, np.ndarray], stream: Stream) -> Issue | None:
     """The first thing a compiled program lacks or gets wrong, or None; ``stream`` must be legal under ``meta``."""
-    return _meta_issue(meta) or _array_issue(meta, arrays, stream) or _section_issue(arrays, stream)
+    return meta_issue(meta) or _array_issue(meta, arrays, stream) or _section_issue(arrays, stream)
 
 
 def check_compiled(meta: Mapping[str, Any], arrays: Mapping[str, np.ndarray], stream: Stream, where: str) -> None:
@@ -108,86 +91,6 @@ def tiles_issue(meta: Mapping[str, Any], arrays: Mapping[str, np.ndarray], targe
         issue = _first(f"tile_{column}", got != want, lambda i: f"is {got[i]}, but {gives} {want[i]}")
         if issue is not None:
             return issue
-    return None
-
-
-# --------------------------------------------------------------------------- metadata
-
-
-def _int(value: object, low: int, high: int = INT_MAX) -> bool:
-    return type(value) is int and low <= value <= high
-
-
-def _show(value: object) -> str:
-    text = repr(value)
-    return text if len(text) <= 40 else text[:37] + "..."
-
-
-def _meta_issue(meta: Mapping[str, Any]) -> Issue | None:
-    def bad(key: str, problem: str) -> Issue:
-        return Issue("meta", key, f"meta {key}: {problem}")
-
-    if meta.get("format") != COMPILED:
-        return bad("format", f"{_show(meta.get('format'))}, not {COMPILED!r}: run, viz and the functional replay "
-                             "need a program written by primal compile")
-    for key in STRINGS:
-        if type(meta.get(key)) is not str:
-            return bad(key, f"expected a string, got {_show(meta.get(key))}")
-    if "seed" not in meta or not (meta["seed"] is None or type(meta["seed"]) is int):
-        return bad("seed", f"expected an integer or null, got {_show(meta.get('seed'))}")
-    if not _int(meta.get("package_cols"), 1, meta["num_cts"]):
-        return bad("package_cols", f"expected an integer in 1..num_cts {meta['num_cts']}, got "
-                                   f"{_show(meta.get('package_cols'))}")
-    kv = meta.get("kv")
-    if not isinstance(kv, dict) or sorted(kv) != sorted(KV_KEYS + ("interleave",)):
-        return bad("kv", f"expected an object with exactly {', '.join(KV_KEYS)}, interleave, got {_show(kv)}")
-    if kv["interleave"] not in KV_INTERLEAVES:
-        return bad("kv.interleave", f"expected one of {', '.join(KV_INTERLEAVES)}, got {_show(kv['interleave'])}")
-    for key in KV_KEYS:
-        if not _int(kv[key], 1):
-            return bad(f"kv.{key}", f"expected an integer in 1..{INT_MAX}, got {_show(kv[key])}")
-    if kv["context"] % kv["chunk_tokens"]:
-        return bad("kv.context", f"{kv['context']} is not a multiple of kv.chunk_tokens {kv['chunk_tokens']}")
-    d = meta.get("model_ir")
-    if not isinstance(d, dict):
-        return bad("model_ir", f"expected a JSON object, got {_show(d)}")
-    try:
-        model = model_from_dict(d)
-    except InputError as exc:  # a size over the IR's limits
-        return bad("model_ir", exc.problem)
-    except (KeyError, ValueError, TypeError, AttributeError) as exc:
-        return bad("model_ir", f"not a model description ({type(exc).__name__}: {exc})")
-    problem = _typed(model, "model_ir")
-    if problem is not None:
-        return Issue("meta", "model_ir", f"meta {problem}")
-    if model.num_layers != meta["num_layers"]:
-        return bad("num_layers", f"{meta['num_layers']}, but model_ir has {model.num_layers} layers")
-    for i, layer in enumerate(model.layers):
-        if layer.index != i:
-            return bad(f"model_ir.layers[{i}].index", f"{layer.index}, expected {i}")
-    attn = model.layers[0].attention
-    for key, want in (("kv_heads", attn.num_kv_heads), ("head_dim", attn.head_dim),
-                      ("kv_bytes", model.precision.kv_bits // 8)):
-        if kv[key] != want:
-            return bad(f"kv.{key}", f"{kv[key]}, but the model's layer 0 needs {want}")
-    return None
-
-
-def _typed(obj: Any, path: str) -> str | None:
-    """Where a model dataclass holds a value of the wrong JSON type or out of range (ints 0..INT_MAX, finite floats)."""
-    for f in fields(obj):
-        value, where = getattr(obj, f.name), f"{path}.{f.name}"
-        kind = f.type if isinstance(f.type, str) else f.type.__name__  # a string: the models' annotations are postponed
-        ok = {"int": lambda v: _int(v, 0), "bool": lambda v: type(v) is bool, "str": lambda v: type(v) is str,
-              "float": lambda v: type(v) in (int, float) and math.isfinite(v)}.get(kind)
-        if ok is not None and not ok(value):
-            return f"{where}: expected {'an int in 0..' + str(INT_MAX) if kind == 'int' else 'a ' + kind}, " \
-                   f"got {_show(value)}"
-        for k, item in enumerate(value if isinstance(value, tuple) else (value,)):
-            if is_dataclass(item):
-                problem = _typed(item, f"{where}[{k}]" if isinstance(value, tuple) else where)
-                if problem is not None:
-                    return problem
     return None
 
 
@@ -223,7 +126,7 @@ def _array_issue(meta: Mapping[str, Any], arrays: Mapping[str, np.ndarray], stre
                                         f"{list(given.shape)}")
     a, kv = arrays, meta["kv"]
     num_cts, pes, layers = meta["num_cts"], meta["mesh_rows"] * meta["mesh_cols"], meta["num_layers"]
-    units = kv["context"] // kv["chunk_tokens"] * kv["batch"] * kv["kv_heads"] * 2
+    units = kv_units(kv, layers)
     templates = len(a["map_tpl_ptr"]) - 1
     for names, length, what in (
         (tuple(TILES), max(len(a["tile_layer"]), 1), "one entry per tile (at least one)"),
@@ -231,7 +134,7 @@ def _array_issue(meta: Mapping[str, Any], arrays: Mapping[str, np.ndarray], stre
         (("map_tpl_ptr",), max(templates, 1) + 1, "one entry per CT template plus one (at least 2)"),
         (("map_src_pe", "map_dst_pe", "map_hops"), max(len(a["map_src_pe"]), 1), "one entry per mapped flow"),
         (("map_d2d_src", "map_d2d_dst"), len(a["map_d2d_src"]), "one entry per die-to-die transfer"),
-        (("kv_ct", "kv_pe", "kv_slot"), layers * units, f"{units} KV units per layer x {layers} layers"),
+        (("kv_ct", "kv_pe", "kv_slot"), int(units.sum()), f"the KV units of {layers} layers (kv)"),
         ([n for n in power if n != "pg_sram_off"], len(a.get("pg_ct", ())), "one entry per power window"),
         (("pg_sram_off",) if power else (), num_cts, f"one entry per CT (num_cts {num_cts})"),
     ):
@@ -322,9 +225,10 @@ def _csr(ptr: np.ndarray, members: int) -> Issue | None:
     return None
 
 
-def _kv_layers(a: Mapping[str, np.ndarray], units: int) -> Issue | None:
-    """Every KV unit of layer n lives on a CT of layer n (gated CTs keep only their own layer's cache)."""
-    layer, home = np.arange(len(a["kv_ct"])) // units, a["ct_layer"][a["kv_ct"]]
+def _kv_layers(a: Mapping[str, np.ndarray], units: np.ndarray) -> Issue | None:
+    """Every KV unit of layer n (``units[n]`` of them, after layer n-1's) lives on a CT of layer n (gated CTs
+    keep only their own layer's cache)."""
+    layer, home = np.repeat(np.arange(len(units)), units), a["ct_layer"][a["kv_ct"]]
     return _first("kv_ct", home != layer, lambda i: f"(a unit of layer {layer[i]}) is CT {a['kv_ct'][i]} of layer "
                                                     f"{home[i]}; a layer's KV cache stays in its own CTs")
 

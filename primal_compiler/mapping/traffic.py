@@ -63,7 +63,8 @@ def _blk(x: int, size: int) -> int:
 
 class _Builder:
     def __init__(self, model: Model, layer: DecoderLayer, table: TileTable, rows: np.ndarray, geo, context: int):
-        self.model, self.layer, self.t, self.geo, self.context = model, layer, table, geo, context
+        self.model, self.layer, self.t, self.geo = model, layer, table, geo
+        self.context = min(context, layer.window) if layer.window else context  # the keys a query scores
         self.rows = rows
         self.act = model.precision.activation_bits / 8
         self.psum = model.precision.psum_bits / 8

@@ -153,6 +153,8 @@ class Codegen(Pass):
                 raise InputError(f"{self.name}.requests", f"request {r} mixes adapters, which needs pipeline=true "
                                                           "(one pass per sequence: a pass reads one SRAM slot)")
 
+        self._rings_hold(program, prompt, min(self.prefill_chunk or prompt, prompt))
+
         def emit(chunk: int) -> Stream:
             return emit_stream(program, target, prompt, requests, self.steps, self.pipeline, chunk, self.history,
                                self.lora_residency == "per-token")
@@ -177,3 +179,18 @@ class Codegen(Pass):
             details["scratchpad"] = summary(fitted.allocation)
         return program.evolve(stream=stream, pending_details=details)
 
+    def _rings_hold(self, program: Program, prompt: int, chunk: int) -> None:
+        """InputError when a prefill pass of ``chunk`` tokens would append over a key its own queries read
+        in a layer's ring (a sliding layer's ring holds its window and kv-ring's ``pass_tokens`` less one)."""
+        kv = program.need_kv()
+        starts = np.arange(self.history, self.history + prompt, chunk)
+        ends = np.minimum(starts + chunk, self.history + prompt)
+        for n, layer in enumerate(program.model.layers):
+            ring = kv.rings[n]
+            seen = min(layer.window, ring) if layer.window else ring
+            if (ends - np.maximum(0, starts - seen + 1) > ring).any():
+                raise InputError(f"{self.name}.prefill_chunk",
+                                 f"a prefill pass of {chunk} tokens would overwrite keys it reads in layer {n}'s "
+                                 f"ring of {ring} tokens (its {layer.window}-token window and kv-ring's "
+                                 f"pass_tokens); prefill in chunks of at most {ring - seen + 1} tokens or give "
+                                 f"kv-ring pass_tokens={chunk}")

@@ -93,11 +93,12 @@ def test_replayed_attention_hops_equal_the_bound_and_beat_the_spread(model, kv, 
     assert _attention_hops(near, small_target) == bound
     assert bound <= _attention_hops(spread, small_target)
     first = [int(np.flatnonzero(near.layout.ct_layer == n)[0]) for n in range(m.num_layers)]
+    starts = near.kv.starts()
     for n in range(1, m.num_layers):  # codegen shifts layer 0's records: its units must shift alike
-        mine, base = slice(n * near.kv.units, (n + 1) * near.kv.units), slice(0, near.kv.units)
+        mine, base = slice(starts[n], starts[n + 1]), slice(0, starts[1])
         assert (near.kv.ct[mine].astype(int) - near.kv.ct[base] == first[n] - first[0]).all()
         assert (near.kv.pe[mine] == near.kv.pe[base]).all() and (near.kv.slot[mine] == near.kv.slot[base]).all()
-    u = np.arange(0, near.kv.units * m.num_layers, 2)  # K units; V is the next
+    u = np.arange(0, len(near.kv.ct), 2)  # K units; V is the next
     k, v = near.kv.pe[u].astype(int), near.kv.pe[u + 1].astype(int)
     assert (near.kv.ct[u] == near.kv.ct[u + 1]).all()
     assert (np.abs(k // 8 - v // 8) + np.abs(k % 8 - v % 8) == 1).all()  # scores go one hop

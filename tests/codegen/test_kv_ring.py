@@ -22,8 +22,8 @@ def _layer_cts(program):
 def test_units_get_distinct_slots_inside_their_layer(context, batch, small_target):
     p = compile_model(load_model("tiny-mistral"), small_target, f"{PLACE},kv-ring{{context={context},batch={batch}}}")
     check_kv_map(p.kv, _layer_cts(p))
-    assert p.kv.chunks == context // 32
-    assert len(p.kv.ct) == p.kv.units * p.model.num_layers
+    assert p.kv.rings == (context,) * p.model.num_layers and p.kv.chunks_of(1) == context // 32
+    assert len(p.kv.ct) == p.kv.units_per_layer()[0] * p.model.num_layers
 
 
 def test_llama2_13b_holds_2048_tokens_at_batch_1_and_reports_the_limit(target):
@@ -39,9 +39,9 @@ def test_llama2_13b_holds_2048_tokens_at_batch_1_and_reports_the_limit(target):
 def test_spread_ring_pointer_walks_routers_in_order_and_wraps(small_target):
     p = compile_model(load_model("tiny-llama"), small_target, f"{PLACE},kv-ring{{context=128,placement=spread}}")
     kv = p.kv
-    chunk, slot = kv.position(np.array([0, 31, 32, 127, 128, 160]))
+    chunk, slot = kv.position(np.array([0, 31, 32, 127, 128, 160]), 0)
     assert chunk.tolist() == [0, 0, 1, 3, 0, 1] and slot.tolist() == [0, 31, 0, 31, 0, 0]
-    u = kv.unit(0, np.arange(kv.chunks), 0, 0, 0)
+    u = kv.unit(0, np.arange(kv.chunks_of(0)), 0, 0, 0)
     cts = _layer_cts(p)[0]
     router = (np.searchsorted(cts, kv.ct[u]) * 64 + np.argsort(snake_routers(8, 8))[kv.pe[u]])
     assert (np.diff(router.astype(np.int64)) > 0).all()  # later chunks sit further along the ring
@@ -75,14 +75,57 @@ def test_a_sliding_window_reads_only_the_chunks_it_reaches(small_target):
     positions 7, 8, 9 in slots 7, 0, 1. In a compiled program the windowed layer reads fewer chunks."""
     from dataclasses import replace
 
-    from primal_compiler.codegen.attention import causal_pairs, window_chunks
+    from primal_compiler.codegen.attention import causal_pairs, ring_pairs
     from primal_compiler.isa.opcodes import DmacOp, Opcode
 
     assert causal_pairs(np.arange(3), 4, 6, 3, 3).tolist() == [0, 8, 1]
     assert causal_pairs(np.arange(3), 4, 6, 3).tolist() == [12, 11, 1]
-    assert window_chunks(9, 3, 8, 4).tolist() == [2, 1]
+    assert ring_pairs(6, 3, 3, 12, 4).tolist() == [0, 8, 1]
+    assert ring_pairs(9, 1, 3, 8, 4).tolist() == [2, 1]
+    assert ring_pairs(9, 1, 0, 8, 4).tolist() == [4, 4]  # no window: the whole ring, positions 2..9
     plain = load_model("tiny-mistral")
     model = replace(plain, layers=(replace(plain.layers[0], window=32), *plain.layers[1:]))
     s = compile_model(model, small_target, f"{PLACE},kv-ring{{context=128}},codegen{{steps=2}}").stream.records
     qk = (s["op"] == Opcode.DMAC) & ((s["arg"] & 0xFF) == DmacOp.QK)
     assert qk[s["layer"] == 0].sum() < qk[s["layer"] == 1].sum()
+
+
+def test_a_window_ring_holds_the_window_and_one_pass():
+    """By hand, chunks of 4 and a 5-key window: passes of 4 tokens need 5 + 4 - 1 = 8 positions (two chunks);
+    in a ring of 12, queries 8-11 read keys 4-11 (10 pairs in chunk 1, 10 in chunk 2) and queries 12-15 keys
+    8-15, the ring's chunk 0 again holding positions 12-15; a pass of 9 tokens from 8 would need keys 4-16,
+    13 positions, so it overwrites one it reads."""
+    from primal_compiler.codegen.attention import ring_pairs
+    from primal_compiler.codegen.kvmap import ring_tokens
+
+    assert ring_tokens(5, 64, 4, 4) == 8 and ring_tokens(5, 64, 1, 4) == 8 and ring_tokens(5, 64, 5, 4) == 12
+    assert ring_tokens(30, 16, 4, 4) == 16 and ring_tokens(0, 64, 4, 4) == 64  # at most the context; none: it
+    assert ring_pairs(8, 4, 5, 12, 4).tolist() == [0, 10, 10]
+    assert ring_pairs(12, 4, 5, 12, 4).tolist() == [10, 0, 10]
+    assert ring_pairs(8, 4, 5, 8, 4).tolist() == [10, 10]  # the smallest ring that holds them
+    with pytest.raises(ValueError, match="overwrite keys they read in a ring of 12"):
+        ring_pairs(8, 9, 5, 12, 4)
+
+
+def test_sliding_layers_get_window_rings_and_the_limits_follow(small_target):
+    """tiny-mistral with layer 0 sliding over 32 keys and passes of 8 tokens: layer 0 keeps a ring of 40 tokens
+    (5 chunks of 8), layer 1 the context's 256, so the map holds 5/32 + 1 of the units two full rings hold;
+    the largest context is bound by layer 1 alone; a longer prefill pass than kv-ring sized for is refused."""
+    from dataclasses import replace
+
+    plain = load_model("tiny-mistral")
+    model = replace(plain, layers=(replace(plain.layers[0], window=32), *plain.layers[1:]))
+    ring = "kv-ring{context=256,chunk_tokens=8,pass_tokens=8}"
+    p = compile_model(model, small_target, f"{PLACE},{ring},codegen{{prompt=64,prefill_chunk=8,steps=2}}")
+    check_kv_map(p.kv, _layer_cts(p))
+    assert p.kv.rings == (40, 256) and p.kv.units_per_layer().tolist() == [5 * 2 * 2, 32 * 2 * 2]
+    full = compile_model(plain, small_target, f"{PLACE},kv-ring{{context=256,chunk_tokens=8}}")
+    details, whole = last_details(p, "kv"), last_details(full, "kv")
+    assert details["ring_tokens"] == [40, 256] and details["kv_bytes"] * 64 == whole["kv_bytes"] * (5 + 32) * 2 // 2
+    assert details["max_tokens_at_batch"] == whole["max_tokens_at_batch"]
+    every = replace(plain, layers=tuple(replace(x, window=32) for x in plain.layers))
+    slides = compile_model(every, small_target, f"{PLACE},{ring}")
+    assert slides.kv.rings == (40, 40) and last_details(slides, "kv")["max_tokens_at_batch"] is None  # no bound
+    with pytest.raises(InputError, match=r"codegen.prefill_chunk: a prefill pass of 16 tokens would overwrite keys "
+                                         r"it reads in layer 0's ring of 40 tokens .*chunks of at most 9 tokens"):
+        compile_model(model, small_target, f"{PLACE},{ring},codegen{{prompt=64,prefill_chunk=16,steps=2}}")

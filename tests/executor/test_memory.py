@@ -87,7 +87,7 @@ def test_kv_bytes_are_the_allocated_chunks(occupied):
     expected = np.zeros_like(m.kv_bytes)
     for ct, pe in zip(kv.ct.tolist(), kv.pe.tolist()):
         expected[ct * m.pes + pe] += kv.chunk_tokens * kv.head_dim * kv.kv_bytes
-    assert (m.kv_bytes == expected).all() and expected.sum() == kv.units * program.model.num_layers * kv.chunk_bytes
+    assert (m.kv_bytes == expected).all() and expected.sum() == kv.units_per_layer().sum() * kv.chunk_bytes
 
 
 def test_peak_follows_the_live_buffers_by_hand(occupied):

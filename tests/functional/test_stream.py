@@ -42,8 +42,9 @@ def test_positions_past_the_context_wrap_around_the_ring(replay_target):
     p = emit(replay_target)
     kv, dec = p.kv, p.stream.section("decode:0")
     ends = np.concatenate([[0], argmax_records(dec) + 1])
-    unit_chunk = {(int(c), int(e), int(s)): u % kv.units // (kv.batch * kv.kv_heads * 2)
-                  for u, (c, e, s) in enumerate(zip(kv.ct, kv.pe, kv.slot))}
+    _, within = kv.unit_layers()
+    unit_chunk = {(int(c), int(e), int(s)): u // (kv.batch * kv.kv_heads * 2)
+                  for u, c, e, s in zip(within.tolist(), kv.ct, kv.pe, kv.slot)}
     for step, (lo, hi) in enumerate(zip(ends[:-1], ends[1:])):
         part = dec[lo:hi]
         app = part[part["op"] == Opcode.KV_APPEND]
