@@ -122,13 +122,14 @@ def build_kv_map(
     interleave: str, windows: Sequence[int], pass_tokens: int, where: str,
 ) -> KvMap:
     """Place every layer's units, its ring :func:`ring_tokens` of its ``windows`` entry (0: none) and
-    ``pass_tokens``; InputError naming the layer and the largest context x batch when they do not fit."""
+    ``pass_tokens`` (0: the context); InputError naming the layer and the largest context x batch when they
+    do not fit."""
     chunk_bytes = chunk_tokens * head_dim * kv_bytes
     per_router = capacity(scratchpad_bytes, reserve_bytes, chunk_bytes)
     if per_router == 0:
         raise InputError(where, f"a chunk of {chunk_tokens} tokens x {head_dim} x {kv_bytes} B = {chunk_bytes} B "
                                 f"does not fit a scratchpad's {scratchpad_bytes - reserve_bytes} B for KV")
-    rings = tuple(ring_tokens(w, context, pass_tokens, chunk_tokens) for w in windows)
+    rings = tuple(ring_tokens(w, context, pass_tokens or context, chunk_tokens) for w in windows)
     routers_per_ct = mesh[0] * mesh[1]
     empty = np.zeros(0, np.uint16)
     kv = KvMap(chunk_tokens, context, batch, kv_heads, head_dim, kv_bytes, banks, interleave, per_router, rings,
@@ -162,12 +163,13 @@ def build_kv_map(
 
 def limits(kv: KvMap, held: np.ndarray, windows: Sequence[int], pass_tokens: int) -> tuple[int | None, int]:
     """(largest context at ``kv.batch``, largest batch at ``kv.context``) when layer ``n`` holds ``held[n]``
-    chunks. A layer with a window binds the context only when its ring (its window and one pass) does not
-    fit; None when no layer binds it (every layer slides, and its ring fits at any context)."""
+    chunks. A layer with a window binds the context only when its ring (its window and one pass of
+    ``pass_tokens``; 0: a pass of the context, so the ring grows with it) does not fit; None when no layer
+    binds it (every layer slides, and its ring fits at any context)."""
     per_seq = held // (kv.kv_heads * 2)  # ring chunks a layer holds, all its sequences together
     tokens = per_seq // kv.batch * kv.chunk_tokens
     binds = [t for t, w in zip(tokens.tolist(), windows, strict=True)
-             if not w or ring_tokens(w, 1 << 62, pass_tokens, kv.chunk_tokens) > t]  # its ring at any context
+             if not w or not pass_tokens or ring_tokens(w, 1 << 62, pass_tokens, kv.chunk_tokens) > t]
     chunks = np.array([kv.chunks_of(n) for n in range(len(held))], np.int64)
     return min(binds, default=None), int((per_seq // chunks).min())
 

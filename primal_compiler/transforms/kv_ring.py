@@ -80,7 +80,7 @@ class KvRing(Pass):
 
     def _occupancy(self, program: Program, target: PrimalTarget, kv, layer_cts, mesh) -> dict:
         return occupancy(kv, layer_cts, mesh, target.router.scratchpad_bytes,
-                         [x.window for x in program.model.layers], self.pass_tokens or self.context)
+                         [x.window for x in program.model.layers], self.pass_tokens)
 
     def _map(self, program: Program, target: PrimalTarget, batch: int):
         layout = program.need_layout()
@@ -91,8 +91,7 @@ class KvRing(Pass):
             kv_heads=attn.num_kv_heads, head_dim=attn.head_dim, kv_bytes=program.model.precision.kv_bits // 8,
             scratchpad_bytes=target.router.scratchpad_bytes, reserve_bytes=self.reserve_bytes,
             banks=target.router.scratchpad_banks, interleave=self.bank_interleave,
-            windows=[x.window for x in program.model.layers], pass_tokens=self.pass_tokens or self.context,
-            where=self.name,
+            windows=[x.window for x in program.model.layers], pass_tokens=self.pass_tokens, where=self.name,
         )
         return kv, layer_cts, mesh
 

@@ -126,6 +126,9 @@ def test_sliding_layers_get_window_rings_and_the_limits_follow(small_target):
     every = replace(plain, layers=tuple(replace(x, window=32) for x in plain.layers))
     slides = compile_model(every, small_target, f"{PLACE},{ring}")
     assert slides.kv.rings == (40, 40) and last_details(slides, "kv")["max_tokens_at_batch"] is None  # no bound
+    one_pass = compile_model(every, small_target, f"{PLACE},kv-ring{{context=256,chunk_tokens=8}}")  # prefill: 256
+    assert one_pass.kv.rings == (256, 256)
+    assert last_details(one_pass, "kv")["max_tokens_at_batch"] == whole["max_tokens_at_batch"]
     with pytest.raises(InputError, match=r"codegen.prefill_chunk: a prefill pass of 16 tokens would overwrite keys "
                                          r"it reads in layer 0's ring of 40 tokens .*chunks of at most 9 tokens"):
         compile_model(model, small_target, f"{PLACE},{ring},codegen{{prompt=64,prefill_chunk=16,steps=2}}")
