@@ -15,7 +15,10 @@ Per forward pass over T token rows (decode: T = batch; prefill: batch x prompt):
   prefill runs causal attention at the attention compute fraction;
 * non-GEMM kernels move ``hidden_passes`` / ``intermediate_passes`` vectors
   per token and layer at the stream roof;
-* every kernel adds the engine's fixed time, every pass its host time;
+* every kernel adds the engine's fixed (GPU) time, every pass its host
+  time; an eager engine's host dispatches each kernel asynchronously
+  (``host_dispatch_s``), so a pass takes the longer of that dispatch and the
+  GPU's work (the ``host`` part is the excess);
 * unmerged LoRA adds ``kernels_per_projection`` kernels per adapted
   projection (fixed time + their own roofline), and each further distinct
   adapter in the batch (``adapters``) ``gather_fixed_s`` plus its A and B
@@ -244,7 +247,7 @@ class _Work:
         head_flops = 2 * rows * self.head
         head = max(self.head * 2 / (self.bw * e.decode.weight_bandwidth_fraction), head_flops / (peak16 * e.prefill.gemm_compute_fraction))
         vec_bytes = tokens * (self.vec + self.m.hidden_size * 2)  # + embedding rows gathered
-        fixed = self.kernels * e.kernels.fixed_s + e.kernels.host_per_pass_s
+        fixed = self.kernels * e.kernels.fixed_s  # the GPU side of every kernel; the host's in _with_host
         lora_t, lora_bytes, lora_flops = 0.0, 0.0, 0.0
         hbm = self.g.memory.hbm_bandwidth_bytes_per_s
         for fan_in, fan_out, r in self.lora:
@@ -258,6 +261,15 @@ class _Work:
         nbytes = self.weight_bytes + self.head * 2 + vec_bytes + lora_bytes
         return parts, nbytes, gemm_flops + head_flops + lora_flops
 
+    def _with_host(self, parts: dict) -> dict:
+        """``parts`` (the GPU's time) and ``host``: the host time per pass not hidden behind the GPU, plus what
+        the host's kernel dispatch takes beyond the GPU's work. An eager engine dispatches every kernel (its
+        adapters' in a loop over the distinct ones) asynchronously, so the pass takes the longer of the two."""
+        k = self.e.kernels
+        dispatched = self.kernels + len(self.lora) * self.e.lora.kernels_per_projection * self.adapters
+        gpu = sum(parts.values())
+        return {**parts, "host": k.host_per_pass_s + np.maximum(dispatched * k.host_dispatch_s - gpu, 0.0)}
+
     def prefill(self, batch: int, prompt: int) -> tuple[float, float, float, dict[str, float]]:
         """(seconds, bytes, FLOPs, time by part) of the prefill of ``batch`` prompts."""
         tokens = batch * prompt
@@ -265,7 +277,7 @@ class _Work:
         attn_flops = 4.0 * batch * prompt * (prompt + 1) / 2 * self.q_total  # causal: query t scores t keys
         peak16 = self.peak("fp16" if self.p.tensor == "fp8" else self.p.tensor)
         parts["attention"] = attn_flops / (peak16 * self.e.prefill.attention_compute_fraction) + tokens * self.kv_per_pos / self.bw
-        parts = {k: float(v) for k, v in parts.items()}
+        parts = {k: float(v) for k, v in self._with_host(parts).items()}
         return sum(parts.values()), nbytes + tokens * self.kv_per_pos, flops + attn_flops, parts
 
     def decode(self, batch: int, ctx: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict[str, np.ndarray]]:
@@ -275,7 +287,7 @@ class _Work:
         attn_flops = 4.0 * batch * ctx * self.q_total
         parts["attention"] = np.maximum(kv / (self.bw * self.e.decode.attention_bandwidth_fraction),
                                         attn_flops / (self.peak("fp16") * self.e.prefill.attention_compute_fraction))
-        parts = {k: np.broadcast_to(np.asarray(v, dtype=np.float64), ctx.shape) for k, v in parts.items()}
+        parts = {k: np.broadcast_to(np.asarray(v, dtype=np.float64), ctx.shape) for k, v in self._with_host(parts).items()}
         return sum(parts.values()), nbytes + kv, flops + attn_flops, parts
 
     def power(self, nbytes, flops, seconds):

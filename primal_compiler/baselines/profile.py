@@ -38,7 +38,8 @@ class KernelSpec(Table):
 
     per_layer: int = _f("count", "kernels one decoder layer launches per forward pass (GEMMs, norms, rotary, cache write, attention, activations, adds)", ge=1, le=10_000)
     per_pass: int = _f("count", "kernels outside the decoder layers per forward pass (embedding gather, final norm, LM head, sampling)", ge=0, le=10_000)
-    fixed_s: float = _f("s", "fixed time of one kernel on top of its roofline time (launch, ramp-up, tail, dependency gap)", gt=0, le=1e-2)
+    fixed_s: float = _f("s", "fixed GPU time of one kernel on top of its roofline time (launch, ramp-up, tail, dependency gap)", gt=0, le=1e-2)
+    host_dispatch_s: float = _f("s", "host time to dispatch one kernel from an eager framework, asynchronous to the GPU: a pass takes the longer of the host's dispatch and the GPU's work (0: a captured CUDA graph, nothing dispatched per kernel)", ge=0, le=1e-3)
     host_per_pass_s: float = _f("s", "host time per forward pass not hidden behind the GPU (scheduling, sampling, bookkeeping)", ge=0, le=1.0)
 
 
