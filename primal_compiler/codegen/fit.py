@@ -7,7 +7,9 @@ grows with ``c``. With no chunk forced (``prefill_chunk=0``) the whole
 prompt stays one pass when the program fits; otherwise codegen takes the
 largest chunk whose pass fits, found by bisection on *probes*: one prefill
 pass of ``c`` tokens ending at the prompt's last token (the largest
-attention of any chunk of ``c`` tokens), LM head and ARGMAX included. The
+attention of any chunk of ``c`` tokens), LM head and ARGMAX included (a
+probe that would overwrite keys it reads in a sliding layer's ring does not
+fit either). The
 stream emitted with that chunk is allocated again and the chunk shrunk
 until it fits (a probe bounds, it does not prove). A program that does not
 fit with any chunk (even the decode step's buffers overflow), or a forced
@@ -25,6 +27,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from primal_compiler.codegen.emit import prefill_pass
+from primal_compiler.codegen.kvmap import overwriting_layer
 from primal_compiler.errors import InputError
 from primal_compiler.executor.allocation import Allocation, of_program, overflow
 
@@ -87,7 +90,11 @@ def fit(program: Program, target: PrimalTarget, emit: Callable[[int], Stream], p
         return Fitted(stream, chunk, a)
     limit, size = 0, {}
     if chunk > 1 and decode is not None and decode.fits:
-        def fits(c: int) -> bool:
+        windows, end = [x.window for x in program.model.layers], np.array([history + prompt])
+
+        def fits(c: int) -> bool:  # a probe that overwrites keys it reads in a window's ring does not fit either
+            if overwriting_layer(program.need_kv(), windows, end - c, end) is not None:
+                return False
             a, size[c] = probe(program, target, prompt, c, history, pipeline)
             return a.fits
         limit = largest_chunk(fits, chunk - 1)

@@ -104,6 +104,17 @@ def ring_tokens(window: int, context: int, pass_tokens: int, chunk_tokens: int) 
     return min(context, -(-need // chunk_tokens) * chunk_tokens)
 
 
+def overwriting_layer(kv: KvMap, windows: Sequence[int], starts: np.ndarray, ends: np.ndarray) -> int | None:
+    """The first layer in whose ring a pass of positions ``starts[i] .. ends[i]-1`` would append over a key
+    one of its own queries reads (the keys its first query sees, back to its window or its ring, and the
+    pass's own exceed the ring), or None: the condition under which attention refuses a pass."""
+    for n, (ring, w) in enumerate(zip(kv.rings, windows, strict=True)):
+        seen = min(w, ring) if w else ring
+        if (np.asarray(ends) - np.maximum(0, np.asarray(starts) - seen + 1) > ring).any():
+            return n
+    return None
+
+
 def snake_routers(rows: int, cols: int) -> np.ndarray:
     """PE indices of a ``rows x cols`` mesh in boustrophedon order (neighbours consecutive)."""
     r, c = np.divmod(np.arange(rows * cols), cols)

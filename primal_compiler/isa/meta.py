@@ -100,6 +100,12 @@ def meta_issue(meta: Mapping[str, Any]) -> Issue | None:
     for i, layer in enumerate(model.layers):
         if layer.index != i:
             return bad(f"model_ir.layers[{i}].index", f"{layer.index}, expected {i}")
+        ring = kv.get("rings", [kv["context"]] * model.num_layers)[i]
+        if ring < kv["context"] and not layer.window:  # only a sliding layer keeps less than the context
+            return bad(f"kv.rings[{i}]", f"{ring} tokens, shorter than kv.context {kv['context']}, but layer {i} "
+                                         "has no sliding window")
+        if ring < kv["context"] and ring < layer.window:
+            return bad(f"kv.rings[{i}]", f"{ring} tokens, shorter than layer {i}'s sliding window of {layer.window}")
     attn = model.layers[0].attention
     for key, want in (("kv_heads", attn.num_kv_heads), ("head_dim", attn.head_dim),
                       ("kv_bytes", model.precision.kv_bits // 8)):

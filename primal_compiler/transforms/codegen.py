@@ -9,6 +9,7 @@ import numpy as np
 
 from primal_compiler.codegen.emit import emit_stream
 from primal_compiler.codegen.fit import fit
+from primal_compiler.codegen.kvmap import overwriting_layer
 from primal_compiler.executor.allocation import summary
 from primal_compiler.errors import InputError
 from primal_compiler.isa.opcodes import HIDDEN_SHARDS, Opcode
@@ -182,15 +183,14 @@ class Codegen(Pass):
     def _rings_hold(self, program: Program, prompt: int, chunk: int) -> None:
         """InputError when a prefill pass of ``chunk`` tokens would append over a key its own queries read
         in a layer's ring (a sliding layer's ring holds its window and kv-ring's ``pass_tokens`` less one)."""
-        kv = program.need_kv()
+        kv, layers = program.need_kv(), program.model.layers
         starts = np.arange(self.history, self.history + prompt, chunk)
-        ends = np.minimum(starts + chunk, self.history + prompt)
-        for n, layer in enumerate(program.model.layers):
+        n = overwriting_layer(kv, [x.window for x in layers], starts, np.minimum(starts + chunk, self.history + prompt))
+        if n is not None:
             ring = kv.rings[n]
-            seen = min(layer.window, ring) if layer.window else ring
-            if (ends - np.maximum(0, starts - seen + 1) > ring).any():
-                raise InputError(f"{self.name}.prefill_chunk",
-                                 f"a prefill pass of {chunk} tokens would overwrite keys it reads in layer {n}'s "
-                                 f"ring of {ring} tokens (its {layer.window}-token window and kv-ring's "
-                                 f"pass_tokens); prefill in chunks of at most {ring - seen + 1} tokens or give "
-                                 f"kv-ring pass_tokens={chunk}")
+            seen = min(layers[n].window, ring) if layers[n].window else ring
+            raise InputError(f"{self.name}.prefill_chunk",
+                             f"a prefill pass of {chunk} tokens would overwrite keys it reads in layer {n}'s "
+                             f"ring of {ring} tokens (its {layers[n].window}-token window and kv-ring's "
+                             f"pass_tokens); prefill in chunks of at most {ring - seen + 1} tokens or give "
+                             f"kv-ring pass_tokens={chunk}")

@@ -132,3 +132,21 @@ def test_sliding_layers_get_window_rings_and_the_limits_follow(small_target):
     with pytest.raises(InputError, match=r"codegen.prefill_chunk: a prefill pass of 16 tokens would overwrite keys "
                                          r"it reads in layer 0's ring of 40 tokens .*chunks of at most 9 tokens"):
         compile_model(model, small_target, f"{PLACE},{ring},codegen{{prompt=64,prefill_chunk=16,steps=2}}")
+
+
+def test_a_strict_fit_never_probes_a_chunk_that_overwrites_its_own_keys():
+    """A window of 8 with passes of 5 keeps a ring of 12; a forced 12-token chunk of a 13-token prompt emits
+    passes 0-11 and 12 (both legal), but the fit's probes end at the last token, and one of 6 (7-12) would
+    read back to position 0 while writing 12: it counts as not fitting, so the refusal is the fit's own
+    one line (it was a ValueError traceback)."""
+    from dataclasses import replace
+
+    from primal_compiler.target import load_target, with_overrides
+
+    tight = with_overrides(load_target("primal-7nm"), {"ct.mesh_rows": 8, "ct.mesh_cols": 8,
+                                                       "router.scratchpad_bytes": 6144})
+    plain = load_model("tiny-llama", "q,v:8")
+    model = replace(plain, layers=tuple(replace(x, window=8) for x in plain.layers))
+    with pytest.raises(InputError, match="prefill chunk 12 does not fit the scratchpads"):
+        compile_model(model, tight, "lower-tiles,blocking,zcurve-order,kv-ring{context=64,chunk_tokens=4,"
+                                    "reserve_bytes=0,pass_tokens=5},codegen{prompt=13,prefill_chunk=12,memory=strict}")

@@ -71,3 +71,40 @@ def test_the_window_ring_is_written_read_back_and_replayed(tmp_path):
     full = compile_for_replay(unwindowed, target, len(PROMPT), GENERATE, prefill_chunk=8)
     assert full.kv.rings == (2048, 2048)
     assert last_details(program, "kv")["kv_bytes"] * 4096 == last_details(full, "kv")["kv_bytes"] * (64 + 2048)
+
+
+def test_passes_that_wrap_the_window_ring_replay_as_onnxruntime():
+    """Chunks of 8, passes of 12 over an 80-token prompt: layer 0 keeps 32 + 12 - 1 = 43 positions in six
+    chunks (48), so the prefill passes themselves wrap the ring (positions 48-59 land in chunks 0-1 while
+    the pass still reads 17-47); the replay equals onnxruntime's logits."""
+    pytest.importorskip("onnxruntime")
+    from primal_compiler.report.check import ort_greedy
+
+    target, prompt, generate = load_primal_target("primal-7nm"), [1 + (i * 7) % 50 for i in range(80)], 12
+    program = compile_for_replay(load_model(GEMMA2), target, len(prompt), generate, prefill_chunk=12,
+                                 pipeline="lower-tiles,blocking,zcurve-order,kv-ring{chunk_tokens=8,context=256},codegen")
+    assert program.kv.rings == (48, 256)
+    want = ort_greedy(GEMMA2, prompt, generate)
+    forced = [int(t) for t in want.argmax(axis=1)][: generate - 1]
+    got = replay_functional(program, target, GEMMA2, None, prompt=prompt, generate=generate, precision="exact",
+                            where=GEMMA2, force=forced).logits
+    assert float(np.abs(got - want).max() / np.abs(want).max()) < 1e-5
+
+
+def test_a_ring_shorter_than_its_layers_window_is_refused_on_load(tmp_path):
+    """A program file whose model says layer 0 sees 100 keys while its ring holds 64: one line naming kv.rings[0]
+    (it had replayed, silently with a shorter window)."""
+    from primal_compiler.compiled import write_compiled
+    from primal_compiler.isa.container import PROGRAM_FILE
+    from primal_compiler.report.collect import load_compiled
+    from tests.isa.fuzzing import pack_parts, parts
+
+    target = load_primal_target("primal-7nm")
+    program = compile_for_replay(load_model(GEMMA2), target, len(PROMPT), 2, prefill_chunk=8)
+    write_compiled(program, target, tmp_path / "out")
+    meta, arrays, sections = parts((tmp_path / "out" / PROGRAM_FILE).read_bytes())
+    meta["model_ir"]["layers"][0]["window"] = 100
+    edited = tmp_path / "edited.primal"
+    edited.write_bytes(pack_parts(meta, arrays, sections))
+    with pytest.raises(InputError, match=r"meta kv.rings\[0\]: 64 tokens, shorter than layer 0's sliding window of 100"):
+        load_compiled(edited, None)

@@ -86,8 +86,9 @@ EDITS = {
                            "meta kv.rings: expected one ring per layer"),
     "a ring not whole chunks": (lambda m, a, s: m["kv"].__setitem__("rings", [m["kv"]["chunk_tokens"] + 1] * m["num_layers"]),
                                 "each a multiple of kv.chunk_tokens"),
-    "rings shorter than the units": (lambda m, a, s: m["kv"].__setitem__("rings", [m["kv"]["chunk_tokens"]] * m["num_layers"]),
-                                     "array kv_ct: "),
+    "a short ring without a window": (lambda m, a, s: m["kv"].__setitem__("rings", [m["kv"]["chunk_tokens"]] * m["num_layers"]),
+                                     "meta kv.rings[0]: 32 tokens, shorter than kv.context 2048, but layer 0 has no "
+                                     "sliding window"),
     "model_ir a list": (lambda m, a, s: m.__setitem__("model_ir", [1]), "meta model_ir: expected a JSON object"),
     "hidden a string": (lambda m, a, s: m["model_ir"].__setitem__("hidden_size", "256"),
                         "meta model_ir: not a model description"),
