@@ -182,6 +182,13 @@ def _generation(rp: Replay, span: tuple, steps: int, generate: int | None, where
     return steady(rp.stream.records, rp.start, rp.finish, span[0]["decode"], steps, generate or steps, where, required)
 
 
+def decode_steady(rp: Replay, request: int = 0, generate: int | None = None) -> Steady:
+    """How request ``request``'s decode covers ``generate`` tokens per sequence (a program's plan: the replayed
+    steps alone when they have not settled), as :func:`metrics` covers them."""
+    span = _span(rp, request)
+    return _generation(rp, span, step_gaps(rp, span[3], span[4])[1], generate, "program", required=False)
+
+
 def energy_metrics(rp: Replay, request: int = 0, generate: int | None = None) -> dict:
     """The energy and power figures of :func:`metrics` (over ``generate`` tokens per sequence) alone: all that a
     change of energy constants moves (``executor.replay.reprice``)."""

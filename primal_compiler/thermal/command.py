@@ -14,22 +14,27 @@ from primal_compiler.thermal import PHASES
 
 def cmd_thermal(args) -> None:
     from primal_compiler.argtypes import replay_cache
+    from primal_compiler.executor.metrics import decode_steady
     from primal_compiler.executor.replay import replay
     from primal_compiler.report import collect
+    from primal_compiler.report.run import read_saved
     from primal_compiler.target import require_primal, with_overrides
-    from primal_compiler.thermal.report import render_thermal, thermal_report
+    from primal_compiler.thermal.report import render_run, render_thermal, run_power, thermal_report
 
     with steps(2, "thermal") as step:  # a bar on a terminal: the replay, then the package's RC network
         step("load and replay")
         c = collect.load_compiled(Path(args.out), args.target)
+        saved = read_saved(Path(c.where))  # OUT/report.json, refused here when it is another program's
         target = c.target
         if args.ambient_c is not None:
             target = require_primal(with_overrides(target, {"thermal.ambient_c": args.ambient_c}), c.where)
         rp = replay(c.meta, c.arrays, c.stream, target, c.where, cache=replay_cache(args), rows=False)
         step("temperatures")
-        report = thermal_report(rp, args.phase)
+        report = thermal_report(rp, args.phase, steady=decode_steady(rp, 0, collect.planned_generation(c.meta)))
     report["program"] = c.where
-    text = render_thermal(report)
+    if saved is not None:  # the run's own figure for this window, and whether these dies add up to it
+        report["run"] = run_power(saved, str(Path(c.where).parent / "report.json"), report, rp, args.ambient_c is None)
+    text = render_thermal(report) + (render_run(report["run"]) if saved is not None else "")
     if args.limit_c is not None:
         from primal_compiler.thermal.throttle import render_throttle, throttle_for_limit
 

@@ -9,9 +9,14 @@ of the window's records over the window's length, attributed to CTs as
 to each end). Energy spent off the CT dies, the controller's issue energy
 and a controller-to-controller record, is reported apart (``offdie_w``).
 The static power is at each die's leakage scale of the replay
-(``executor/leakage.py``: the whole replay's steady temperature). Every joule of the window lands
-in exactly one place, so the CT watts plus ``offdie_w`` equal the report's
-``power_w`` for the same window (a test checks it).
+(``executor/leakage.py``: the whole replay's steady temperature). A decode
+generation longer than the replayed steps (``steady``, the run report's
+:class:`~primal_compiler.executor.steady.Steady`) repeats the middle step as
+the report does: each repeat adds that step's records' energy and every
+CT's static energy over one period to each CT, and the period to the
+window. Every joule of the window lands in exactly one place, so the CT
+watts plus ``offdie_w`` equal the report's ``power_w`` for the same
+generation (a test checks it).
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ from primal_compiler.executor.metrics import phase_window
 
 if TYPE_CHECKING:
     from primal_compiler.executor.replay import Replay
+    from primal_compiler.executor.steady import Steady
 
 
 
@@ -40,13 +46,20 @@ class Drive:
     window_s: float
 
 
-def drive(rp: Replay, phase: str = "decode", request: int = 0) -> Drive:
-    """The average power of every CT over request ``request``'s ``phase`` window (module docstring)."""
+def drive(rp: Replay, phase: str = "decode", request: int = 0, steady: Steady | None = None) -> Drive:
+    """The average power of every CT over request ``request``'s ``phase`` window, a decode one extended by
+    ``steady``'s repeated steps (module docstring)."""
     rec, begin, end = phase_window(rp, phase, request)
-    window_s = rp.seconds(end - begin)
-    if window_s <= 0:
+    n, cycles = rp.topo.num_cts, end - begin
+    if cycles <= 0:
         raise ValueError(f"the {phase} window of request {request} is empty")
-    n = rp.topo.num_cts
     dyn_j, offdie_j = ct_dynamic_j(rp.stream.records, rp.energy_pj, rec, n)
     static_j = xpower.ct_static_j(rp.timeline, rp.target, rp.topo.pes, n, begin, end)
+    if phase == "decode" and steady is not None and steady.repeated:
+        p = steady.period_cycles
+        step_dyn, step_off = ct_dynamic_j(rp.stream.records, rp.energy_pj, steady.step_records, n)
+        step_static = xpower.ct_static_j(rp.timeline, rp.target, rp.topo.pes, n, end - 2 * p, end - p)
+        dyn_j, static_j = dyn_j + steady.repeated * step_dyn, static_j + steady.repeated * step_static
+        offdie_j, cycles = offdie_j + steady.repeated * step_off, cycles + steady.repeated * p
+    window_s = rp.seconds(cycles)
     return Drive(phase, (dyn_j + static_j) / window_s, offdie_j / window_s, window_s)

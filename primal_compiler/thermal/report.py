@@ -23,13 +23,15 @@ from primal_compiler.executor.heat import network
 
 if TYPE_CHECKING:
     from primal_compiler.executor.replay import Replay
+    from primal_compiler.executor.steady import Steady
 
 CURVE_POINTS = 48
 
 
-def thermal_report(rp: Replay, phase: str = "decode", request: int = 0) -> dict:
-    """JSON-ready temperatures of every CT (degC) under request ``request``'s ``phase`` power, sustained."""
-    d = drive(rp, phase, request)
+def thermal_report(rp: Replay, phase: str = "decode", request: int = 0, steady: Steady | None = None) -> dict:
+    """JSON-ready temperatures of every CT (degC) under request ``request``'s ``phase`` power, sustained (a
+    decode over ``steady``'s generation, as the run report's ``power_w``)."""
+    d = drive(rp, phase, request, steady)
     net = network(rp.topo, rp.target)
     rise = net.steady_rise(d.ct_w)
     die = net.ambient_c + rise[: net.num_cts]
@@ -75,3 +77,23 @@ def render_thermal(report: dict) -> str:
     ]
     return "\n".join(lines)
 
+
+def run_power(saved: dict, path: str, report: dict, rp: Replay, own_ambient: bool) -> dict:
+    """The saved run report's (``path``) power over the window :func:`thermal_report` drew (decode: its ``power_w``;
+    prefill: its ``prefill_energy_j`` over the window), and whether the dies' watts plus ``offdie_w`` equal
+    it (within 1e-9): ``compared`` only when the run is this replay's (same target and control, the
+    target's own ambient, the same generation)."""
+    m, mine = saved["metrics"], report["power_w"] + report["offdie_w"]
+    run_w = m["power_w"] if report["phase"] == "decode" else m["prefill_energy_j"] / report["window_s"]
+    compared = (own_ambient and saved.get("target") == rp.target.name and m.get("control") == rp.control.mode
+                and report["window_s"] > 0)
+    return {"report": path, "power_w": float(run_w),
+            "compared": bool(compared), "agrees": bool(compared and abs(mine - run_w) <= 1e-9 * abs(run_w))}
+
+
+def render_run(run: dict) -> str:
+    """The line :func:`run_power` adds to the text report."""
+    verdict = ("the dies' and off-die watts add up to it" if run["agrees"] else
+               "the dies' and off-die watts do NOT add up to it" if run["compared"] else
+               "not compared: another target, control or ambient")
+    return f"\n  the run's report      {run['power_w']:.4g} W over this window ({run['report']}): {verdict}"

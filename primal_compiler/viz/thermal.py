@@ -11,13 +11,15 @@ from __future__ import annotations
 
 import numpy as np
 
+from primal_compiler.executor.metrics import decode_steady
+from primal_compiler.report.collect import planned_generation
 from primal_compiler.thermal.report import thermal_report
 from primal_compiler.viz import style
 from primal_compiler.viz.data import VizData
 
 
 def figure(d: VizData):
-    rep = thermal_report(d.rp, "decode")
+    rep = thermal_report(d.rp, "decode", steady=decode_steady(d.rp, 0, planned_generation(d.meta)))  # as primal run
     topo = d.rp.topo
     x, y = topo.ct_xy(np.arange(topo.num_cts))
     grid = np.full((int(y.max()) + 1, topo.package_cols), np.nan)

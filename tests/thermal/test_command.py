@@ -40,6 +40,30 @@ def test_thermal_limit_prints_the_policy(out, capsys):
     assert "thermal policy: hottest die at most 100 degC" in capsys.readouterr().out
 
 
+def test_thermal_reads_the_runs_report_and_refuses_another_programs(tmp_path, capsys):
+    """``run -o OUT`` saves report.json: thermal gives the run's decode power beside its own dies' and finds they
+    add up (the generation the program plans, 64 tokens from 3 replayed steps); with --ambient-c it does not
+    compare; another program's report.json is refused in one line naming it."""
+    import shutil
+
+    out, other = tmp_path / "out", tmp_path / "other"
+    assert main(["run", "tiny-llama", "--lora", "q,v:8", "-p", "fast", "-o", str(out)]) == 0
+    assert main(["run", "tiny-llama", "--lora", "q:4", "-p", "fast", "-o", str(other)]) == 0
+    capsys.readouterr()
+    assert main(["thermal", str(out), "--json"]) == 0
+    rep = json.loads(capsys.readouterr().out)
+    saved = json.loads((out / "report.json").read_text())
+    assert rep["run"] == {"report": str(out / "report.json"), "power_w": saved["metrics"]["power_w"],
+                          "compared": True, "agrees": True}
+    assert rep["power_w"] + rep["offdie_w"] == pytest.approx(saved["metrics"]["power_w"], rel=1e-9)
+    assert main(["thermal", str(out), "--ambient-c", "80"]) == 0
+    assert "not compared: another target, control or ambient" in capsys.readouterr().out
+    shutil.copy(other / "report.json", out / "report.json")
+    assert main(["thermal", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and str(out / "report.json") in err and "made from another program" in err
+
+
 @pytest.mark.parametrize("args, message", [
     (["thermal", "{out}/nope"], "primal: {out}/nope: no such program file"),
     (["thermal", "{out}", "--ambient-c", "200"], "primal: thermal: argument --ambient-c:"),

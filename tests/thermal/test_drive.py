@@ -20,6 +20,28 @@ def test_ct_power_adds_up_to_the_reports_decode_power(thermal_replay):
     assert d.offdie_w < 0.05 * d.ct_w.sum()  # the controller's issue energy is a small part
 
 
+def test_a_generation_past_the_replayed_steps_adds_up_to_the_reports_power(small_target):
+    """Three replayed steps of a settled decode generating 40 tokens: the report repeats the middle step 37
+    times and so does the drive (each repeat: that step's records and one period of every CT's static
+    energy), so its watts still add up to the report's power_w, over the report's longer window."""
+    from primal_compiler.api import compile_model
+    from primal_compiler.compiled import Compiled
+    from primal_compiler.executor.metrics import decode_steady
+    from primal_compiler.executor.replay import replay
+    from primal_compiler.frontend import load_model
+
+    program = compile_model(load_model("tiny-llama", "q,v:8"), small_target,
+                            "lower-tiles,blocking,zcurve-order,kv-ring{context=64},codegen{steps=3},srpg")
+    c = Compiled.of(program, small_target)
+    rp = replay(c.meta, c.arrays, c.stream, c.target)
+    st = decode_steady(rp, 0, 40)
+    assert st.repeated == 37 and st.period_cycles > 0
+    d, m = drive(rp, "decode", steady=st), metrics(rp, generate=40)
+    assert d.ct_w.sum() + d.offdie_w == pytest.approx(m["power_w"], rel=1e-9)
+    assert d.window_s > drive(rp, "decode").window_s
+    assert drive(rp, "decode").ct_w.sum() + drive(rp, "decode").offdie_w != pytest.approx(m["power_w"], rel=1e-9)
+
+
 def test_prefill_power_adds_up_to_the_reports_prefill_energy(thermal_replay):
     rp = thermal_replay
     d = drive(rp, "prefill")
