@@ -1,7 +1,7 @@
 """Published GPU measurements (``measurements.toml``) and what the engine-profile model predicts for each.
 
 :func:`load_points` reads the file strictly (unknown or missing keys, wrong
-types and unknown metrics are :class:`InputError`); :func:`predict` runs
+types, by pydantic, and unknown metrics are :class:`InputError`); :func:`predict` runs
 :func:`~primal_compiler.baselines.engine.serve` under a point's conditions and
 returns the model's value of the point's metric; :func:`table` pairs them with
 the relative error. Nothing here adjusts a constant: the points are what the
@@ -10,9 +10,9 @@ model is checked against, not fitted to.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, cast
+from typing import cast
 
 from primal_compiler.errors import InputError
 from primal_compiler.inputs import read_toml
@@ -59,33 +59,23 @@ class Point:
     study: str = ""  # the publication or data set the point comes from (what leave-one-study-out leaves out)
 
 
-_REQUIRED = ("id", "metric", "value", "model", "gpu", "engine", "precision", "batch", "prompt", "generate", "source",
-             "study")
-#: The Python types a TOML value of each field type may have (an int is a float too).
-_KINDS: dict[str, type | tuple[type, ...]] = {"str": str, "int": int, "float": (int, float), "bool": bool}
-
-
 def load_points(path: str | Path = MEASUREMENTS) -> list[Point]:
-    """Every ``[[point]]`` of ``path``, checked key by key."""
+    """Every ``[[point]]`` of ``path``, validated as a :class:`Point` (:mod:`primal_compiler.target.validate`:
+    unknown or missing keys, wrong types), then its cross-field rules."""
+    from primal_compiler.target.validate import names, validated
+
     raw = read_toml(path, "measurements file")
     if set(raw) != {"point"} or not isinstance(raw["point"], list):
         raise InputError(str(path), "expected only [[point]] tables")
-    types = {f.name: str(f.type) for f in fields(Point)}  # the annotation strings (postponed annotations)
     out, seen = [], set()
     for i, entry in enumerate(raw["point"]):
         where = f"{path}: point {i + 1}"
-        unknown = sorted(set(entry) - set(types))
-        if unknown:
-            raise InputError(where, f"{unknown[0]}: unknown key (expected one of: {', '.join(types)})")
-        missing = [k for k in _REQUIRED if k not in entry]
-        if missing:
-            raise InputError(where, f"{missing[0]}: missing key")
-        for key, value in entry.items():
-            want = _KINDS[types[key]]
-            if (isinstance(value, bool) and want is not bool) or not isinstance(value, want):
-                raise InputError(where, f"{key}: expected {types[key]}, got {value!r}")
-        values: dict[str, Any] = {k: float(v) if types[k] == "float" else v for k, v in entry.items()}
-        point = Point(**values)
+        if not isinstance(entry, dict):
+            raise InputError(where, "expected a table")
+        valid, problem = validated(Point, entry)
+        if problem is not None:
+            raise InputError(where, f"{problem.key}: {problem.message}")
+        point = Point(**{name: getattr(valid, name) for name in names(Point)})
         if point.metric not in METRICS:
             raise InputError(where, f"metric: must be one of {', '.join(METRICS)}, got {point.metric!r}")
         if (point.metric == "ratio") != bool(point.versus_precision or point.versus_kv_bits or point.versus_adapters):

@@ -11,20 +11,16 @@ A file may start from another with ``extends = "<bundled name or path>"``: its
 tables are merged key by key over the base (scalars replace, tables merge).
 The extending file must set its own ``name`` and may contain only schema keys.
 
-Tables map to nested dataclasses by field introspection: one generic builder
-checks presence, unknown keys, types (an int is accepted for a float, never a
-bool for an int) and the field metadata rules, then each table's cross-field
-rules.
+Tables map to nested dataclasses by field introspection: pydantic validates
+presence, unknown keys, types (an int is accepted for a float, never a bool
+for an int) and the field metadata rules with a model generated from each
+table class (:mod:`.validate`), then each table's cross-field rules run.
 """
 
 from __future__ import annotations
 
-import difflib
-import math
 import tomllib
 from collections.abc import Mapping
-from dataclasses import fields, is_dataclass
-from datetime import date, datetime, time
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +29,8 @@ from primal_compiler.inputs import read_toml
 from primal_compiler.resources import bundled
 from primal_compiler.target.gpu import GpuTarget
 from primal_compiler.target.spec import KINDS, PrimalTarget, Target
-from primal_compiler.target.table import RULE_KEYS, type_hints
+from primal_compiler.target.table import type_hints
+from primal_compiler.target.validate import describe, is_table, leaf, names, suggest, validated
 
 __all__ = [
     "bundled_targets",
@@ -121,16 +118,16 @@ def with_overrides(target: Target, overrides: Mapping[str, Any]) -> Target:
         node: dict[str, Any] = raw
         typ: Any = cls
         for depth, part in enumerate(parts):
-            names = _schema_names(typ)
+            keys = names(typ)
             here = ".".join(parts[: depth + 1])
-            if part not in names:
-                raise InputError(where, f"{here}: unknown key{_suggest(part, names)}")
+            if part not in keys:
+                raise InputError(where, f"{here}: unknown key{suggest(part, keys)}")
             typ = type_hints(typ)[part]
             if depth < len(parts) - 1:
-                if not is_dataclass(typ):
+                if not is_table(typ):
                     raise InputError(where, f"{here}: is a value, not a table")
                 node = node[part]
-            elif is_dataclass(typ):
+            elif is_table(typ):
                 raise InputError(where, f"{dotted}: is a table; override its keys one by one")
         node[parts[-1]] = value
     # The target was valid, so whatever fails now is the overrides' doing.
@@ -204,7 +201,7 @@ def _load_merged(path: Path, chain: tuple[Path, ...]) -> tuple[dict[str, Any], d
         return raw, prov
     ref = raw.pop(_EXTENDS)
     if not isinstance(ref, str) or not ref:
-        raise InputError(str(path), f"{_EXTENDS}: expected a target name or path string, got {_describe(ref)}")
+        raise InputError(str(path), f"{_EXTENDS}: expected a target name or path string, got {describe(ref)}")
     if "name" not in raw:
         raise InputError(str(path), "name: missing key (a file that extends another must name itself)")
     base_path = _resolve(ref, base_dir=path.parent, where=f"{path}: {_EXTENDS}")
@@ -242,7 +239,7 @@ def _build_target(raw: dict[str, Any], prov: dict[str, str], origin: str) -> Tar
     if kind is None:
         raise InputError(origin, "kind: missing key (one of " + ", ".join(map(repr, KINDS)) + ")")
     if not isinstance(kind, str) or kind not in KINDS:
-        raise InputError(prov.get("kind", origin), f"kind: must be one of {', '.join(map(repr, KINDS))}, got {_describe(kind)}")
+        raise InputError(prov.get("kind", origin), f"kind: must be one of {', '.join(map(repr, KINDS))}, got {describe(kind)}")
     cls = KINDS[kind]
     ranges: dict[str, tuple[float, float]] = {}
     target = _build(cls, raw, "", prov, origin, ranges)
@@ -253,36 +250,47 @@ def _build_target(raw: dict[str, Any], prov: dict[str, str], origin: str) -> Tar
 
 def _build(cls: type, raw: Any, prefix: str, prov: dict[str, str], origin: str,
            ranges: dict[str, tuple[float, float]] | None = None) -> Any:
-    """Instantiate dataclass ``cls`` from table ``raw``, checking everything on the way; a number's stated
-    range (``<key>_range = [low, high]`` beside it) goes into ``ranges`` under its dotted key."""
-    table = prefix[:-1]
+    """Instantiate dataclass ``cls`` from table ``raw``, validated by its pydantic model (:mod:`.validate`); a
+    number's stated range (``<key>_range = [low, high]`` beside it) goes into ``ranges`` under its dotted key."""
     if not isinstance(raw, dict):
-        raise InputError(prov.get(table, origin), f"{table}: expected a table, got {_describe(raw)}")
-    names = _schema_names(cls)
-    hints = type_hints(cls)
-    numbers = {n for n in names if hints[n] in (int, float)}
-    stated = {k for k in raw if k.endswith(RANGE_SUFFIX) and k.removesuffix(RANGE_SUFFIX) in numbers
-              and ranges is not None}
-    for k in sorted(set(raw) - set(names) - stated):
-        raise InputError(prov.get(prefix + k, origin), f"{prefix}{k}: unknown key{_suggest(k, names)}")
-    values: dict[str, Any] = {}
-    for f in fields(cls):
-        if f.metadata.get("internal"):
-            continue
-        key = prefix + f.name
-        if f.name not in raw:
-            raise InputError(origin, f"{key}: missing key ({f.metadata['doc']})")
-        typ = hints[f.name]
-        if isinstance(typ, type) and is_dataclass(typ):
-            values[f.name] = _build(typ, raw[f.name], f"{key}.", prov, origin, ranges)
+        raise InputError(prov.get(prefix[:-1], origin), f"{prefix[:-1]}: expected a table, got {describe(raw)}")
+    stated: dict[str, Any] = {}
+    clean = _without_ranges(cls, raw, prefix, stated) if ranges is not None else raw
+    valid, problem = validated(cls, clean)
+    if problem is not None:
+        key = prefix + problem.key
+        raise InputError(origin if problem.missing else prov.get(key, origin), f"{key}: {problem.message}")
+    return _instantiate(cls, valid, prefix, prov, origin, ranges, stated)
+
+
+def _without_ranges(cls: type, raw: dict[str, Any], prefix: str, stated: dict[str, Any]) -> dict[str, Any]:
+    """``raw`` without the stated ranges of its numbers (nested tables too), which go into ``stated`` by dotted
+    key; anything else, unknown keys included, stays for the validation to judge."""
+    hints, keys = type_hints(cls), names(cls)
+    out: dict[str, Any] = {}
+    for k, v in raw.items():
+        base = k.removesuffix(RANGE_SUFFIX)
+        if k.endswith(RANGE_SUFFIX) and base in keys and hints[base] in (int, float):
+            stated[prefix + base] = v
+        elif k in keys and is_table(hints[k]) and isinstance(v, dict):
+            out[k] = _without_ranges(hints[k], v, f"{prefix}{k}.", stated)
         else:
-            where = prov.get(key, origin)
-            value = _coerce(raw[f.name], typ, key, where)
-            _check_rules(value, f.metadata, key, where)
-            values[f.name] = value
-            if f.name + RANGE_SUFFIX in stated and ranges is not None:
-                ranges[key] = _range(raw[f.name + RANGE_SUFFIX], value, typ, f.metadata, key,
-                                     prov.get(key + RANGE_SUFFIX, origin), where)
+            out[k] = v
+    return out
+
+
+def _instantiate(cls: type, valid: Any, prefix: str, prov: dict[str, str], origin: str,
+                 ranges: dict[str, tuple[float, float]] | None, stated: dict[str, Any]) -> Any:
+    """The dataclass of a validated model, each stated range checked, then the class's cross-field rules."""
+    hints, values = type_hints(cls), {}
+    for name in names(cls):
+        key, value = prefix + name, getattr(valid, name)
+        if is_table(hints[name]):
+            value = _instantiate(hints[name], value, f"{key}.", prov, origin, ranges, stated)
+        elif key in stated and ranges is not None:
+            ranges[key] = _range(cls, name, stated[key], value, key, prov.get(key + RANGE_SUFFIX, origin),
+                                 prov.get(key, origin))
+        values[name] = value
     obj = cls(**values)
     for name, problem in obj._problems():
         key = name if "." in name else prefix + name
@@ -290,95 +298,24 @@ def _build(cls: type, raw: Any, prefix: str, prov: dict[str, str], origin: str,
     return obj
 
 
-def _range(raw: Any, value: Any, typ: type, meta: Mapping[str, Any], key: str, where: str,
+def _range(cls: type, field: str, raw: Any, value: Any, key: str, where: str,
            value_where: str) -> tuple[float, float]:
-    """The stated range ``[low, high]`` of ``key`` (from file ``where``): two values of its type passing its
-    rules, low <= value <= high; a value outside is an error naming the file that holds the value."""
+    """The stated range ``[low, high]`` of ``key`` (from file ``where``): two values passing the field's rules,
+    low <= value <= high; a value outside is an error naming the file that holds the value."""
     name = key + RANGE_SUFFIX
     if not isinstance(raw, list) or len(raw) != 2:
-        raise InputError(where, f"{name}: expected [low, high], got {_describe(raw)}")
-    low, high = (_coerce(v, typ, name, where) for v in raw)
-    for v in (low, high):
-        _check_rules(v, meta, name, where)
+        raise InputError(where, f"{name}: expected [low, high], got {describe(raw)}")
+    ends = []
+    for v in raw:
+        end, problem = leaf(cls, field, v)
+        if problem is not None:
+            raise InputError(where, f"{name}: {problem}")
+        ends.append(end)
+    low, high = ends
     if low > high:
         raise InputError(where, f"{name}: its low end {low} is above its high end {high}")
     if not low <= value <= high:
         stated = f"{name}" if where == value_where else f"{name} of {where}"
         raise InputError(value_where, f"{key}: {value} is outside its stated range {low}..{high} ({stated})")
     return float(low), float(high)
-
-
-def _schema_names(cls: type) -> list[str]:
-    return [f.name for f in fields(cls) if not f.metadata.get("internal")]
-
-
-_TYPE_WORDS = {bool: "a boolean", int: "an integer", float: "a number", str: "a string"}
-
-
-def _coerce(value: Any, typ: type, key: str, where: str) -> Any:
-    ok = (
-        (typ is bool and isinstance(value, bool))
-        or (typ is int and isinstance(value, int) and not isinstance(value, bool))
-        or (typ is float and isinstance(value, (int, float)) and not isinstance(value, bool))
-        or (typ is str and isinstance(value, str))
-    )
-    if not ok:
-        raise InputError(where, f"{key}: expected {_TYPE_WORDS[typ]}, got {_describe(value)}")
-    if typ is float:
-        value = float(value)
-        if not math.isfinite(value):
-            raise InputError(where, f"{key}: must be finite, got {value}")
-    if typ is str and not value.strip():
-        raise InputError(where, f"{key}: must not be empty")
-    return value
-
-
-def _check_rules(value: Any, meta: Mapping[str, Any], key: str, where: str) -> None:
-    for rule in RULE_KEYS:
-        if rule not in meta:
-            continue
-        bound = meta[rule]
-        if rule == "choices":
-            bad, need = value not in bound, "must be one of " + ", ".join(map(repr, bound))
-        elif rule == "ge":
-            bad, need = value < bound, f"must be >= {bound}"
-        elif rule == "gt":
-            bad, need = value <= bound, f"must be > {bound}"
-        elif rule == "le":
-            bad, need = value > bound, f"must be <= {bound}"
-        elif rule == "lt":
-            bad, need = value >= bound, f"must be < {bound}"
-        else:  # multiple_of
-            bad, need = value % bound != 0, f"must be a multiple of {bound}"
-        if bad:
-            raise InputError(where, f"{key}: {need}, got {value!r}")
-
-
-def _describe(value: Any) -> str:
-    """TOML-flavoured type and value, e.g. ``boolean true`` or ``string "6"``."""
-    if isinstance(value, bool):
-        return f"boolean {'true' if value else 'false'}"
-    if isinstance(value, int):
-        return f"integer {value}"
-    if isinstance(value, float):
-        return f"float {value!r}"
-    if isinstance(value, str):
-        return "string " + _quote(value)
-    if isinstance(value, dict):
-        return "a table"
-    if isinstance(value, list):
-        return "an array"
-    if isinstance(value, (datetime, date, time)):
-        return f"date/time {value.isoformat()}"
-    return type(value).__name__  # pragma: no cover - tomllib yields nothing else
-
-
-def _quote(text: str, limit: int = 40) -> str:
-    short = text if len(text) <= limit else text[: limit - 3] + "..."
-    return '"' + short.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
-
-
-def _suggest(name: str, names: list[str]) -> str:
-    close = difflib.get_close_matches(name, names, n=1, cutoff=0.6)
-    return f" (did you mean {close[0]!r}?)" if close else f" (expected one of: {', '.join(names)})"
 

@@ -48,3 +48,14 @@ def test_strict_file(tmp_path):
     bad.write_text('[[point]]\nid = "x"\nmetric = "ttft_s"\nvalue = 1.0\n', encoding="utf-8")
     with pytest.raises(InputError, match="model: missing key"):
         load_points(bad)
+    whole = ('[[point]]\nid = "x"\nmetric = "ttft_s"\nvalue = 1\nmodel = "llama2-7b"\ngpu = "a100"\nengine = "vllm"\n'
+             'precision = "fp16"\nprompt = 8\ngenerate = 2\nsource = "s"\nstudy = "t"\n')
+    bad.write_text(whole + "batch = 1\n", encoding="utf-8")
+    assert load_points(bad)[0].value == 1.0  # an integer is a number
+    for line, problem in (('batch = "8"', 'batch: expected an integer, got string "8"'),
+                          ("batch = true", "batch: expected an integer, got boolean true"),
+                          ("batch = 1\nheld_out = 1", "held_out: expected a boolean, got integer 1"),
+                          ("batch = 1\nkv_bits = 8.0", "kv_bits: expected an integer, got float 8.0")):
+        bad.write_text(whole + line + "\n", encoding="utf-8")
+        with pytest.raises(InputError, match=problem):
+            load_points(bad)
