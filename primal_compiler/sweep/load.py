@@ -35,7 +35,9 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal, cast
+
+from pydantic import Field, TypeAdapter, ValidationError
 
 from primal_compiler.errors import InputError
 from primal_compiler.inputs import read_toml
@@ -83,19 +85,13 @@ def spec_from_dict(raw: dict[str, Any], where: str = "<spec>", max_points: int =
     for key, value in sweep.items():
         here = f"sweep.{key}"
         if key == "metrics":
-            if not isinstance(value, list) or not value or not all(isinstance(m, str) for m in value):
-                raise InputError(where, f"{here}: expected a non-empty array of metric names")
-            for m in value:
+            for m in _valid(key, value, where, here):
                 check_metric(m, f"{where}: {here}")
             metrics = tuple(dict.fromkeys(value))
         elif key == "validate":
-            if not isinstance(value, bool):
-                raise InputError(where, f"{here}: expected a boolean, got {value!r}")
-            validate = value
+            validate = _valid(key, value, where, here)
         elif key == "ga_executor":
-            if value not in GA_EXECUTORS:
-                raise InputError(where, f"{here}: must be one of {', '.join(GA_EXECUTORS)}, got {value!r}")
-            ga_executor = value
+            ga_executor = _valid(key, value, where, here)
         elif key in ("description", "name"):
             description = str(value)
         elif key in FIELDS:
@@ -142,6 +138,32 @@ def spec_from_dict(raw: dict[str, Any], where: str = "<spec>", max_points: int =
     return spec
 
 
+def _typed(base: Any, what: str, **rules: Any) -> tuple[TypeAdapter, str]:
+    return TypeAdapter(Annotated[base, Field(strict=True, **rules)]), what
+
+
+_TEXT = _typed(str, "a non-empty string", pattern=r"\S")
+#: The fixed keys of [sweep] and of the axes: pydantic's check of each, and what it expects in the message.
+_KEYS: dict[str, tuple[TypeAdapter, str]] = {
+    "batch": _typed(int, "a positive integer", ge=1), "context": _typed(int, "a positive integer", ge=1),
+    "seed": _typed(int, "a non-negative integer", ge=0),
+    "lora": _typed(str, 'LoRA text like "q,v:8" or "none"'),
+    "model": _TEXT, "target": _TEXT, "pipeline": _TEXT,
+    "metrics": _typed(list[Annotated[str, Field(strict=True)]], "a non-empty array of metric names", min_length=1),
+    "validate": _typed(bool, "a boolean"),
+    "ga_executor": (TypeAdapter(cast(Any, Literal)[GA_EXECUTORS]), f"one of {', '.join(GA_EXECUTORS)}"),
+}
+
+
+def _valid(key: str, value: Any, where: str, label: str) -> Any:
+    """``value`` of the fixed key ``key`` as pydantic validates it; else InputError naming ``label``."""
+    adapter, what = _KEYS[key]
+    try:
+        return adapter.validate_python(value)
+    except ValidationError:
+        raise InputError(where, f"{label}: expected {what}, got {value!r}") from None
+
+
 def _check_size(grids: list[Grid], max_points: int, where: str) -> None:
     """Refuse more than ``max_points`` points, counted from the axis lengths (nothing expanded)."""
     sizes = [math.prod(len(vals) for _, vals in g.axes) for g in grids]
@@ -171,18 +193,9 @@ class _Checker:
         raise InputError(self.where, f"{label}: {problem}")
 
     def field(self, key: str, value: Any, label: str) -> Any:
-        if key in ("batch", "context"):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                self.fail(label, f"expected a positive integer, got {value!r}")
-        elif key == "seed":
-            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                self.fail(label, f"expected a non-negative integer, got {value!r}")
-        elif key == "lora":
-            if not isinstance(value, str):
-                self.fail(label, f"expected LoRA text like \"q,v:8\" or \"none\", got {value!r}")
+        value = _valid(key, value, self.where, label)
+        if key == "lora":
             return None if value.strip().lower() in ("", "none") else value
-        elif not isinstance(value, str) or not value.strip():
-            self.fail(label, f"expected a non-empty string, got {value!r}")
         return value
 
     def target(self, ref: str, label: str):
