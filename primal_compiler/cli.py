@@ -49,6 +49,7 @@ def cmd_compile(args) -> None:
     from primal_compiler.frontend import load_model
     from primal_compiler.report.inspect import inspect_model, render_inspect
     from primal_compiler.report.hops import render_hops
+    from primal_compiler.report.text import table
 
     inputs = _inputs(args)
     check_destination(args.output, args.force, directory=True, inputs=inputs)
@@ -63,8 +64,8 @@ def cmd_compile(args) -> None:
     print()
     print(render_hops(api.last_details(program, "hops")))
     print(f"\npipeline: {api.pipeline_text(program)}")
-    for rec in program.records:
-        print(f"  {rec.name:<16} {rec.seconds:8.2f} s")
+    print("\n".join(table([(rec.name, f"{rec.seconds:.2f} s") for rec in program.records], ("pass", "time"),
+                          indent="  ")))
     if program.stream is not None:
         sections = ", ".join(f"{s.name} {s.stop - s.start:,}" for s in program.stream.sections)
         print(f"stream: {len(program.stream):,} records ({sections})")

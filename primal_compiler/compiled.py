@@ -91,8 +91,10 @@ class Compiled:
 
 def placement_table(program: Program) -> str:
     """Human-readable per-CT table: layer, template, tiles per role, PEs used."""
+    from primal_compiler.report.text import table
+
     t, layout = program.need_tiles(), program.need_layout()
-    lines = [f"{'ct':>5} {'layer':>6} {'template':>8} {'pes':>5}  matrices (RRAM tiles)"]
+    rows = []
     rram = t.macro == Macro.RRAM
     owns_pe = rram | (t.host == np.arange(len(t)))  # a LoRA tile beyond the layer's RRAM tiles has its own PE
     for ct in range(layout.num_cts):
@@ -102,8 +104,9 @@ def placement_table(program: Program) -> str:
         layer = int(layout.ct_layer[ct])
         name = "head" if layer == program.model.num_layers else str(layer)
         pes = int((owns_pe & (t.ct == ct)).sum())
-        lines.append(f"{ct:>5} {name:>6} {int(layout.ct_template[ct]):>8} {pes:>5}  {desc}")
-    return "\n".join(lines) + "\n"
+        rows.append((ct, name, int(layout.ct_template[ct]), pes, desc))
+    return "\n".join(table(rows, ("ct", "layer", "template", "pes", "matrices (RRAM tiles)"),
+                           ("right",) * 4 + ("left",))) + "\n"
 
 
 def summary(program: Program, target: PrimalTarget) -> dict:

@@ -45,7 +45,7 @@ def baseline(args) -> dict:
 
 def render(r: dict) -> str:
     """The report as a short table."""
-    from primal_compiler.report.text import human_time
+    from primal_compiler.report.text import human_time, table
 
     mem = r["details"]["memory"]
     lines = [f"{r['model']} on {r['gpu']} ({r['engine']}, {r['precision']}, KV {r['kv_bits']}-bit, LoRA "
@@ -67,8 +67,7 @@ def render(r: dict) -> str:
                         f"KV {mem['kv_bytes'] / 1e9:.1f})"),
         ("fits", "yes" if r["fits"] else "no"),
     ]
-    width = max(len(k) for k, _ in rows) + 2
-    lines += [f"{k:<{width}}{v}" for k, v in rows]
+    lines += table(rows, None, ("left", "left"))
     d = r["details"]
     lines.append(f"(last decode step: {100 * d['decode_end_bandwidth_fraction']:.0f}% of peak HBM bandwidth; "
                  f"prefill: {100 * d['prefill_compute_fraction']:.0f}% of the dense {d['tensor'].upper()} tensor peak)")

@@ -119,23 +119,19 @@ def family_for_program(meta: dict, m: dict, chosen: Selection = DEFAULT) -> dict
 
 def render_family(family: dict | None, m: dict, seed: dict | None) -> list[str]:
     """Lines of the table PRIMAL vs the seed's H100 point and each family member: times, rates and the two ratios."""
-    from primal_compiler.report.text import human_time
+    from primal_compiler.report.text import human_time, table
 
     if not family:
         return []
-    head = (f"{'GPU baseline':<34}{'TTFT':>12}{'ITL':>12}{'tokens/s':>10}{'tokens/J':>10}{'power':>8}"
-            f"{'PRIMAL/GPU tok/s':>18}{'tok/J':>8}")
-    lines = [f"GPU baselines: same model, adapters, batch {m['batch']}, context {m['context']} "
-             f"(docs/baselines.md; ratios above 1 favour PRIMAL)", head, "-" * len(head)]
-    rows = []
+    rows: list[tuple] = []
     if seed and "error" not in seed:
         rows.append(("H100 FP16 roofline (seed's point)", seed))
     rows += [(f"{family['gpu']} {e['label']}", e) for e in family["members"]]
-    for name, g in rows:
-        if "error" in g:
-            lines.append(f"{name:<34}  {g['error']}")
-            continue
-        lines.append(f"{name:<34}{human_time(g['ttft_s']):>12}{human_time(g['itl_s']):>12}{g['tokens_per_s']:>10.1f}"
-                     f"{g['tokens_per_j']:>10.3f}{g['power_w']:>6.0f} W{m['tokens_per_s'] / g['tokens_per_s']:>17.2f}x"
-                     f"{m['tokens_per_j'] / g['tokens_per_j']:>7.1f}x")
+    cells = [(name, g["error"], "", "", "", "", "", "") if "error" in g else
+             (name, human_time(g["ttft_s"]), human_time(g["itl_s"]), f"{g['tokens_per_s']:.1f}",
+              f"{g['tokens_per_j']:.3f}", f"{g['power_w']:.0f} W", f"{m['tokens_per_s'] / g['tokens_per_s']:.2f}x",
+              f"{m['tokens_per_j'] / g['tokens_per_j']:.1f}x") for name, g in rows]
+    lines = [f"GPU baselines: same model, adapters, batch {m['batch']}, context {m['context']} "
+             f"(docs/baselines.md; ratios above 1 favour PRIMAL)"]
+    lines += table(cells, ("GPU baseline", "TTFT", "ITL", "tokens/s", "tokens/J", "power", "PRIMAL/GPU tok/s", "tok/J"))
     return lines

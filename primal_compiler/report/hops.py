@@ -16,6 +16,7 @@ from primal_compiler.mapping.layout import Layout
 from primal_compiler.mapping.rules import layout_rules
 import primal_compiler.transforms  # noqa: F401  (registers every pass)
 from primal_compiler.mapping.curves import CURVES
+from primal_compiler.report.text import table as text_table
 from primal_compiler.terminal import steps
 from primal_compiler.passmgr import REGISTRY, PassManager, parse_pipeline
 from primal_compiler.transforms.ordering import OrderingPass
@@ -144,9 +145,8 @@ def _bound_row(layout, seconds: float) -> dict:
 
 
 def render_comparison(table: dict) -> str:
-    lines = [f"{'strategy':<12} {'max hops':>9} {'mean hops':>10} {'weighted hops':>14} {'seconds':>8}"]
-    for name, r in table.items():
-        lines.append(f"{name:<12} {r['max_hops']:>9} {r['mean_hops']:>10.3f} {r['weighted_hops']:>14.3f} {r['seconds']:>8.2f}")
+    lines = text_table([(name, r["max_hops"], f"{r['mean_hops']:.3f}", f"{r['weighted_hops']:.3f}", f"{r['seconds']:.2f}")
+                        for name, r in table.items()], ("strategy", "max hops", "mean hops", "weighted hops", "seconds"))
     lines.append("row-major = naive (hubs at the CT port); others: hubs at weighted medians; "
                  "exact-bound = lower bounds (star; coupled on matrix blocks): no placement reaches below")
     ga = table.get("ga", {})
@@ -158,10 +158,9 @@ def render_comparison(table: dict) -> str:
     if "templates" in ga:
         lines.append("")
         lines.append(f"ga per CT template (gap = byte-hops / lower bound - 1; whole model {ga['gap']:.1%}):")
-        lines.append(f"{'template':>8} {'uses':>5} {'tiles':>6} {'byte-hops':>12} {'bound':>12} {'gap':>7}  "
-                     "seed layout rules broken")
-        for r in ga["templates"]:
-            broken = ", ".join(k for k, v in r.get("rules", {}).items() if not v["holds"]) or "-"
-            lines.append(f"{r['template']:>8} {r['uses']:>5} {r['tiles']:>6} {r['byte_hops']:>12.0f} "
-                         f"{r['bound']:>12.0f} {r['gap']:>7.1%}  {broken}")
+        lines += text_table([(r["template"], r["uses"], r["tiles"], f"{r['byte_hops']:.0f}", f"{r['bound']:.0f}",
+                              f"{r['gap']:.1%}", ", ".join(k for k, v in r.get("rules", {}).items() if not v["holds"]) or "-")
+                             for r in ga["templates"]],
+                            ("template", "uses", "tiles", "byte-hops", "bound", "gap", "seed layout rules broken"),
+                            ("right",) * 6 + ("left",))
     return "\n".join(lines)

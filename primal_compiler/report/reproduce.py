@@ -319,14 +319,13 @@ def _family_rows(m: dict, where: str, energy: bool) -> list[dict]:
 
 
 def render_reproduce(rows: list[dict]) -> str:
-    lines = [f"{'metric':<76}{'ours':>12}{'reading':>12}{'seed':>10}{'ours/seed':>11}"]
-    lines.append("-" * len(lines[0]))
-    for r in rows:
-        seed = f"{r['seed']:.4g}" if r["seed"] is not None else "-"
-        reading = f"{r['reading']:.4g}" if r.get("reading") is not None else "-"
-        ratio = f"{r['ratio']:.2f}" if r["ratio"] is not None else "-"
-        note = f"  ({r['note']})" if r["note"] else ""
-        lines.append(f"{r['metric']:<76}{r['ours']:>12.4g}{reading:>12}{seed:>10}{ratio:>11}{note}")
+    from primal_compiler.report.text import table as text_table
+
+    lines = text_table([(r["metric"], f"{r['ours']:.4g}", f"{r['reading']:.4g}" if r.get("reading") is not None else "-",
+                    f"{r['seed']:.4g}" if r["seed"] is not None else "-",
+                    f"{r['ratio']:.2f}" if r["ratio"] is not None else "-", r["note"] or "")
+                   for r in rows], ("metric", "ours", "reading", "seed", "ours/seed", "note"),
+                  ("left", "right", "right", "right", "right", "left"))
     lines.append("")
     lines.append("every row is a prediction: no target constant is fitted to a seed result; reading: the seed's "
                  "statements taken literally (primal-7nm-seed, pipeline seed-reading; docs/reproduce.md)")

@@ -9,7 +9,7 @@ from pathlib import Path
 from primal_compiler.baselines.family import render_family
 from primal_compiler.errors import InputError
 from primal_compiler.executor.critical import CLASS_KEYS, LABELS
-from primal_compiler.report.text import human_bytes, human_time
+from primal_compiler.report.text import human_bytes, human_time, table
 
 
 def _ratio(a: float, b: float) -> str:
@@ -19,18 +19,16 @@ def _ratio(a: float, b: float) -> str:
 def render_critical_path(cp: dict) -> list[str]:
     """The "where the time goes" table of ``metrics["critical_path"]``: each class with time on either path."""
     t, i = cp["ttft"], cp["itl"]
-    head = f"{'where the time goes (critical path)':<36}{'TTFT':>22}{'ITL (per step)':>22}"
-    lines = [head, "-" * len(head)]
 
     def cell(part: dict, key: str) -> str:
         v = part["by_class_s"][key]
         return f"{human_time(v)} {100 * v / part['total_s'] if part['total_s'] else 0:5.1f}%"
 
-    for key in CLASS_KEYS:
-        if t["by_class_s"][key] or i["by_class_s"][key]:
-            lines.append(f"  {LABELS[key]:<34}{cell(t, key):>22}{cell(i, key):>22}")
-    lines.append(f"  {'total':<34}{human_time(t['total_s']):>22}{human_time(i['total_s']):>22}")
-    lines.append(f"  {'bound by':<34}{LABELS[t['bound_by']]:>22}{LABELS[i['bound_by']]:>22}")
+    rows = [(LABELS[key], cell(t, key), cell(i, key)) for key in CLASS_KEYS
+            if t["by_class_s"][key] or i["by_class_s"][key]]
+    rows += [("total", human_time(t["total_s"]), human_time(i["total_s"])),
+             ("bound by", LABELS[t["bound_by"]], LABELS[i["bound_by"]])]
+    lines = table(rows, ("where the time goes (critical path)", "TTFT", "ITL (per step)"))
     lines.append(f"({t['records']:,} records on the TTFT path, {i['records']:,} on the ITL path over "
                  f"{i['steps']} decode step{'s' if i['steps'] != 1 else ''}; docs/executor.md, Critical path)")
     return lines
@@ -62,8 +60,6 @@ def render_run(report: dict) -> str:
     if m.get("memory"):  # first: whether the machine holds the program decides what every figure below is worth
         lines += render_memory(m["memory"])
     lines.append("")
-    head = f"{'metric':<34}{'PRIMAL':>14}" + (f"{'H100':>14}{'advantage':>14}" if g else "")
-    lines += [head, "-" * len(head)]
     rows = [
         ("TTFT", human_time(m["ttft_s"]), g and human_time(g["ttft_s"]), g and _ratio(g["ttft_s"], m["ttft_s"])),
         ("ITL", human_time(m["itl_s"]), g and human_time(g["itl_s"]), g and _ratio(g["itl_s"], m["itl_s"])),
@@ -75,8 +71,8 @@ def render_run(report: dict) -> str:
          g and _ratio(m["tokens_per_j"], g["tokens_per_j"])),
         ("power (decode)", f"{m['power_w']:.2f} W", g and f"{g['power_w']:.0f} W", g and ""),
     ]
-    for name, a, b, c in rows:
-        lines.append(f"{name:<34}{a:>14}" + (f"{b:>14}{c:>14}" if g else ""))
+    lines += table([row if g else row[:2] for row in rows], ("metric", "PRIMAL", "H100", "advantage") if g
+                   else ("metric", "PRIMAL"))
     if g:
         lines.append("(advantage: how many times better PRIMAL is; below 1 the H100 is better. H100: the seed's "
                      "comparison point, an FP16 roofline at MBU 0.6 (baselines/h100.py); the family below prices engines and precisions)")

@@ -7,12 +7,12 @@ import argparse
 
 def cmd_targets(args: argparse.Namespace) -> None:
     """Print each bundled target's name, ``ok`` or ``INVALID`` (with the one-line reason) and its file."""
+    from primal_compiler.report.text import table
     from primal_compiler.target import bundled_targets, validate_all
 
-    paths = bundled_targets()
-    bad, width = 0, max(map(len, paths), default=0)
-    for name, ok, message in validate_all():
-        bad += not ok
-        print(f"{name:<{width}} {'ok' if ok else 'INVALID':<8} {paths.get(name, '')}" + ("" if ok else f"  {message}"))
-    if bad:
+    paths, results = bundled_targets(), validate_all()
+    rows = [(name, "ok" if ok else "INVALID", str(paths.get(name, "")), "" if ok else message)
+            for name, ok, message in results]
+    print("\n".join(table(rows, ("target", "status", "file", "problem"), ("left",) * 4)))
+    if any(not ok for _, ok, _ in results):
         raise SystemExit(2)
