@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, get_type_hints
 from primal_compiler.errors import InputError
 from primal_compiler.inputs import read_toml
 from primal_compiler.passopts import bound_problem, coerce, has_type, pass_where, shown, type_name, value_text
-from primal_compiler.ir.facts import Fact, check_contracts
+from primal_compiler.ir.facts import Fact, check_contracts, invalidated_by
 from primal_compiler.resources import bundled
 from primal_compiler.target.loader import require_primal
 
@@ -83,7 +83,8 @@ def internal(default: Any = None) -> Any:
 
 @dataclass(frozen=True)
 class Pass:
-    """Base of every pass; subclasses set ``name``, ``requires``, ``provides``, ``invalidates`` and ``run``."""
+    """Base of every pass; subclasses set ``name``, ``requires``, ``provides`` and ``run``; ``invalidates`` follows
+    from ``provides`` (:func:`~primal_compiler.ir.facts.invalidated_by`)."""
 
     name: ClassVar[str] = ""
     summary: ClassVar[str] = ""
@@ -94,6 +95,9 @@ class Pass:
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
+        if "invalidates" in cls.__dict__:  # pragma: no cover - programming error
+            raise TypeError(f"pass {cls.__name__}: invalidates is derived from provides (ir.facts.DEPENDS)")
+        cls.invalidates = invalidated_by(cls.provides)
         if cls.name:
             if cls.name in REGISTRY and REGISTRY[cls.name] is not cls:
                 raise RuntimeError(f"pass name {cls.name!r} registered twice")

@@ -87,10 +87,31 @@ def nothing_runs(monkeypatch):
     monkeypatch.setattr(LowerTiles, "run", boom)
 
 
+def test_invalidation_follows_from_what_each_fact_was_built_on():
+    """Every pass invalidates the facts built on what it provides, transitively, and nothing else: a placement
+    invalidates the KV map, the stream and the power schedule (and how an earlier placement was found)."""
+    import primal_compiler.transforms  # noqa: F401  (registers the passes)
+    from primal_compiler.ir.facts import DEPENDS, Fact, invalidated_by
+    from primal_compiler.passmgr import REGISTRY
+
+    assert invalidated_by(frozenset({Fact.PLACED})) == {Fact.SEARCHED, Fact.BOUNDED, Fact.KV, Fact.STREAM,
+                                                        Fact.POWER_SCHEDULE}
+    assert invalidated_by(frozenset({Fact.STREAM})) == {Fact.POWER_SCHEDULE}
+    assert invalidated_by(frozenset({Fact.TILES})) == set(DEPENDS)
+    for cls in REGISTRY.values():
+        stale = cls.invalidates
+        assert not stale & cls.provides and all(DEPENDS[f] & (cls.provides | stale) for f in stale), cls.name
+    assert REGISTRY["snake-order"].invalidates >= {Fact.KV} and REGISTRY["srpg"].invalidates == frozenset()
+
+
 @pytest.mark.parametrize("pipeline, message", [
-    (FULL + ",snake-order", r"pass snake-order: invalidates stream, which pass codegen provided, and no later pass "
-                            r"provides it again, so the program would end with a stale stream \(run codegen after "
+    (FULL + ",snake-order", r"pass snake-order: invalidates kv, which pass kv-ring provided, and no later pass "
+                            r"provides it again, so the program would end with a stale kv \(run kv-ring after "
                             r"snake-order\)"),
+    # a placement after kv-ring: the near KV units sat beside the old placement's roots (it had been accepted)
+    ("lower-tiles,blocking,zcurve-order,kv-ring{context=64},snake-order,codegen",
+     r"pass codegen: requires kv, which pass snake-order invalidated after pass kv-ring provided it \(run kv-ring "
+     r"after snake-order\)"),
     ("lower-tiles,blocking,zcurve-order,kv-ring{context=64},blocking,codegen",
      r"pass codegen: requires kv, which pass blocking invalidated after pass kv-ring provided it \(run kv-ring after "
      r"blocking\)"),
@@ -111,7 +132,7 @@ def test_a_pass_drops_the_facts_it_invalidates_and_a_rerun_makes_them_fresh(tiny
     prog = compile_model(tiny_model, small_target, "lower-tiles,blocking,ga-placement{population=8,generations=2},"
                                                    "zcurve-order,kv-ring{context=64},codegen,srpg")
     assert "searched" not in prog.facts and {"placed", "kv", "stream", "power-schedule"} <= prog.facts
-    again = compile_model(tiny_model, small_target, FULL + ",zcurve-order,codegen,srpg")
+    again = compile_model(tiny_model, small_target, FULL + ",zcurve-order,kv-ring{context=64},codegen,srpg")
     assert (again.stream.records == compile_model(tiny_model, small_target, FULL).stream.records).all()
 
 

@@ -1,8 +1,9 @@
 """Facts: the guarantees passes establish about a Program, named once.
 
 A pass ``requires`` facts, ``provides`` facts and ``invalidates`` the facts
-its rewrite makes stale (placing tiles again invalidates the stream emitted
-for the old placement). The pass manager (:mod:`primal_compiler.passmgr`)
+its rewrite makes stale (placing tiles again invalidates the KV map and the
+stream built for the old placement), derived from what each fact was built
+on (:data:`DEPENDS`). The pass manager (:mod:`primal_compiler.passmgr`)
 checks a whole pipeline's contracts before any pass runs and drops the facts
 a pass invalidates; ``--verify`` checks every fact a pass provides with its
 verifier (:mod:`primal_compiler.verify`).
@@ -33,6 +34,33 @@ CARRIED = frozenset({Fact.TILES, Fact.BLOCKED, Fact.PLACED, Fact.KV, Fact.STREAM
 """Facts that stand for data the program keeps (tiles, layout, KV map, stream): one left invalidated at
 the end would be written out stale. The others are claims (how the placement was found, that LoRA
 sparsity was marked) that a later pass may simply make untrue."""
+
+
+DEPENDS: dict[Fact, frozenset[Fact]] = {
+    Fact.LORA_SPARSITY: frozenset({Fact.TILES}),  # flags on the tiles
+    Fact.BLOCKED: frozenset({Fact.TILES}),
+    Fact.PLACED: frozenset({Fact.BLOCKED}),
+    Fact.SEARCHED: frozenset({Fact.PLACED}),  # how this placement was found
+    Fact.BOUNDED: frozenset({Fact.PLACED}),
+    Fact.KV: frozenset({Fact.PLACED}),  # units on each layer's CTs, "near" ones beside the roots' PEs
+    Fact.STREAM: frozenset({Fact.TILES, Fact.LORA_SPARSITY, Fact.PLACED, Fact.KV}),
+    Fact.POWER_SCHEDULE: frozenset({Fact.STREAM}),
+}
+"""What each fact was built on. A pass that (re)establishes a fact makes every fact built on it, directly or
+through others, stale: its ``invalidates`` is :func:`invalidated_by` of its ``provides``, never written by hand."""
+
+
+def invalidated_by(provided: frozenset[Fact]) -> frozenset[Fact]:
+    """The facts built on any of ``provided`` (:data:`DEPENDS`, transitively), ``provided`` itself excepted."""
+    stale: set[Fact] = set()
+    grown = True
+    while grown:
+        grown = False
+        for fact, basis in DEPENDS.items():
+            if fact not in stale and basis & (provided | stale):
+                stale.add(fact)
+                grown = True
+    return frozenset(stale - provided)
 
 
 def facts(*names: Fact) -> frozenset[Fact]:

@@ -34,7 +34,6 @@ class Blocking(Pass):
     summary = "assign tiles to CTs as column-shaped rectangles (32x32 blocking)"
     requires = facts(Fact.TILES)
     provides = facts(Fact.BLOCKED, Fact.PLACED)
-    invalidates = facts(Fact.SEARCHED, Fact.BOUNDED, Fact.KV, Fact.STREAM, Fact.POWER_SCHEDULE)
 
     context: int = option(2048, *CONTEXT_RANGE)
     workload_options = {"context": "context"}

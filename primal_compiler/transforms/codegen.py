@@ -69,7 +69,6 @@ class Codegen(Pass):
     summary = "emit the IPCN instruction stream (adapter loads, prefill, decode steps)"
     requires = facts(Fact.PLACED, Fact.KV)
     provides = facts(Fact.STREAM)
-    invalidates = facts(Fact.POWER_SCHEDULE)
 
     prompt: int = option(0, 0, CONTEXT_RANGE[1] - 1)  # 0 = context - 1 - history; one decoded token must fit after it
     requests: str = option("0")

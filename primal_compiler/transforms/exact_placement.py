@@ -31,7 +31,6 @@ class ExactPlacement(Pass):
     summary = "CP-SAT optimum on small CTs and a lower bound on every CT"
     requires = facts(Fact.BLOCKED)
     provides = facts(Fact.PLACED, Fact.BOUNDED)
-    invalidates = facts(Fact.SEARCHED, Fact.STREAM, Fact.POWER_SCHEDULE)
 
     # CP-SAT's model has tiles x PEs booleans: 1 M for a full 32x32 CT, beyond what it proves.
     max_tiles: int = option(20, 0, 1024)

@@ -61,7 +61,6 @@ class GaPlacement(Pass):
     summary = "genetic-algorithm placement of tile groups with assignment polishing"
     requires = facts(Fact.BLOCKED)
     provides = facts(Fact.PLACED, Fact.SEARCHED)
-    invalidates = facts(Fact.BOUNDED, Fact.STREAM, Fact.POWER_SCHEDULE)
 
     seed: int = option(GaConfig.seed, *SEED_RANGE)
     # 4 individuals make a tournament; 1024 is 16x the thorough pipeline's 64 (fitness is scored

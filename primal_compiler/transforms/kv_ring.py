@@ -46,7 +46,6 @@ class KvRing(Pass):
     summary = "KV-cache ring buffer over the router scratchpads (chunks, ring pointers, bank interleave)"
     requires = facts(Fact.PLACED)
     provides = facts(Fact.KV)
-    invalidates = facts(Fact.STREAM, Fact.POWER_SCHEDULE)
 
     context: int = option(2048, *CONTEXT_RANGE)
     batch: int = option(1, 1, 1024)  # 128x the seed's batch 8; the KV capacity check bounds it further

@@ -47,7 +47,6 @@ class LoraSparsity(Pass):
     summary = "mask all-zero LoRA blocks, reading weights from an ONNX file or a PEFT adapter"
     requires = facts(Fact.TILES)
     provides = facts(Fact.LORA_SPARSITY)
-    invalidates = facts(Fact.STREAM, Fact.POWER_SCHEDULE)
 
     weights: str = option("")  # ONNX file holding the model with unmerged LoRA
     adapter: str = option("")  # PEFT adapter directory (adapter_config.json + adapter_model.safetensors)

@@ -30,8 +30,6 @@ class LowerTiles(Pass):
     name = "lower-tiles"
     summary = "lower matrices to RRAM/SRAM tiles with mixed precision"
     provides = facts(Fact.TILES)
-    invalidates = facts(Fact.LORA_SPARSITY, Fact.BLOCKED, Fact.PLACED, Fact.SEARCHED, Fact.BOUNDED, Fact.KV,
-                        Fact.STREAM, Fact.POWER_SCHEDULE)
 
     # 1..32 bits, the widths the IR's Precision admits (32 = FP32).
     base_bits: int = option(4, 1, 32)

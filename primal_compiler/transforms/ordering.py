@@ -29,7 +29,6 @@ class OrderingPass(Pass):
     compared_hubs: ClassVar[str] = "median"  # the hub policy ``primal map --compare`` runs it with
     requires = facts(Fact.BLOCKED)
     provides = facts(Fact.PLACED)
-    invalidates = facts(Fact.SEARCHED, Fact.BOUNDED, Fact.STREAM, Fact.POWER_SCHEDULE)
 
     hubs: str = option("median", choices=HUB_POLICIES)
 

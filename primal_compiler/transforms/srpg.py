@@ -41,7 +41,6 @@ class Srpg(Pass):
     summary = "power-gate idle CTs and pipeline LoRA CONFIG writes behind compute"
     requires = facts(Fact.STREAM)
     provides = facts(Fact.POWER_SCHEDULE)
-    invalidates = facts()
 
     gating: bool = option(True)
     pipeline_config: bool = option(True)
