@@ -90,7 +90,6 @@ def nothing_runs(monkeypatch):
 def test_invalidation_follows_from_what_each_fact_was_built_on():
     """Every pass invalidates the facts built on what it provides, transitively, and nothing else: a placement
     invalidates the KV map, the stream and the power schedule (and how an earlier placement was found)."""
-    import primal_compiler.transforms  # noqa: F401  (registers the passes)
     from primal_compiler.ir.facts import DEPENDS, Fact, invalidated_by
     from primal_compiler.passmgr import REGISTRY
 
