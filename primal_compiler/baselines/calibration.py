@@ -47,6 +47,7 @@ class Point:
     prompt: int
     generate: int
     source: str
+    study: str  # the publication or data set the point comes from (what leave-one-study-out leaves out)
     kv_bits: int = 16
     usable_fraction: float = 0.0  # 0: the target's own
     lora: str = ""  # adapters (a --lora spec), unmerged; "": none
@@ -56,7 +57,6 @@ class Point:
     versus_adapters: int = 0  # 0: the same as ``adapters``
     miss: str = ""
     held_out: bool = False  # no choice of the model was made with this point's source in view
-    study: str = ""  # the publication or data set the point comes from (what leave-one-study-out leaves out)
 
 
 def load_points(path: str | Path = MEASUREMENTS) -> list[Point]:

@@ -127,11 +127,11 @@ def render_family(family: dict | None, m: dict, seed: dict | None) -> list[str]:
     if seed and "error" not in seed:
         rows.append(("H100 FP16 roofline (seed's point)", seed))
     rows += [(f"{family['gpu']} {e['label']}", e) for e in family["members"]]
-    cells = [(name, g["error"], "", "", "", "", "", "") if "error" in g else
-             (name, human_time(g["ttft_s"]), human_time(g["itl_s"]), f"{g['tokens_per_s']:.1f}",
+    cells = [(name, human_time(g["ttft_s"]), human_time(g["itl_s"]), f"{g['tokens_per_s']:.1f}",
               f"{g['tokens_per_j']:.3f}", f"{g['power_w']:.0f} W", f"{m['tokens_per_s'] / g['tokens_per_s']:.2f}x",
-              f"{m['tokens_per_j'] / g['tokens_per_j']:.1f}x") for name, g in rows]
+              f"{m['tokens_per_j'] / g['tokens_per_j']:.1f}x") for name, g in rows if "error" not in g]
     lines = [f"GPU baselines: same model, adapters, batch {m['batch']}, context {m['context']} "
              f"(docs/baselines.md; ratios above 1 favour PRIMAL)"]
     lines += table(cells, ("GPU baseline", "TTFT", "ITL", "tokens/s", "tokens/J", "power", "PRIMAL/GPU tok/s", "tok/J"))
+    lines += [f"{name}: {g['error']}" for name, g in rows if "error" in g]  # a member that cannot run, after the table
     return lines

@@ -37,12 +37,13 @@ import math
 from pathlib import Path
 from typing import Annotated, Any, Literal, cast
 
-from pydantic import Field, TypeAdapter, ValidationError
+from pydantic import AfterValidator, Field, TypeAdapter, ValidationError
 
 from primal_compiler.errors import InputError
 from primal_compiler.inputs import read_toml
 from primal_compiler.sweep import MAX_POINTS
 from primal_compiler.sweep.metrics import DEFAULT_METRICS, check_metric
+from primal_compiler.target.validate import not_blank
 from primal_compiler.sweep.spec import (
     DEFAULTS, FIELDS, GA_EXECUTORS, SWEEP_KEYS, Grid, SweepSpec, _coerce_option, _kind, _target_ref, resolve,
 )
@@ -138,12 +139,12 @@ def spec_from_dict(raw: dict[str, Any], where: str = "<spec>", max_points: int =
     return spec
 
 
-def _typed(base: Any, what: str, **rules: Any) -> tuple[TypeAdapter, str]:
-    return TypeAdapter(Annotated[base, Field(strict=True, **rules)]), what
+def _typed(base: Any, what: str, *after: AfterValidator, **rules: Any) -> tuple[TypeAdapter, str]:
+    return TypeAdapter(Annotated[base, Field(strict=True, **rules), *after]), f"expected {what}"
 
 
-_TEXT = _typed(str, "a non-empty string", pattern=r"\S")
-#: The fixed keys of [sweep] and of the axes: pydantic's check of each, and what it expects in the message.
+_TEXT = _typed(str, "a non-empty string", AfterValidator(not_blank))
+#: The fixed keys of [sweep] and of the axes: pydantic's check of each, and what its message says is wanted.
 _KEYS: dict[str, tuple[TypeAdapter, str]] = {
     "batch": _typed(int, "a positive integer", ge=1), "context": _typed(int, "a positive integer", ge=1),
     "seed": _typed(int, "a non-negative integer", ge=0),
@@ -151,7 +152,7 @@ _KEYS: dict[str, tuple[TypeAdapter, str]] = {
     "model": _TEXT, "target": _TEXT, "pipeline": _TEXT,
     "metrics": _typed(list[Annotated[str, Field(strict=True)]], "a non-empty array of metric names", min_length=1),
     "validate": _typed(bool, "a boolean"),
-    "ga_executor": (TypeAdapter(cast(Any, Literal)[GA_EXECUTORS]), f"one of {', '.join(GA_EXECUTORS)}"),
+    "ga_executor": (TypeAdapter(cast(Any, Literal)[GA_EXECUTORS]), f"must be one of {', '.join(GA_EXECUTORS)}"),
 }
 
 
@@ -161,7 +162,7 @@ def _valid(key: str, value: Any, where: str, label: str) -> Any:
     try:
         return adapter.validate_python(value)
     except ValidationError:
-        raise InputError(where, f"{label}: expected {what}, got {value!r}") from None
+        raise InputError(where, f"{label}: {what}, got {value!r}") from None
 
 
 def _check_size(grids: list[Grid], max_points: int, where: str) -> None:

@@ -14,7 +14,9 @@ The extending file must set its own ``name`` and may contain only schema keys.
 Tables map to nested dataclasses by field introspection: pydantic validates
 presence, unknown keys, types (an int is accepted for a float, never a bool
 for an int) and the field metadata rules with a model generated from each
-table class (:mod:`.validate`), then each table's cross-field rules run.
+table class (:mod:`.validate`); once every key holds a value of its type
+within its rules, the stated ranges and each table's cross-field rules run,
+table by table.
 """
 
 from __future__ import annotations

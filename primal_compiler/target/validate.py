@@ -62,14 +62,22 @@ def _choice(choices: tuple) -> AfterValidator:
     return AfterValidator(check)
 
 
-def _annotation(typ: type, meta: dict[str, Any]) -> Any:
-    """A leaf field's type with its rules."""
+def not_blank(value: str) -> str:
+    """``value``, or a pydantic error when it is empty or only whitespace (as ``str.strip`` sees it)."""
+    if not value.strip():
+        raise PydanticCustomError("blank", "must not be empty")
+    return value
+
+
+def _annotation(typ: type, meta: dict[str, Any], optional: bool = False) -> Any:
+    """A leaf field's type with its rules; a string must not be blank unless the field is ``optional`` (has a
+    default, as "" for none)."""
     rules: dict[str, Any] = {k: meta[k] for k in ("ge", "gt", "le", "lt", "multiple_of") if k in meta}
     if typ is float:
         rules["allow_inf_nan"] = False
-    if typ is str:
-        rules["pattern"] = r"\S"
     parts: list[Any] = [Field(strict=True, **rules)]
+    if typ is str and not optional:
+        parts.append(AfterValidator(not_blank))
     if "choices" in meta:
         parts.append(_choice(tuple(meta["choices"])))
     return Annotated[typ, *parts]
@@ -85,14 +93,15 @@ def model(cls: type) -> type[BaseModel]:
             continue
         typ = hints[f.name]
         default = ... if f.default is MISSING else f.default  # a field with a default may be left out
-        spec[f.name] = (model(typ) if is_table(typ) else _annotation(typ, dict(f.metadata)), default)
+        spec[f.name] = (model(typ) if is_table(typ) else _annotation(typ, dict(f.metadata), default is not ...),
+                        default)
     return create_model(f"{cls.__name__}File", __config__=_CONFIG, **spec)
 
 
 @cache
 def _leaf_adapter(cls: type, name: str) -> TypeAdapter:
     f = next(f for f in fields(cls) if f.name == name)
-    return TypeAdapter(_annotation(type_hints(cls)[name], dict(f.metadata)))
+    return TypeAdapter(_annotation(type_hints(cls)[name], dict(f.metadata), f.default is not MISSING))
 
 
 def validated(cls: type, raw: dict[str, Any]) -> tuple[BaseModel | None, Problem | None]:
@@ -151,10 +160,12 @@ def _words(err: Any, typ: type, meta: dict[str, Any]) -> str:
     kind, value = err["type"], err["input"]
     if kind in _BOUNDS:
         rule, op = _BOUNDS[kind]
-        return f"must be {op} {meta.get(rule, err['ctx'][rule])}, got {float(value) if typ is float else value!r}"
+        shown = describe(value).removeprefix("integer ") if isinstance(value, int) and typ is int \
+            else repr(float(value) if typ is float else value)
+        return f"must be {op} {meta.get(rule, err['ctx'][rule])}, got {shown}"
     if kind == "finite_number":
         return f"must be finite, got {float(value)}"
-    if kind == "string_pattern_mismatch":
+    if kind == "blank":
         return "must not be empty"
     if kind == "choices":
         return f"{err['msg']}, got {value!r}"
@@ -165,8 +176,8 @@ def describe(value: Any) -> str:
     """TOML-flavoured type and value, e.g. ``boolean true`` or ``string "6"``."""
     if isinstance(value, bool):
         return f"boolean {'true' if value else 'false'}"
-    if isinstance(value, int):
-        return f"integer {value}"
+    if isinstance(value, int):  # one far beyond any field's range is shown by its size, not its digits
+        return f"integer {value}" if value.bit_length() < 128 else f"an integer of about {int(value.bit_length() * 0.30103)} digits"
     if isinstance(value, float):
         return f"float {value!r}"
     if isinstance(value, str):

@@ -30,10 +30,12 @@ def cmd_thermal(args) -> None:
             target = require_primal(with_overrides(target, {"thermal.ambient_c": args.ambient_c}), c.where)
         rp = replay(c.meta, c.arrays, c.stream, target, c.where, cache=replay_cache(args), rows=False)
         step("temperatures")
-        report = thermal_report(rp, args.phase, steady=decode_steady(rp, 0, collect.planned_generation(c.meta)))
+        steady = decode_steady(rp, 0, collect.planned_generation(c.meta))
+        report = thermal_report(rp, args.phase, steady=steady)
     report["program"] = c.where
     if saved is not None:  # the run's own figure for this window, and whether these dies add up to it
-        report["run"] = run_power(saved, str(Path(c.where).parent / "report.json"), report, rp, args.ambient_c is None)
+        report["run"] = run_power(saved, str(Path(c.where).parent / "report.json"), report, rp, args.ambient_c is None,
+                                  steady.generated)
     text = render_thermal(report) + (render_run(report["run"]) if saved is not None else "")
     if args.limit_c is not None:
         from primal_compiler.thermal.throttle import render_throttle, throttle_for_limit

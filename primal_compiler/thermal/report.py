@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from primal_compiler.errors import InputError
 from primal_compiler.thermal.adc import adc_offset_lsb
 from primal_compiler.thermal.drive import drive
 from primal_compiler.executor.heat import network
@@ -78,22 +79,27 @@ def render_thermal(report: dict) -> str:
     return "\n".join(lines)
 
 
-def run_power(saved: dict, path: str, report: dict, rp: Replay, own_ambient: bool) -> dict:
+def run_power(saved: dict, path: str, report: dict, rp: Replay, own_ambient: bool, generated: int) -> dict:
     """The saved run report's (``path``) power over the window :func:`thermal_report` drew (decode: its ``power_w``;
     prefill: its ``prefill_energy_j`` over the window), and whether the dies' watts plus ``offdie_w`` equal
     it (within 1e-9): ``compared`` only when the run is this replay's (same target and control, the
-    target's own ambient, the same generation)."""
-    m, mine = saved["metrics"], report["power_w"] + report["offdie_w"]
+    target's own ambient, the same ``generated`` tokens a sequence). InputError naming ``path`` when the report
+    lacks those figures."""
+    m = saved.get("metrics")
+    if not isinstance(m, dict) or not all(isinstance(m.get(k), (int, float)) and not isinstance(m.get(k), bool)
+                                          for k in ("power_w", "prefill_energy_j")):
+        raise InputError(path, "not a run report: its metrics need numbers power_w and prefill_energy_j")
+    mine = report["power_w"] + report["offdie_w"]
     run_w = m["power_w"] if report["phase"] == "decode" else m["prefill_energy_j"] / report["window_s"]
     compared = (own_ambient and saved.get("target") == rp.target.name and m.get("control") == rp.control.mode
-                and report["window_s"] > 0)
-    return {"report": path, "power_w": float(run_w),
-            "compared": bool(compared), "agrees": bool(compared and abs(mine - run_w) <= 1e-9 * abs(run_w))}
+                and m.get("decode_steps") == generated and report["window_s"] > 0)
+    return {"report": path, "power_w": float(run_w), "compared": bool(compared),
+            "agrees": bool(compared and abs(mine - run_w) <= 1e-9 * abs(run_w))}
 
 
 def render_run(run: dict) -> str:
     """The line :func:`run_power` adds to the text report."""
     verdict = ("the dies' and off-die watts add up to it" if run["agrees"] else
                "the dies' and off-die watts do NOT add up to it" if run["compared"] else
-               "not compared: another target, control or ambient")
+               "not compared: another target, control, ambient or generation")
     return f"\n  the run's report      {run['power_w']:.4g} W over this window ({run['report']}): {verdict}"

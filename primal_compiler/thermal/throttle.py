@@ -17,7 +17,8 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from primal_compiler.errors import InputError
-from primal_compiler.executor.metrics import metrics
+from primal_compiler.executor.metrics import decode_steady, metrics
+from primal_compiler.report.collect import planned_generation
 from primal_compiler.executor.replay import Replay, replay
 from primal_compiler.thermal.report import thermal_report
 
@@ -26,8 +27,11 @@ if TYPE_CHECKING:
     from primal_compiler.target.spec import PrimalTarget
 
 
-def _point(rp: Replay, k: int, phase: str) -> dict:
-    m, t = metrics(rp), thermal_report(rp, phase)
+def _point(rp: Replay, k: int, phase: str, generate: int | None) -> dict:
+    """The figures of a throttled replay over the generation ``generate`` the program plans (as ``primal run``
+    and the thermal report above the policy cover it)."""
+    m = metrics(rp, generate=generate, required=False)
+    t = thermal_report(rp, phase, steady=decode_steady(rp, 0, generate))
     return {"max_active_pes": k, "die_max_c": t["die_c"]["max"], "power_w": t["power_w"], "ttft_s": m["ttft_s"],
             "itl_s": m["itl_s"], "tokens_per_s": m["tokens_per_s"], "tokens_per_j": m["tokens_per_j"]}
 
@@ -49,7 +53,7 @@ def throttle_for_limit(c: Compiled, target: PrimalTarget, limit_c: float, phase:
         if k not in points:
             rp = free if k == pes and free is not None else replay(c.meta, c.arrays, c.stream, target, c.where,
                                                                     max_active_pes=k)
-            points[k] = _point(rp, k, phase)
+            points[k] = _point(rp, k, phase, planned_generation(c.meta))
             if say is not None:
                 say(f"thermal policy: {k} macros per CT -> hottest die {points[k]['die_max_c']:.4f} degC")
         return points[k]

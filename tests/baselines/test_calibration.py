@@ -52,6 +52,11 @@ def test_strict_file(tmp_path):
              'precision = "fp16"\nprompt = 8\ngenerate = 2\nsource = "s"\nstudy = "t"\n')
     bad.write_text(whole + "batch = 1\n", encoding="utf-8")
     assert load_points(bad)[0].value == 1.0  # an integer is a number
+    bad.write_text(whole + 'batch = 1\nlora = ""\nmiss = ""\n', encoding="utf-8")
+    assert load_points(bad)[0].lora == ""  # "" is an optional text's "none"
+    bad.write_text(whole.replace('study = "t"\n', "") + "batch = 1\n", encoding="utf-8")
+    with pytest.raises(InputError, match="study: missing key"):  # leave-one-study-out needs every point's study
+        load_points(bad)
     for line, problem in (('batch = "8"', 'batch: expected an integer, got string "8"'),
                           ("batch = true", "batch: expected an integer, got boolean true"),
                           ("batch = 1\nheld_out = 1", "held_out: expected a boolean, got integer 1"),

@@ -94,6 +94,17 @@ def test_run_table_shows_family_and_seed_point(capsys):
         assert f"h100 {label}" in out
 
 
+def test_a_member_that_cannot_run_is_a_line_under_the_table(capsys):
+    """An A100 has no FP8 tensor cores: that member's reason follows the table in one line, and the table's columns
+    keep the width of the figures (the reason had widened the TTFT column of every row)."""
+    assert main(["run", "tiny-llama", "-p", "fast", "--baseline-gpu", "a100", "--baselines", "vllm:fp16,trtllm:fp8"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    head = next(i for i, line in enumerate(lines) if line.startswith("GPU baseline "))
+    block = lines[head : lines.index("", head)]
+    assert [x.split()[1] for x in block[2:4]] == ["FP16", "vllm:fp16"] and max(map(len, block[:4])) < 140
+    assert block[4:] == [next(x for x in block if x.startswith("a100 trtllm:fp8: --precision: a100 has no FP8"))]
+
+
 def test_bad_family_choice(capsys):
     assert main(["run", "tiny-llama", "-p", "fast", "--baselines", "vllm"]) == 2
     assert "ENGINE:PRECISION" in capsys.readouterr().err

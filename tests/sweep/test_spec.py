@@ -31,7 +31,7 @@ def spec(axes, sweep=None):
     ({"batch": [1]}, {"metrics": []}, "sweep.metrics: expected a non-empty array of metric names, got []"),
     ({"batch": [1]}, {"metrics": ["power_w", 3]}, "sweep.metrics: expected a non-empty array of metric names"),
     ({"batch": [1]}, {"validate": 1}, "sweep.validate: expected a boolean, got 1"),
-    ({"batch": [1]}, {"ga_executor": "threads"}, "sweep.ga_executor: expected one of serial, pipeline, sweep, got 'threads'"),
+    ({"batch": [1]}, {"ga_executor": "threads"}, "sweep.ga_executor: must be one of serial, pipeline, sweep, got 'threads'"),
     ({"srpg.gating": [True, "perhaps"]}, None, "axes.srpg.gating[1]: option gating='perhaps' is not a valid bool"),
     ({"srpg.nonsense": [1]}, None, "axes.srpg.nonsense[0]: unknown option 'nonsense'"),
     ({"ga-placement.seed": [1]}, None, "has no ga-placement pass"),

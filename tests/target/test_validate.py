@@ -53,3 +53,15 @@ def test_rules_and_a_stated_ranges_ends():
     assert leaf(RramSpec, "leakage_uw", 3) == (3.0, None)
     assert leaf(RramSpec, "array_read_energy_pj", -1)[1] == "must be > 0, got -1.0"
     assert leaf(RramSpec, "input_mode", "analog")[1] == "must be one of 'bit-serial', 'dac', got 'analog'"
+
+
+def test_a_huge_number_is_shown_by_its_size_and_a_blank_text_by_str_strip():
+    raw = _raw()
+    raw["rram"]["adc_bits"] = 10**400
+    assert validated(PrimalTarget, raw)[1].message == "must be <= 16, got an integer of about 400 digits"
+    raw["rram"]["adc_bits"] = 6
+    raw["rram"]["leakage_uw"] = 10**400
+    assert validated(PrimalTarget, raw)[1].message == "expected a number, got an integer of about 400 digits"
+    raw["rram"]["leakage_uw"] = 1.0
+    raw["description"] = "\x1f"  # whitespace to str.strip, as the loader has always judged it
+    assert validated(PrimalTarget, raw)[1].message == "must not be empty"

@@ -57,7 +57,12 @@ def test_thermal_reads_the_runs_report_and_refuses_another_programs(tmp_path, ca
                           "compared": True, "agrees": True}
     assert rep["power_w"] + rep["offdie_w"] == pytest.approx(saved["metrics"]["power_w"], rel=1e-9)
     assert main(["thermal", str(out), "--ambient-c", "80"]) == 0
-    assert "not compared: another target, control or ambient" in capsys.readouterr().out
+    assert "not compared: another target, control, ambient or generation" in capsys.readouterr().out
+    saved["metrics"].pop("power_w")
+    (out / "report.json").write_text(json.dumps(saved))
+    assert main(["thermal", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "not a run report: its metrics need numbers power_w" in err
     shutil.copy(other / "report.json", out / "report.json")
     assert main(["thermal", str(out)]) == 2
     err = capsys.readouterr().err
