@@ -22,17 +22,23 @@ GEMMA2 = str(Path(__file__).resolve().parents[1] / "fixtures" / "onnx" / "famili
 PROMPT, GENERATE = list(range(1, 41)), 30
 
 
-def test_a_wrapped_window_ring_replays_as_onnxruntime():
-    pytest.importorskip("onnxruntime")
+def _replayed_and_onnxruntime(program, target, prompt: list[int], generate: int):
+    """(the exact replay's logits, onnxruntime's), the replay fed onnxruntime's greedy tokens."""
     from primal_compiler.report.check import ort_greedy
 
+    want = ort_greedy(GEMMA2, prompt, generate)
+    forced = [int(t) for t in want.argmax(axis=1)][: generate - 1]
+    got = replay_functional(program, target, GEMMA2, None, prompt=prompt, generate=generate, precision="exact",
+                            where=GEMMA2, force=forced).logits
+    return got, want
+
+
+def test_a_wrapped_window_ring_replays_as_onnxruntime():
+    pytest.importorskip("onnxruntime")
     target = load_primal_target("primal-7nm")
     program = compile_for_replay(load_model(GEMMA2), target, len(PROMPT), GENERATE, prefill_chunk=8)
     assert program.kv.rings == (64, 2048)
-    want = ort_greedy(GEMMA2, PROMPT, GENERATE)
-    forced = [int(t) for t in want.argmax(axis=1)][: GENERATE - 1]
-    got = replay_functional(program, target, GEMMA2, None, prompt=PROMPT, generate=GENERATE, precision="exact",
-                            where=GEMMA2, force=forced).logits
+    got, want = _replayed_and_onnxruntime(program, target, PROMPT, GENERATE)
     assert float(np.abs(got - want).max() / np.abs(want).max()) < 1e-5
     assert (got.argmax(axis=1) == want.argmax(axis=1)).all()
 
@@ -78,16 +84,11 @@ def test_passes_that_wrap_the_window_ring_replay_as_onnxruntime():
     chunks (48), so the prefill passes themselves wrap the ring (positions 48-59 land in chunks 0-1 while
     the pass still reads 17-47); the replay equals onnxruntime's logits."""
     pytest.importorskip("onnxruntime")
-    from primal_compiler.report.check import ort_greedy
-
     target, prompt, generate = load_primal_target("primal-7nm"), [1 + (i * 7) % 50 for i in range(80)], 12
     program = compile_for_replay(load_model(GEMMA2), target, len(prompt), generate, prefill_chunk=12,
                                  pipeline="lower-tiles,blocking,zcurve-order,kv-ring{chunk_tokens=8,context=256},codegen")
     assert program.kv.rings == (48, 256)
-    want = ort_greedy(GEMMA2, prompt, generate)
-    forced = [int(t) for t in want.argmax(axis=1)][: generate - 1]
-    got = replay_functional(program, target, GEMMA2, None, prompt=prompt, generate=generate, precision="exact",
-                            where=GEMMA2, force=forced).logits
+    got, want = _replayed_and_onnxruntime(program, target, prompt, generate)
     assert float(np.abs(got - want).max() / np.abs(want).max()) < 1e-5
 
 
