@@ -22,7 +22,7 @@ from __future__ import annotations
 import numpy as np
 
 from primal_compiler.codegen.block import Block
-from primal_compiler.codegen.kvmap import KvMap
+from primal_compiler.codegen.kvmap import KvMap, keys_seen
 from primal_compiler.codegen.layer import offsets
 from primal_compiler.codegen.routes import LayerRoutes
 from primal_compiler.ir.model import DecoderLayer, Role
@@ -64,7 +64,7 @@ def ring_pairs(start: int, tokens: int, window: int, ring: int, chunk_tokens: in
     """(query, key) pairs per chunk of a ring of ``ring`` tokens, queries at ``start .. start+tokens-1`` each
     reading its keys back ``window`` positions (the ring's length when 0 or longer): position ``k`` sits in
     chunk ``k % ring // chunk_tokens``. ValueError when the pass overwrites a key one of its queries reads."""
-    seen, end = (min(window, ring) if window else ring), start + tokens
+    seen, end = keys_seen(window, ring), start + tokens
     if end - max(0, start - seen + 1) > ring:
         raise ValueError(f"{tokens} tokens from position {start} overwrite keys they read in a ring of {ring}")
     absolute = np.arange(max(0, start - seen + 1) // chunk_tokens, (end - 1) // chunk_tokens + 1)

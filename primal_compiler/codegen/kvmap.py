@@ -94,23 +94,30 @@ class KvMap:
         return {"kv_ct": self.ct, "kv_pe": self.pe, "kv_slot": self.slot}
 
 
+def window_ring(window: int, pass_tokens: int, chunk_tokens: int) -> int:
+    """Tokens a sliding layer's ring needs at any context: ``window + pass_tokens - 1`` (a pass's first query
+    reads ``window`` keys back while the pass appends ``pass_tokens``, at least 1) in whole chunks."""
+    return -(-(window + pass_tokens - 1) // chunk_tokens) * chunk_tokens
+
+
 def ring_tokens(window: int, context: int, pass_tokens: int, chunk_tokens: int) -> int:
-    """Tokens a layer's ring holds (``pass_tokens`` >= 1): ``context`` without a window; with one,
-    ``window + pass_tokens - 1`` (a pass's first query reads ``window`` keys back while the pass appends
-    ``pass_tokens``) in whole chunks, at most ``context``."""
-    if not window:
-        return context
-    need = window + pass_tokens - 1
-    return min(context, -(-need // chunk_tokens) * chunk_tokens)
+    """Tokens a layer's ring holds: ``context`` without a window (0); with one, :func:`window_ring`, at most
+    ``context``."""
+    return min(context, window_ring(window, pass_tokens, chunk_tokens)) if window else context
+
+
+def keys_seen(window: int, ring: int) -> int:
+    """How many positions back a query reads in a ring of ``ring`` tokens: its sliding ``window``, or the ring
+    when it has none (0) or a longer one."""
+    return min(window, ring) if window else ring
 
 
 def overwriting_layer(kv: KvMap, windows: Sequence[int], starts: np.ndarray, ends: np.ndarray) -> int | None:
     """The first layer in whose ring a pass of positions ``starts[i] .. ends[i]-1`` would append over a key
-    one of its own queries reads (the keys its first query sees, back to its window or its ring, and the
-    pass's own exceed the ring), or None: the condition under which attention refuses a pass."""
+    one of its own queries reads (the keys its first query sees and the pass's own exceed the ring), or
+    None: the condition under which attention (``ring_pairs``) refuses a pass."""
     for n, (ring, w) in enumerate(zip(kv.rings, windows, strict=True)):
-        seen = min(w, ring) if w else ring
-        if (np.asarray(ends) - np.maximum(0, np.asarray(starts) - seen + 1) > ring).any():
+        if (np.asarray(ends) - np.maximum(0, np.asarray(starts) - keys_seen(w, ring) + 1) > ring).any():
             return n
     return None
 
@@ -180,7 +187,7 @@ def limits(kv: KvMap, held: np.ndarray, windows: Sequence[int], pass_tokens: int
     per_seq = held // (kv.kv_heads * 2)  # ring chunks a layer holds, all its sequences together
     tokens = per_seq // kv.batch * kv.chunk_tokens
     binds = [t for t, w in zip(tokens.tolist(), windows, strict=True)
-             if not w or not pass_tokens or ring_tokens(w, 1 << 62, pass_tokens, kv.chunk_tokens) > t]
+             if not w or not pass_tokens or window_ring(w, pass_tokens, kv.chunk_tokens) > t]
     chunks = np.array([kv.chunks_of(n) for n in range(len(held))], np.int64)
     return min(binds, default=None), int((per_seq // chunks).min())
 

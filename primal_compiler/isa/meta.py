@@ -97,10 +97,10 @@ def meta_issue(meta: Mapping[str, Any]) -> Issue | None:
         return Issue("meta", "model_ir", f"meta {problem}")
     if model.num_layers != meta["num_layers"]:
         return bad("num_layers", f"{meta['num_layers']}, but model_ir has {model.num_layers} layers")
-    for i, layer in enumerate(model.layers):
+    rings = kv.get("rings", [kv["context"]] * model.num_layers)
+    for i, (layer, ring) in enumerate(zip(model.layers, rings, strict=True)):
         if layer.index != i:
             return bad(f"model_ir.layers[{i}].index", f"{layer.index}, expected {i}")
-        ring = kv.get("rings", [kv["context"]] * model.num_layers)[i]
         if ring < kv["context"] and not layer.window:  # only a sliding layer keeps less than the context
             return bad(f"kv.rings[{i}]", f"{ring} tokens, shorter than kv.context {kv['context']}, but layer {i} "
                                          "has no sliding window")

@@ -9,7 +9,7 @@ import numpy as np
 
 from primal_compiler.codegen.emit import emit_stream
 from primal_compiler.codegen.fit import fit
-from primal_compiler.codegen.kvmap import overwriting_layer
+from primal_compiler.codegen.kvmap import keys_seen, overwriting_layer
 from primal_compiler.executor.allocation import summary
 from primal_compiler.errors import InputError
 from primal_compiler.isa.opcodes import HIDDEN_SHARDS, Opcode
@@ -187,7 +187,7 @@ class Codegen(Pass):
         n = overwriting_layer(kv, [x.window for x in layers], starts, np.minimum(starts + chunk, self.history + prompt))
         if n is not None:
             ring = kv.rings[n]
-            seen = min(layers[n].window, ring) if layers[n].window else ring
+            seen = keys_seen(layers[n].window, ring)
             raise InputError(f"{self.name}.prefill_chunk",
                              f"a prefill pass of {chunk} tokens would overwrite keys it reads in layer {n}'s "
                              f"ring of {ring} tokens (its {layers[n].window}-token window and kv-ring's "
