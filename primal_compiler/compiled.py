@@ -26,6 +26,7 @@ from primal_compiler.ir.model_json import model_to_dict
 from primal_compiler.ir.program import Program
 from primal_compiler.ir.tiles import ROLE_CODES, Macro
 from primal_compiler.mapping.hops import mapped_legs
+from primal_compiler.isa.meta import kv_rings
 from primal_compiler.isa.schema import POWER
 from primal_compiler.isa.stream import Stream
 from primal_compiler.passmgr import parse_pipeline
@@ -81,9 +82,9 @@ class Compiled:
         tiles = TileTable.from_columns(**{c: arrays[f"tile_{c}"] for c in COLUMNS})
         layout = restore_layout(model, tiles, geometry(model, target), (target.ct.mesh_rows, target.ct.mesh_cols),
                                 blocking[-1].context, target.system.num_cts, arrays, self.where)
-        kv_meta = dict(meta["kv"])  # rings only where a layer's differs from the context
-        rings = tuple(kv_meta.pop("rings", [kv_meta["context"]] * model.num_layers))
-        kv = KvMap(**kv_meta, rings=rings, ct=arrays["kv_ct"], pe=arrays["kv_pe"], slot=arrays["kv_slot"])
+        kv_meta = {k: v for k, v in meta["kv"].items() if k != "rings"}
+        kv = KvMap(**kv_meta, rings=tuple(kv_rings(meta["kv"], model.num_layers)), ct=arrays["kv_ct"],
+                   pe=arrays["kv_pe"], slot=arrays["kv_slot"])
         power = {k: arrays[k] for k in POWER if k in arrays} or None
         return Program(model=model, facts=held, records=tuple(PassRecord(p.name, p.spec(), 0.0) for p in passes),
                        tiles=tiles, layout=layout, kv=kv, stream=self.stream, power=power, target=target)

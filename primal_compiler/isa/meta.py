@@ -37,10 +37,15 @@ class Issue(NamedTuple):
     message: str
 
 
+def kv_rings(kv: Mapping[str, Any], num_layers: int) -> list[int]:
+    """Tokens of each layer's ring: ``kv.rings``, written only where one differs from the context, else the
+    context for every layer."""
+    return list(kv.get("rings", [kv["context"]] * num_layers))
+
+
 def kv_units(kv: Mapping[str, Any], num_layers: int) -> np.ndarray:
-    """int64 KV units of each layer: its ring's chunks (``kv.rings``, else the context) x batch x KV heads x 2."""
-    rings = np.asarray(kv.get("rings", [kv["context"]] * num_layers), np.int64)
-    return rings // kv["chunk_tokens"] * kv["batch"] * kv["kv_heads"] * 2
+    """int64 KV units of each layer: its ring's chunks (:func:`kv_rings`) x batch x KV heads x 2."""
+    return np.asarray(kv_rings(kv, num_layers), np.int64) // kv["chunk_tokens"] * kv["batch"] * kv["kv_heads"] * 2
 
 
 def _int(value: object, low: int, high: int = INT_MAX) -> bool:
@@ -97,8 +102,7 @@ def meta_issue(meta: Mapping[str, Any]) -> Issue | None:
         return Issue("meta", "model_ir", f"meta {problem}")
     if model.num_layers != meta["num_layers"]:
         return bad("num_layers", f"{meta['num_layers']}, but model_ir has {model.num_layers} layers")
-    rings = kv.get("rings", [kv["context"]] * model.num_layers)
-    for i, (layer, ring) in enumerate(zip(model.layers, rings, strict=True)):
+    for i, (layer, ring) in enumerate(zip(model.layers, kv_rings(kv, model.num_layers), strict=True)):
         if layer.index != i:
             return bad(f"model_ir.layers[{i}].index", f"{layer.index}, expected {i}")
         if ring < kv["context"] and not layer.window:  # only a sliding layer keeps less than the context

@@ -31,8 +31,8 @@ from primal_compiler.inputs import read_toml
 from primal_compiler.resources import bundled
 from primal_compiler.target.gpu import GpuTarget
 from primal_compiler.target.spec import KINDS, PrimalTarget, Target
-from primal_compiler.target.table import type_hints
-from primal_compiler.target.validate import describe, is_table, leaf, names, suggest, validated
+from primal_compiler.target.table import is_table, type_hints
+from primal_compiler.target.validate import describe, leaf, names, suggest, validated
 
 __all__ = [
     "bundled_targets",

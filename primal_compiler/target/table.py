@@ -120,6 +120,11 @@ class FieldInfo:
     rules: dict[str, Any]
 
 
+def is_table(typ: Any) -> bool:
+    """Whether a field's type is a nested table (a dataclass) rather than a leaf value."""
+    return isinstance(typ, type) and is_dataclass(typ)
+
+
 def type_hints(cls: type) -> dict[str, Any]:
     """Resolved field annotations of a spec dataclass (cached per class)."""
     cached = _HINTS.get(cls)
@@ -139,7 +144,7 @@ def schema(cls: type, prefix: str = "") -> list[FieldInfo]:
         if f.metadata.get("internal"):
             continue
         typ = hints[f.name]
-        if isinstance(typ, type) and is_dataclass(typ):
+        if is_table(typ):
             out.extend(schema(typ, f"{prefix}{f.name}."))
         else:
             rules = {k: f.metadata[k] for k in RULE_KEYS if k in f.metadata}

@@ -19,7 +19,7 @@ ends).
 from __future__ import annotations
 
 import difflib
-from dataclasses import MISSING, dataclass, fields, is_dataclass
+from dataclasses import MISSING, Field as DataField, dataclass, fields
 from datetime import date, datetime, time
 from functools import cache
 from typing import Annotated, Any
@@ -27,7 +27,7 @@ from typing import Annotated, Any
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, create_model
 from pydantic_core import PydanticCustomError
 
-from primal_compiler.target.table import type_hints
+from primal_compiler.target.table import is_table, type_hints
 
 _WORDS = {bool: "a boolean", int: "an integer", float: "a number", str: "a string"}
 _BOUNDS = {"greater_than_equal": ("ge", ">="), "greater_than": ("gt", ">"), "less_than_equal": ("le", "<="),
@@ -48,10 +48,6 @@ class Problem:
 def names(cls: type) -> list[str]:
     """The schema keys of table class ``cls`` in declaration order."""
     return [f.name for f in fields(cls) if not f.metadata.get("internal")]
-
-
-def is_table(typ: Any) -> bool:
-    return isinstance(typ, type) and is_dataclass(typ)
 
 
 def _choice(choices: tuple) -> AfterValidator:
@@ -100,7 +96,7 @@ def model(cls: type) -> type[BaseModel]:
 
 @cache
 def _leaf_adapter(cls: type, name: str) -> TypeAdapter:
-    f = next(f for f in fields(cls) if f.name == name)
+    f = _field(cls, name)
     return TypeAdapter(_annotation(type_hints(cls)[name], dict(f.metadata), f.default is not MISSING))
 
 
@@ -151,8 +147,12 @@ def _problem(cls: type, err: Any) -> Problem:
     return Problem(key, _words(err, typ, _meta(parent, last)))
 
 
+def _field(cls: type, name: str) -> DataField:
+    return next(f for f in fields(cls) if f.name == name)
+
+
 def _meta(cls: type, name: str) -> dict[str, Any]:
-    return dict(next(f.metadata for f in fields(cls) if f.name == name))
+    return dict(_field(cls, name).metadata)
 
 
 def _words(err: Any, typ: type, meta: dict[str, Any]) -> str:
