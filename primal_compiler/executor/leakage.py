@@ -15,7 +15,8 @@ constants are seconds (docs/thermal.md), so a die settles at the steady state
 of the power it dissipates on average. Each CT's temperature is the steady
 state of the package's RC network (:mod:`.heat`) under the replay's mean
 power per CT over the whole replayed span, its records' dynamic energy
-(attributed as :func:`ct_dynamic_j` says) plus its static power at that
+(attributed as :func:`ct_dynamic_j` says), its RRAM periphery's bias
+(``rram.idle_bias_uw``: set by design, not scaled) plus its leakage at that
 temperature: the machine running this workload back to back. The two depend
 on each other; iterating from ambient rises monotonically (the network's
 inverse is non-negative, the scale grows with temperature) to the least
@@ -112,8 +113,9 @@ def at_temperature(tl: Timeline, records: np.ndarray, energy_pj: Mapping[str, np
     if end <= 0:
         return tl
     seconds = end / target.system.clock_hz
-    stated = replace(tl, leak_scale=np.ones(len(tl.sram_on)))
-    static_j = power.ct_static_j(stated, target, topo.pes, topo.num_cts, 0, end)
+    n = len(tl.sram_on)
+    bias_j = power.ct_static_j(replace(tl, leak_scale=np.zeros(n)), target, topo.pes, topo.num_cts, 0, end)
+    static_j = power.ct_static_j(replace(tl, leak_scale=np.ones(n)), target, topo.pes, topo.num_cts, 0, end) - bias_j
     dyn_j, _ = ct_dynamic_j(records, energy_pj, np.arange(len(records)), topo.num_cts)
-    s, die = steady(dyn_j / seconds, static_j / seconds, topo, target, where)
+    s, die = steady((dyn_j + bias_j) / seconds, static_j / seconds, topo, target, where)
     return replace(tl, leak_scale=s, die_c=die)

@@ -6,7 +6,11 @@ Static power per PE in each state comes from the target: active = every
 domain's leakage; waking = active leakage (the rails recharge; the wake-up
 energy itself is the ``PG_ON`` record's dynamic energy); gated = switched-off
 domains (RRAM periphery, router) at ``gated_leakage_fraction``, retained
-domains (SRAM-DCIM, scratchpad) at ``retained_leakage_fraction``. An all-digital
+domains (SRAM-DCIM, scratchpad) at ``retained_leakage_fraction``. The RRAM
+periphery also draws its bias (``rram.idle_bias_uw`` per macro, :func:`bias_w`)
+while its CT is active or waking, none while gated when the periphery is
+switched off; a bias is set by design, so it is never scaled with the dies'
+temperature as leakage is (:mod:`.leakage`). An all-digital
 target's base-weight macros (``base_dcim``, ``base_sram_macros`` per PE) are
 always retained: they are volatile and nothing reloads them. The SRAM-DCIM
 macros the srpg schedule switches off (``pg_sram_off``: those holding no LoRA
@@ -65,6 +69,22 @@ def domain_leakage_w(target: PrimalTarget) -> dict[str, np.ndarray]:
             "router_dmac": (target.router.leakage_uw, off if pg.gate_router else 1.0),
             "scratchpad": (target.router.scratchpad_leakage_uw, keep if pg.retain_scratchpad else off)}
     return {k: np.array([uw, uw, uw * frac]) * 1e-6 for k, (uw, frac) in leak.items()}
+
+
+def bias_w(target: PrimalTarget) -> np.ndarray:
+    """Per state (index by ACTIVE/WAKING/GATED): watts of one PE's RRAM periphery bias (``rram.idle_bias_uw``),
+    removed while gated when ``power_gating.gate_rram_periphery`` switches the periphery off; none on an all-digital
+    target. Part of the ``rram_adc`` domain, at no temperature scale."""
+    uw = 0.0 if target.digital_base else target.rram.idle_bias_uw
+    return np.array([uw, uw, 0.0 if target.power_gating.gate_rram_periphery else uw]) * 1e-6
+
+
+def domain_static_w(target: PrimalTarget) -> dict[str, np.ndarray]:
+    """:func:`domain_leakage_w` with the RRAM periphery's bias (:func:`bias_w`) in its ``rram_adc`` domain: the static
+    watts of one PE in each state at the reference temperature."""
+    out = domain_leakage_w(target)
+    out["rram_adc"] = out["rram_adc"] + bias_w(target)
+    return out
 
 
 def sram_powered(arrays: Mapping[str, np.ndarray], num_cts: int, pes_per_ct: int) -> np.ndarray:
@@ -138,10 +158,13 @@ def state_cycles(tl: Timeline, begin: int, end: int, weight: np.ndarray | None =
 
 def static_energy_j(tl: Timeline, target: PrimalTarget, pes_per_ct: int, begin: int, end: int) -> dict[str, np.ndarray]:
     """Static joules within ``[begin, end)``: per domain, an array over STATES (the SRAM-DCIM domain's
-    switched-off macros count as gated); each CT's at its ``leak_scale``."""
+    switched-off macros count as gated); each CT's leakage at its ``leak_scale``, the RRAM periphery's bias
+    (:func:`bias_w`) as stated."""
     s = tl.leak_scale  # a CT's seconds weigh its leakage scale: "seconds" below are scaled seconds
     seconds = state_cycles(tl, begin, end, s) / target.system.clock_hz * pes_per_ct
     out = {k: w * seconds for k, w in domain_leakage_w(target).items()}
+    out["rram_adc"] = out["rram_adc"] + bias_w(target) * (state_cycles(tl, begin, end) / target.system.clock_hz
+                                                          * pes_per_ct)
     kept = state_cycles(tl, begin, end, tl.sram_on * s) / target.system.clock_hz
     off = float((seconds - kept).sum())  # macro-seconds of the switched-off macros, whatever their CT's state
     sram_off = off * _off_w(target.sram.leakage_uw, target)
@@ -166,7 +189,8 @@ def ct_static_j(tl: Timeline, target: PrimalTarget, pes_per_ct: int, num_cts: in
 
 def interval_watts(tl: Timeline, target: PrimalTarget, pes_per_ct: int) -> np.ndarray:
     """Static watts of the CT of every timeline interval in its state: all its domains, its switched-off
-    SRAM-DCIM macros at ``gated_leakage_fraction``, at the CT's ``leak_scale``."""
+    SRAM-DCIM macros at ``gated_leakage_fraction``, at the CT's ``leak_scale``, plus its RRAM periphery's bias
+    (:func:`bias_w`, at no scale)."""
     leak = domain_leakage_w(target)
     others = sum((w for k, w in leak.items() if k not in ("sram_dcim", "scratchpad")), start=np.zeros(len(STATES)))
     on = tl.sram_on[tl.ct].astype(np.float64)
@@ -174,5 +198,5 @@ def interval_watts(tl: Timeline, target: PrimalTarget, pes_per_ct: int) -> np.nd
     sram_off, pad_off = _off_w(target.sram.leakage_uw, target), _off_w(target.router.scratchpad_leakage_uw, target)
     return tl.leak_scale[tl.ct] * (others[tl.state] * pes_per_ct + leak["sram_dcim"][tl.state] * on
                                    + (pes_per_ct - on) * sram_off + leak["scratchpad"][tl.state] * held
-                                   + (pes_per_ct - held) * pad_off)
+                                   + (pes_per_ct - held) * pad_off) + bias_w(target)[tl.state] * pes_per_ct
 

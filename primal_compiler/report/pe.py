@@ -6,8 +6,9 @@ comparison (89% less static power, 8.7x compute density).
 
 - **Area**: the target's ``[area]`` per component; its share of the PE.
 - **Static power**: every power domain's leakage in the active state and in a
-  gated CT (:func:`primal_compiler.executor.power.domain_leakage_w`, the rule
-  the replay integrates), SRAM-DCIM with every macro powered.
+  gated CT, the RRAM periphery's bias with it
+  (:func:`primal_compiler.executor.power.domain_static_w`, the rule the replay
+  integrates, at the reference temperature), SRAM-DCIM with every macro powered.
 - **Peak power**: every unit of the PE busy every cycle with its own work,
   priced by the executor's cost rules, plus its domain's active leakage: the
   base array running back-to-back full-tile MVMs
@@ -35,7 +36,7 @@ def pe_figures(target: PrimalTarget) -> dict:
     shares) and the base array's densities of one PE of ``target``."""
     t = target
     area = {k: float(getattr(t.area, f"{k}_um2")) for k in AREA}
-    leak = power.domain_leakage_w(t)
+    leak = power.domain_static_w(t)
     static = {k: float(w[power.ACTIVE]) * 1e6 for k, w in leak.items()}
     gated = {k: float(w[power.GATED]) * 1e6 for k, w in leak.items()}
     base_cols = t.rram.cols // t.rram.cells_per_weight

@@ -8,7 +8,7 @@ adapter load with its prefill). States come from the replay's
 *reconfiguring* marks the time CONFIG records writing a CT's SRAM run.
 Power is binned: each record's dynamic energy spread evenly over its
 [start, finish), plus every CT's static power in its state (the executor's
-``domain_leakage_w`` x PEs).
+``interval_watts``: its domains' leakage and its RRAM periphery's bias).
 """
 
 from __future__ import annotations

@@ -139,8 +139,9 @@ def _dynamic_pj(rp, rec: list[int]) -> dict[str, float]:
 
 
 def _static_j(rp, begin: int, end: int, scale: np.ndarray | None = None) -> np.ndarray:
-    """Leakage of every CT over [begin, end), its state following its PG_ON / PG_OFF records, times its leakage
-    ``scale`` at temperature (default: the replay's)."""
+    """Static energy of every CT over [begin, end), its state following its PG_ON / PG_OFF records: its leakage
+    times its ``scale`` at temperature (default: the replay's) plus its RRAM periphery's bias, unscaled, while
+    the periphery is powered."""
     scale = rp.timeline.leak_scale if scale is None else scale
     t, r = rp.target, rp.stream.records
     pg = t.power_gating
@@ -151,6 +152,8 @@ def _static_j(rp, begin: int, end: int, scale: np.ndarray | None = None) -> np.n
     active = (rram + base + t.router.leakage_uw + t.router.scratchpad_leakage_uw) * 1e-6
     gated = (rram * pg.gated_leakage_fraction + base * pg.retained_leakage_fraction
              + t.router.leakage_uw * pg.gated_leakage_fraction) * 1e-6
+    bias = {"active": 0.0 if digital else t.rram.idle_bias_uw * 1e-6 * rp.topo.pes}  # one bias per macro ...
+    bias["gated"] = 0.0 if pg.gate_rram_periphery else bias["active"]  # ... switched off with the periphery
     pad_kept, pad_off = (t.router.scratchpad_leakage_uw * f * 1e-6 for f in (pg.retained_leakage_fraction,
                                                                              pg.gated_leakage_fraction))
     gating = any(r["op"] == Opcode.PG_OFF)  # srpg gated this program, so it switched unused macros off too
@@ -173,10 +176,10 @@ def _static_j(rp, begin: int, end: int, scale: np.ndarray | None = None) -> np.n
         pads = _scratchpads_to_keep(rp, ct, windows) if pg.gate_unused_scratchpad else rp.topo.pes
         active_ct = active * rp.topo.pes + lora * sram_on + unused
         gated_ct = gated * rp.topo.pes + lora * sram_kept + unused + pads * pad_kept + (rp.topo.pes - pads) * pad_off
-        events = [(at, i, active_ct if s == "active" else gated_ct) for at, i, s in events]
-        for (at, _, watts), (nxt, _, _) in zip(events, events[1:] + [(rp.end, 0, 0.0)]):
+        events = [(at, i, (active_ct if s == "active" else gated_ct, bias[s])) for at, i, s in events]
+        for (at, _, (watts, fixed)), (nxt, _, _) in zip(events, events[1:] + [(rp.end, 0, 0.0)]):
             span = max(0, min(nxt, end) - max(at, begin))
-            total[ct] += watts * scale[ct] * span / t.system.clock_hz
+            total[ct] += (watts * scale[ct] + fixed) * span / t.system.clock_hz
     return total
 
 
