@@ -299,3 +299,25 @@ def test_the_hand_router_counts_what_the_mapping_calls_hops():
     assert len(_links((0, 9), (0, 0), 8, 2)) == 2
     assert len(_links((0, 9), (3, 9), 8, 2)) == 2 + 1 + 2  # CT 3 sits at (0, 1) of a 2-wide snake
     assert len(_links((CONTROLLER, 0), (0, 1), 8, 2)) == 1 + 1
+
+
+def test_the_rram_periphery_bias_is_on_while_powered_and_off_with_the_periphery():
+    """rram.idle_bias_uw per PE: drawn active and waking, removed while gated only where the periphery is switched
+    off, none on an all-digital PE; it moves a replay's static power and not its leakage scale's rule."""
+    seven = load_target("primal-7nm")
+    assert power.bias_w(seven) * 1e6 == pytest.approx([0.19, 0.19, 0.0])
+    kept = with_overrides(seven, {"power_gating.gate_rram_periphery": False})
+    assert power.bias_w(kept) * 1e6 == pytest.approx([0.19, 0.19, 0.19])
+    assert (power.bias_w(load_target("digital-7nm")) == 0).all()
+    assert power.domain_static_w(seven)["rram_adc"] * 1e6 == pytest.approx([0.24 + 0.19, 0.24 + 0.19, 0.24 * 0.05])
+
+
+def test_the_bias_adds_its_watts_to_every_powered_ct(replayed):
+    rp = replayed
+    more = with_overrides(rp.target, {"rram.idle_bias_uw": 10.19})  # 10 uW more per macro
+    tl = replace(rp.timeline, leak_scale=np.ones(len(rp.timeline.sram_on)))
+    extra = power.interval_watts(tl, more, rp.topo.pes) - power.interval_watts(tl, rp.target, rp.topo.pes)
+    powered = tl.state != power.GATED
+    assert powered.any() and (~powered).any()  # the fixture gates some CTs
+    assert extra[powered] == pytest.approx(10e-6 * rp.topo.pes)
+    assert extra[~powered] == pytest.approx(0.0, abs=1e-18)
