@@ -17,7 +17,7 @@ from typing import cast
 from primal_compiler.errors import InputError
 from primal_compiler.inputs import read_toml
 
-__all__ = ["MEASUREMENTS", "METRICS", "Point", "load_points", "predict", "table", "tolerance"]
+__all__ = ["MEASUREMENTS", "METRICS", "REGIMES", "Point", "load_points", "predict", "regimes", "table", "tolerance"]
 
 MEASUREMENTS = Path(__file__).resolve().parent / "measurements.toml"
 METRICS = ("ttft_s", "itl_s", "end_to_end_tokens_per_s", "ratio", "power_w")
@@ -121,6 +121,26 @@ def predict(point: Point, memory_dynamic_w: float | None = None) -> float:
     return float(getattr(s, point.metric))
 
 
+#: The regimes issue 51 names, each a rule on a point's conditions (a point may be in several, or in none).
+REGIMES = ("grouped-query attention", "large static batch", "FP8 prefill", "eager engine", "board power",
+           "INT4 weight-only")
+
+
+def regimes(point: Point) -> tuple[str, ...]:
+    """The :data:`REGIMES` ``point`` belongs to, from its conditions alone: a model with fewer KV heads than query heads
+    in some layer; a batch of 256 or more; FP8 (either side of a ratio) with a first-token time or a prompt longer
+    than the generation; the eager engine; a board-power reading; 4-bit weights (either side of a ratio)."""
+    from primal_compiler.frontend import load_model
+
+    model = load_model(point.model, point.lora or None)
+    precisions = {point.precision, point.versus_precision}
+    rules = (any(layer.attention.num_kv_heads < layer.attention.num_heads for layer in model.layers),
+             point.batch >= 256,
+             "fp8" in precisions and (point.metric == "ttft_s" or point.prompt > point.generate),
+             point.engine == "hf-eager", point.metric == "power_w", bool(precisions & {"w4a16", "w4a8"}))
+    return tuple(name for name, rule in zip(REGIMES, rules, strict=True) if rule)
+
+
 def table(points: list[Point] | None = None) -> list[dict]:
     """``{id, metric, measured, model, error, within, miss, source, conditions}`` per point (error = model/measured - 1)."""
     rows = []
@@ -133,5 +153,5 @@ def table(points: list[Point] | None = None) -> list[dict]:
                 + f", KV {p.kv_bits}-bit, batch {p.batch}, {p.prompt}/{p.generate}")
         rows.append({"id": p.id, "metric": p.metric, "measured": p.value, "model": got, "error": error,
                      "within": abs(error) <= tolerance(p.metric), "miss": p.miss, "source": p.source, "conditions": cond,
-                     "held_out": p.held_out, "study": p.study})
+                     "held_out": p.held_out, "study": p.study, "regimes": regimes(p)})
     return rows

@@ -64,3 +64,18 @@ def test_strict_file(tmp_path):
         bad.write_text(whole + line + "\n", encoding="utf-8")
         with pytest.raises(InputError, match=problem):
             load_points(bad)
+
+
+def test_regimes_follow_the_points_conditions():
+    """Each regime of issue 51 is a rule on a point's conditions, checked on points whose regimes are known by hand."""
+    from primal_compiler.baselines.calibration import regimes
+
+    by = {p.id: p for p in POINTS}
+    assert regimes(by["trtllm09-h100-fp8-mistral-7b-b120-128-2048"]) == ("grouped-query attention",)  # 8 KV heads
+    assert regimes(by["trtllm09-h100-fp8-llama2-7b-b896-128-128"]) == ("large static batch",)
+    assert regimes(by["trtllm09-h100-fp8-mistral-7b-b896-128-128"]) == ("grouped-query attention", "large static batch")
+    assert regimes(by["trtllm09-h100-fp8-llama2-7b-ftl-2048"]) == ("FP8 prefill",)
+    assert regimes(by["trtllm09-h100-fp8-llama2-7b-b120-128-2048"]) == ()  # FP8, but decode-heavy
+    assert regimes(by["optimum-a100-llama2-13b-gptq-exllamav2-b8"]) == ("eager engine", "INT4 weight-only")
+    assert regimes(by["modelopt-h200-llama3.1-8b-int4awq-vs-bf16-b8"]) == ("grouped-query attention", "INT4 weight-only")
+    assert "board power" in regimes(next(p for p in POINTS if p.metric == "power_w"))
