@@ -37,6 +37,7 @@ import numpy as np
 from primal_compiler.errors import InputError
 from primal_compiler.executor import power
 from primal_compiler.executor.heat import network
+from primal_compiler.jit import njit
 
 if TYPE_CHECKING:
     from primal_compiler.executor.power import Timeline
@@ -60,21 +61,31 @@ def ct_dynamic_j(records: np.ndarray, energy_pj: Mapping[str, np.ndarray], rec: 
     issues it; a transfer to another CT (``dst_ct``) gives half to each end (a die-to-die link spends its
     energy in both PHYs; the CTs a package route passes through get none). The controller's issue energy
     and a controller-to-controller record are off the dies."""
-    r = records[rec]
-    src, dst = r["ct"].astype(np.int64), r["dst_ct"].astype(np.int64)
+    src, dst = records["ct"][rec].astype(np.int64), records["dst_ct"][rec].astype(np.int64)
     on_src, on_dst = src < num_cts, (dst < num_cts) & (dst != src)
+    off = rec[~on_src & ~on_dst]
     dyn_j = np.zeros(num_cts)
     offdie_j = 0.0
     for name, per_record in energy_pj.items():
-        e = per_record[rec] * 1e-12
         if name == "controller":
-            offdie_j += float(e.sum())
+            offdie_j += float((per_record[rec] * 1e-12).sum())
             continue
-        share = np.where(on_src & on_dst, 0.5, 1.0) * e
-        np.add.at(dyn_j, src[on_src], share[on_src])
-        np.add.at(dyn_j, dst[on_dst], np.where(on_src, share, e)[on_dst])
-        offdie_j += float(e[~on_src & ~on_dst].sum())
+        _attribute(dyn_j, np.asarray(per_record, np.float64), rec, src, dst, on_src, on_dst)
+        offdie_j += float((per_record[off] * 1e-12).sum())
     return dyn_j, offdie_j
+
+
+@njit(nogil=True)
+def _attribute(dyn_j, per_record, rec, src, dst, on_src, on_dst):  # pragma: no cover - compiled
+    """Add each record's joules (``per_record`` pJ) to its issuing CT, then to the CT it writes to, half each
+    where both are dies: the additions of ``np.add.at`` in its order, so the sums are the same to the bit."""
+    for k in range(len(rec)):
+        if on_src[k]:
+            dyn_j[src[k]] += (0.5 if on_dst[k] else 1.0) * (per_record[rec[k]] * 1e-12)
+    for k in range(len(rec)):
+        if on_dst[k]:
+            e = per_record[rec[k]] * 1e-12
+            dyn_j[dst[k]] += 0.5 * e if on_src[k] else e
 
 
 def steady(dynamic_w: np.ndarray, static_w: np.ndarray, topo: Topology, target: PrimalTarget,

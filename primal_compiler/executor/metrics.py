@@ -51,8 +51,10 @@ COMPONENT_KEYS = ("rram_adc", "base_dcim", "sram_dcim", "router_dmac", "links", 
 
 
 def _argmax(rp: Replay, rec: np.ndarray) -> np.ndarray:
-    r = rp.stream.records[rec]
-    return rec[step_ends(r)]
+    """The pass ends (controller ARGMAXes) among records ``rec``, in their order: the ACT records' rows alone are
+    copied out to test (a window of millions of records holds a few)."""
+    act = rec[rp.stream.records["op"][rec] == Opcode.ACT]
+    return act[step_ends(rp.stream.records[act])]
 
 
 def _sections(rp: Replay, request: int) -> dict[str, np.ndarray]:

@@ -136,7 +136,7 @@ def load(out, target_name: str | None = None, cache: ReplayCache | None = None, 
     saved = read_saved(Path(where))  # checked against the program before the replay
     seconds["load"] = time.perf_counter() - t
     t = time.perf_counter()
-    rp = replay(meta, arrays, stream, target, where, cache=None if critical else cache)
+    rp = replay(meta, arrays, stream, target, where, cache=None if critical else cache, rows=False)  # traffic walks its own
     seconds["replay"] = time.perf_counter() - t
     m = metrics(rp, generate=planned_generation(meta), where=where, required=False)  # what primal run reports
     if critical:

@@ -1,10 +1,12 @@
 """Traffic heat-maps: bytes carried by every mesh link and die-to-die link over one section.
 
-A record's link rows (``Transfers.link_ptr``/``link``) may list a link more
-than once (a multicast tree or reduction tree crosses a link once, see
+A record's legs may cross a link more than once (a multicast's branches
+share their first links, a reduction's members their last, see
 :mod:`primal_compiler.executor.transfers`); :func:`link_bytes` counts each
 link once per record with the record's ``nbytes``, as the executor's energy
-model does. Drawn per phase (decode step, prefill): the mesh of the busiest
+model does. It walks the legs' routes itself (:func:`.topology.walk`), so a
+replay read from the cache needs no link rows: each record's distinct links
+are its rows' (the trees only drop repeats), added record by record. Drawn per phase (decode step, prefill): the mesh of the busiest
 CT (directed links as offset segments, width and colour by bytes, the
 hottest marked) and the package grid with its die-to-die links; below, the
 mesh bytes of every CT as bars.
@@ -16,6 +18,7 @@ import numpy as np
 from matplotlib.collections import LineCollection
 from matplotlib.colors import LogNorm
 
+from primal_compiler.executor import topology
 from primal_compiler.jit import njit
 from primal_compiler.viz import style
 from primal_compiler.viz.data import VizData
@@ -23,25 +26,35 @@ from primal_compiler.viz.data import VizData
 HOTTEST = 5  # links marked in each panel
 
 
-@njit(nogil=True)
-def _link_bytes(link_ptr, link, nbytes, lo, hi, num_links):  # pragma: no cover - compiled
+@njit(nogil=True, depends=(topology,))
+def _link_bytes(first_leg, ptr, legs, geometry, nbytes, lo, hi, num_links):  # pragma: no cover - compiled
+    """Bytes per link over records ``lo:hi`` whose legs are ``first_leg[i]:first_leg[i + 1]`` (routes ``ptr``,
+    ``legs``, ``geometry`` as :func:`.topology.plan` gives them): each link a record's legs cross, once."""
     out = np.zeros(num_links, dtype=np.float64)
     last = np.full(num_links, -1, dtype=np.int64)
+    widest = 0
     for i in range(lo, hi):
-        b = nbytes[i]
-        for k in range(link_ptr[i], link_ptr[i + 1]):
+        widest = max(widest, ptr[first_leg[i + 1]] - ptr[first_leg[i]])
+    link, off = np.empty(widest, np.int32), np.empty(widest, np.int32)
+    for i in range(lo, hi):
+        a, b = first_leg[i], first_leg[i + 1]
+        topology.walk(a, b, ptr, ptr[a], legs, geometry, link, off)
+        for k in range(ptr[b] - ptr[a]):
             lk = link[k]
             if last[lk] != i:
                 last[lk] = i
-                out[lk] += b
+                out[lk] += nbytes[i]
     return out
 
 
 def link_bytes(d: VizData, rec_lo: int, rec_hi: int) -> np.ndarray:
     """Bytes per link id over records ``[rec_lo, rec_hi)`` (each link once per record)."""
-    tr = d.rp.transfers
-    nb = d.stream.records["nbytes"].astype(np.float64)
-    return _link_bytes(tr.link_ptr, tr.link, nb, rec_lo, rec_hi, d.rp.topo.num_links)
+    tr, topo = d.rp.transfers, d.rp.topo
+    first_leg = np.searchsorted(tr.rec, np.arange(rec_lo, rec_hi + 1)).astype(np.int64)  # legs of these records
+    a, b = int(first_leg[0]), int(first_leg[-1])
+    routes, walks = topology.plan(topo, tr.src_ct[a:b], tr.src_pe[a:b], tr.dst_ct[a:b], tr.dst_pe[a:b])
+    nb = d.stream.records["nbytes"][rec_lo:rec_hi].astype(np.float64)
+    return _link_bytes(first_leg - a, routes.ptr, walks.legs, walks.geometry, nb, 0, rec_hi - rec_lo, topo.num_links)
 
 
 def section_bounds(d: VizData, name: str) -> tuple[int, int] | None:

@@ -321,3 +321,26 @@ def test_the_bias_adds_its_watts_to_every_powered_ct(replayed):
     assert powered.any() and (~powered).any()  # the fixture gates some CTs
     assert extra[powered] == pytest.approx(10e-6 * rp.topo.pes)
     assert extra[~powered] == pytest.approx(0.0, abs=1e-18)
+
+
+def test_the_per_ct_attribution_adds_as_numpy_does(replayed):
+    """leakage.ct_dynamic_j's compiled additions give, to the bit, what np.add.at gives in the same order."""
+    from primal_compiler.executor.leakage import ct_dynamic_j
+
+    rp, n = replayed, replayed.topo.num_cts
+    rec = np.arange(len(rp.stream.records))[::2]  # a subset, as a window is
+    r = rp.stream.records[rec]
+    src, dst = r["ct"].astype(np.int64), r["dst_ct"].astype(np.int64)
+    on_src, on_dst = src < n, (dst < n) & (dst != src)
+    want, off = np.zeros(n), 0.0
+    for name, per_record in rp.energy_pj.items():
+        e = per_record[rec] * 1e-12
+        if name == "controller":
+            off += float(e.sum())
+            continue
+        share = np.where(on_src & on_dst, 0.5, 1.0) * e
+        np.add.at(want, src[on_src], share[on_src])
+        np.add.at(want, dst[on_dst], np.where(on_src, share, e)[on_dst])
+        off += float(e[~on_src & ~on_dst].sum())
+    got, got_off = ct_dynamic_j(rp.stream.records, rp.energy_pj, rec, n)
+    assert got.tobytes() == want.tobytes() and got_off == off and want.sum() > 0
