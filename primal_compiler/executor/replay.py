@@ -279,17 +279,41 @@ def energy_only(key: str) -> bool:
 def timing_hash(target: PrimalTarget) -> str:
     """sha256 of every value of ``target`` a replay's timing and scratchpad occupancy depend on: all but its
     :func:`energy_only` keys and its name and description (what :mod:`.cache` keys a schedule by)."""
+    flat = {k: v for k, v in _flat(target).items() if not energy_only(k) and k not in ("name", "description")}
+    return hashlib.sha256(json.dumps(flat, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+def _flat(target: PrimalTarget) -> dict[str, object]:
+    """Every value of ``target`` by its dotted key."""
     flat: dict[str, object] = {}
 
     def walk(prefix: str, d: dict) -> None:
         for k, v in d.items():
             if isinstance(v, dict):
                 walk(f"{prefix}{k}.", v)
-            elif not energy_only(f"{prefix}{k}") and f"{prefix}{k}" not in ("name", "description"):
+            else:
                 flat[f"{prefix}{k}"] = v
 
     walk("", target.to_dict())
-    return hashlib.sha256(json.dumps(flat, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+    return flat
+
+
+COST_ONLY = ("act.",)
+"""Target tables only the cost rules read (:mod:`.costs`): a change there reaches a replay through each record's
+busy cycles, unit and energy alone."""
+
+
+def same_schedule(rp: Replay, target: PrimalTarget) -> bool:
+    """Whether replaying ``rp``'s stream on ``target`` would schedule every record as ``rp`` did: ``target`` differs from
+    ``rp.target`` only in :func:`energy_only` keys and keys of :data:`COST_ONLY` tables, and every record's busy cycles
+    and unit come out the same under it (an activation's op count that no record of the stream uses, for one). Then
+    :func:`reprice` gives what that replay gives."""
+    a, b = _flat(rp.target), _flat(target)
+    changed = {k for k in a.keys() | b.keys() if a.get(k) != b.get(k)} - {"name", "description"}
+    if not all(energy_only(k) or k.startswith(COST_ONLY) for k in changed):
+        return False
+    busy, unit, _ = costs.record_costs(replace(rp.ctx, target=target), "program")
+    return np.array_equal(busy, rp.busy) and np.array_equal(costs.throttled(rp.ctx, unit, rp.max_active_pes), rp.unit)
 
 
 @functools.cache

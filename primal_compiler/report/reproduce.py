@@ -30,7 +30,7 @@ from primal_compiler import compiled
 from primal_compiler.baselines.family import DEFAULT, Selection, family_for_program
 from primal_compiler.executor.metrics import energy_metrics, metrics
 from primal_compiler.executor.cache import ReplayCache
-from primal_compiler.executor.replay import Replay, energy_only, replay, reprice, without_link_rows
+from primal_compiler.executor.replay import Replay, energy_only, replay, reprice, same_schedule, without_link_rows
 from primal_compiler.ir.facts import Fact, facts
 from primal_compiler.ir.program import Program
 from primal_compiler.isa.stream import Stream
@@ -146,10 +146,11 @@ class Runner:
 
     def rerun(self, name: str, target: PrimalTarget, energy: bool) -> dict:
         """Metrics of kept run ``name`` under ``target``: repriced when only :func:`energy_only` keys differ
-        (``energy``), replayed otherwise (the compiled program is kept: the keys solved for are ones the
-        compiler does not read)."""
+        (``energy``) or the schedule cannot move (:func:`~primal_compiler.executor.replay.same_schedule`: an
+        activation's op count its stream never uses), replayed otherwise (the compiled program is kept: the keys
+        solved for are ones the compiler does not read)."""
         meta, arrays, stream, rp, m = self.kept[name]
-        if energy:  # the timing stays: only the energy figures move
+        if energy or same_schedule(rp, target):  # the timing stays: only the energy figures move
             return m | energy_metrics(reprice(rp, target))
         return metrics(replay(meta, arrays, stream, target)) | {k: m[k] for k in ("h100", "baselines")}
 

@@ -39,3 +39,23 @@ def test_repricing_equals_replaying(compiled, replayed, small_target, key):
 def test_timing_keys_are_not_energy_only():
     for key in ("router.hop_latency_cycles", "router.buffer_flits", "system.nmc_issue_cycles", "rram.rows"):
         assert not energy_only(key)
+
+
+def test_an_activation_no_record_uses_cannot_move_the_schedule(compiled, replayed, small_target):
+    """same_schedule: an act.* op count none of the stream's ACT records uses leaves every busy cycle as it was, so
+    repricing is what a replay gives; one the stream uses, or any other timing key, needs the replay."""
+    from primal_compiler.executor.replay import same_schedule
+    from primal_compiler.isa.opcodes import ActFn, Opcode
+
+    program, meta, arrays = compiled
+    r = program.stream.records
+    used = {ActFn(int(a) & 0xFF) for a in r["arg"][r["op"] == Opcode.ACT]}
+    assert ActFn.GELU not in used and ActFn.RMSNORM in used  # tiny-llama: SwiGLU MLPs, RMSNorm
+    unused = with_overrides(small_target, {"act.gelu_ops_per_element": 10})
+    assert same_schedule(replayed, unused)
+    want = _numbers(metrics(replay(meta, arrays, program.stream, unused)))
+    got = _numbers(metrics(reprice(replayed, unused)))
+    assert got.keys() == want.keys() and all(got[k] == pytest.approx(want[k], rel=1e-12, abs=1e-15) for k in want)
+    assert not same_schedule(replayed, with_overrides(small_target, {"act.rmsnorm_ops_per_element": 3}))
+    assert not same_schedule(replayed, with_overrides(small_target, {"router.hop_latency_cycles": 4}))
+    assert same_schedule(replayed, with_overrides(small_target, {"sram.leakage_uw": 6.4}))  # energy alone
