@@ -299,8 +299,9 @@ def _flat(target: PrimalTarget) -> dict[str, object]:
 
 
 COST_ONLY = ("act.",)
-"""Target tables only the cost rules read (:mod:`.costs`): a change there reaches a replay through each record's
-busy cycles, unit and energy alone."""
+"""Target tables a replay reads only through its cost rules (:mod:`.costs`): a change there reaches the replay of a
+given stream through each record's busy cycles, unit and energy alone (codegen also reads
+``act.attn_softcap_ops_per_element``, into the stream it compiles)."""
 
 
 def same_schedule(rp: Replay, target: PrimalTarget) -> bool:
