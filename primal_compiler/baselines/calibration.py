@@ -10,6 +10,7 @@ model is checked against, not fitted to.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from pathlib import Path
 from typing import cast
@@ -95,7 +96,6 @@ def predict(point: Point, memory_dynamic_w: float | None = None) -> float:
     slope replaced, as :mod:`.power` does to score a study with the other studies' share)."""
     from primal_compiler.baselines.engine import serve
     from primal_compiler.baselines.profile import load_engine
-    from primal_compiler.frontend import load_model
     from primal_compiler.target import GpuTarget, load_gpu_target, with_overrides
 
     overrides: dict[str, float] = {}
@@ -106,7 +106,7 @@ def predict(point: Point, memory_dynamic_w: float | None = None) -> float:
     gpu = load_gpu_target(point.gpu, f"point {point.id}: gpu")
     if overrides:
         gpu = cast(GpuTarget, with_overrides(gpu, overrides))  # overrides keep a target's kind
-    model, engine = load_model(point.model, point.lora or None), load_engine(point.engine)
+    model, engine = _model(point.model, point.lora), load_engine(point.engine)
 
     def run(precision: str, kv_bits: int, adapters: int):
         return serve(model, gpu, engine, precision=precision, kv_bits=kv_bits, batch=point.batch,
@@ -121,6 +121,14 @@ def predict(point: Point, memory_dynamic_w: float | None = None) -> float:
     return float(getattr(s, point.metric))
 
 
+@functools.cache
+def _model(name: str, lora: str):
+    """The built-in model ``name`` with adapters ``lora`` ("": none), loaded once for every point that names it."""
+    from primal_compiler.frontend import load_model
+
+    return load_model(name, lora or None)
+
+
 #: The regimes issue 51 names, each a rule on a point's conditions (a point may be in several, or in none).
 REGIMES = ("grouped-query attention", "large static batch", "FP8 prefill", "eager engine", "board power",
            "INT4 weight-only")
@@ -130,9 +138,7 @@ def regimes(point: Point) -> tuple[str, ...]:
     """The :data:`REGIMES` ``point`` belongs to, from its conditions alone: a model with fewer KV heads than query heads
     in some layer; a batch of 256 or more; FP8 (either side of a ratio) with a first-token time or a prompt longer
     than the generation; the eager engine; a board-power reading; 4-bit weights (either side of a ratio)."""
-    from primal_compiler.frontend import load_model
-
-    model = load_model(point.model, point.lora or None)
+    model = _model(point.model, point.lora)
     precisions = {point.precision, point.versus_precision}
     rules = (any(layer.attention.num_kv_heads < layer.attention.num_heads for layer in model.layers),
              point.batch >= 256,

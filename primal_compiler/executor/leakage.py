@@ -1,4 +1,4 @@
-"""Leakage at the dies' temperature: every CT's static power scaled to the steady temperature its die reaches.
+"""Leakage at the dies' temperature: every CT's leakage scaled to the steady temperature its die reaches.
 
 The target's leakage keys (``rram``, ``sram``, ``router`` ``leakage_uw`` and
 ``router.scratchpad_leakage_uw``) are stated at ``thermal.leakage_reference_c``

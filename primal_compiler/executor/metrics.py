@@ -95,7 +95,8 @@ def _summary(hops: np.ndarray, weight: np.ndarray) -> dict:
 
 
 def _window_energy(rp: Replay, rec: np.ndarray, begin: int, end: int) -> tuple[dict, dict, dict]:
-    """Joules per component, per power state and (static only) per domain: ``rec`` plus all CTs' leakage in the window."""
+    """Joules per component, per power state and (static only) per domain: ``rec`` plus all CTs' static energy (leakage
+    and the RRAM periphery's bias) in the window."""
     dyn = {k: float(v[rec].sum()) * 1e-12 for k, v in rp.energy_pj.items()}
     static = power.static_energy_j(rp.timeline, rp.target, rp.topo.pes, begin, end)
     static_by_state = np.sum(list(static.values()), axis=0)  # per state, over domains

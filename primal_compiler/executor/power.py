@@ -198,5 +198,11 @@ def interval_watts(tl: Timeline, target: PrimalTarget, pes_per_ct: int) -> np.nd
     sram_off, pad_off = _off_w(target.sram.leakage_uw, target), _off_w(target.router.scratchpad_leakage_uw, target)
     return tl.leak_scale[tl.ct] * (others[tl.state] * pes_per_ct + leak["sram_dcim"][tl.state] * on
                                    + (pes_per_ct - on) * sram_off + leak["scratchpad"][tl.state] * held
-                                   + (pes_per_ct - held) * pad_off) + bias_w(target)[tl.state] * pes_per_ct
+                                   + (pes_per_ct - held) * pad_off) + interval_bias_watts(tl, target, pes_per_ct)
+
+
+def interval_bias_watts(tl: Timeline, target: PrimalTarget, pes_per_ct: int) -> np.ndarray:
+    """The part of :func:`interval_watts` no leakage scale touches: the RRAM periphery's bias (:func:`bias_w`) of
+    the CT of every timeline interval in its state."""
+    return bias_w(target)[tl.state] * pes_per_ct
 

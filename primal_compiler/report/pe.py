@@ -10,7 +10,8 @@ comparison (89% less static power, 8.7x compute density).
   (:func:`primal_compiler.executor.power.domain_static_w`, the rule the replay
   integrates, at the reference temperature), SRAM-DCIM with every macro powered.
 - **Peak power**: every unit of the PE busy every cycle with its own work,
-  priced by the executor's cost rules, plus its domain's active leakage: the
+  priced by the executor's cost rules, plus its domain's active static power (the RRAM
+  periphery's bias with its leakage): the
   base array running back-to-back full-tile MVMs
   (:func:`~primal_compiler.executor.costs.base_mvm`), the SRAM-DCIM macro
   back-to-back full-macro MVMs (:func:`~primal_compiler.executor.costs.lora_mvm_pj`),

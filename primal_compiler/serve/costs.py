@@ -150,17 +150,18 @@ def shape_costs(rp: Replay, batch: int, bucket: int, spec: str, history: int = 0
 
 def idle_watts(rp: Replay) -> float:
     """Static watts with every CT gated, keeping the SRAM-DCIM macros and scratchpads the replay's power
-    schedule keeps (``executor.power``), at the dies' steady temperature under that power alone
-    (``executor.leakage``)."""
+    schedule keeps (``executor.power``), their leakage at the dies' steady temperature under that power alone
+    (``executor.leakage``; an RRAM periphery left powered draws its bias unscaled)."""
     tl = rp.timeline
     n = len(tl.sram_on)
     stated = np.ones(n)
     idle = power.Timeline(np.arange(n), np.full(n, power.GATED, np.int8), np.zeros(n, np.int64),
                           np.ones(n, np.int64), tl.sram_on, tl.scratch_kept, stated,
                           np.full(n, rp.target.thermal.leakage_reference_c))
-    watts = power.interval_watts(idle, rp.target, rp.topo.pes)  # one interval per CT, at the stated leakage
-    scale, _ = leakage.steady(np.zeros(n), watts, rp.topo, rp.target)
-    return float((watts * scale).sum())
+    bias = power.interval_bias_watts(idle, rp.target, rp.topo.pes)  # one interval per CT; a bias is not scaled
+    leak = power.interval_watts(idle, rp.target, rp.topo.pes) - bias  # at the stated leakage
+    scale, _ = leakage.steady(bias, leak, rp.topo, rp.target)
+    return float((bias + leak * scale).sum())
 
 
 class CostTable:

@@ -85,7 +85,7 @@ class RramSpec(Table):
     shift_add_energy_pj_per_conversion: float = _f("pJ", "digital shift-and-add of one ADC result into the column accumulator", ge=0)
     mvm_drain_cycles: int = _f("cycles", "cycles after an MVM's last conversion until its result leaves the column accumulators (mvm_latency_cycles = the ADC bound + this)", ge=0, le=MAX_CYCLES)
     leakage_uw: float = _f("uW", "static power of the macro periphery (ADCs, drivers, sample-and-hold); cells are non-volatile", ge=0)
-    idle_bias_uw: float = _f("uW", "bias power of the macro's always-on analog periphery (references) while its CT is powered, converting or not; off with the periphery when gated; not scaled with temperature", ge=0)
+    idle_bias_uw: float = _f("uW", "bias power of the macro's always-on analog periphery (references) while its CT is powered, converting or not; off with the periphery when gated (power_gating.gate_rram_periphery); not scaled with temperature", ge=0)
 
     @property
     def cells_per_weight(self) -> int:

@@ -8,8 +8,9 @@ of the window's records over the window's length, attributed to CTs as
 ``executor.leakage.ct_dynamic_j`` says (a transfer to another CT gives half
 to each end). Energy spent off the CT dies, the controller's issue energy
 and a controller-to-controller record, is reported apart (``offdie_w``).
-The static power is at each die's leakage scale of the replay
-(``executor/leakage.py``: the whole replay's steady temperature). A decode
+The static power's leakage is at each die's leakage scale of the replay
+(``executor/leakage.py``: the whole replay's steady temperature), the RRAM
+periphery's bias as stated. A decode
 generation longer than the replayed steps (``steady``, the run report's
 :class:`~primal_compiler.executor.steady.Steady`) repeats the middle step as
 the report does: each repeat adds that step's records' energy and every

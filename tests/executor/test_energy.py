@@ -247,7 +247,18 @@ def test_the_leakage_is_at_the_dies_steady_temperature(replayed):
     """Each CT's leakage scale is 2^((T - 300 K) / 12.9 K) at its die temperature T, and T is the RC network's
     steady state under the CT's mean power over the replay: its records' energy by hand (an issuing CT pays,
     a transfer to another CT splits it, the controller's issue is off the dies) plus its leakage by hand at T."""
-    rp = replayed
+    _check_steady_temperature(replayed)
+
+
+def test_the_periphery_bias_heats_the_dies_unscaled(compiled, small_target):
+    """As above with a large RRAM periphery bias (13.2 uW a macro, its stated range's top): the hand computation
+    counts it at no leakage scale, so a replay that scaled it would miss the dies' temperature."""
+    program, meta, arrays = compiled
+    target = with_overrides(small_target, {"rram.idle_bias_uw": 13.2})
+    _check_steady_temperature(replay(meta, arrays, program.stream, target))
+
+
+def _check_steady_temperature(rp) -> None:
     t, tl, n = rp.target, rp.timeline, rp.topo.num_cts
     assert t.thermal.leakage_temperature == "die"
     assert np.allclose(tl.leak_scale, 2.0 ** ((tl.die_c - 26.85) / 12.9), rtol=1e-12)
@@ -344,3 +355,15 @@ def test_the_per_ct_attribution_adds_as_numpy_does(replayed):
         off += float(e[~on_src & ~on_dst].sum())
     got, got_off = ct_dynamic_j(rp.stream.records, rp.energy_pj, rec, n)
     assert got.tobytes() == want.tobytes() and got_off == off and want.sum() > 0
+
+
+def test_an_idle_machine_draws_its_periphery_bias_unscaled(replayed):
+    """serve's idle power: with the RRAM periphery left powered while gated, more bias adds its watts once (a die's
+    leakage scale, 2.65x or more at the 45 degC ambient, must not multiply it), plus the little its heat adds."""
+    from primal_compiler.serve.costs import idle_watts
+
+    base = with_overrides(replayed.target, {"power_gating.gate_rram_periphery": False})
+    more = with_overrides(base, {"rram.idle_bias_uw": base.rram.idle_bias_uw + 10.0})
+    added = idle_watts(replace(replayed, target=more)) - idle_watts(replace(replayed, target=base))
+    bias = 10e-6 * replayed.topo.pes * replayed.topo.num_cts
+    assert bias <= added < 1.05 * bias
