@@ -208,9 +208,8 @@ def _energy(rp: Replay, span: tuple, st: Steady) -> dict:
     sec, batch, t0, _, _, begin, end = span
     comp, states, domains = _window_energy(rp, sec["decode"], begin, end)
     if st.repeated:  # each repeat: a middle step's records and every CT's leakage over its period
-        p = st.period_cycles
         comp, states, domains = _merged((comp, states, domains),
-                                        _window_energy(rp, st.step_records, end - 2 * p, end - p), st.repeated)
+                                        _window_energy(rp, st.step_records, *st.repeat_window(end)), st.repeated)
     window = end - begin + st.repeated * st.period_cycles
     energy, window_s, tokens = sum(comp.values()), rp.seconds(window), batch * st.generated
     pre_comp, _, _ = _window_energy(rp, np.concatenate([sec["adapter"], sec["prefill"]]), t0, begin)

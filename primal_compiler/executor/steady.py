@@ -61,6 +61,11 @@ class Steady:
     def repeated(self) -> int:
         return self.generated - self.replayed
 
+    def repeat_window(self, end: int) -> tuple[int, int]:
+        """The cycles whose static energy one repeat costs, given the replayed decode's last cycle ``end``: the period
+        ending at step ``K - 1``'s last token (the module docstring says why not step ``K``'s)."""
+        return end - 2 * self.period_cycles, end - self.period_cycles
+
 
 def periodic(records: np.ndarray, start: np.ndarray, finish: np.ndarray, decode: np.ndarray, steps: int) -> tuple[int, str]:
     """(P, "") when the last of ``steps`` decode steps (records ``decode``, step after step) is periodic (see

@@ -57,10 +57,9 @@ def drive(rp: Replay, phase: str = "decode", request: int = 0, steady: Steady | 
     dyn_j, offdie_j = ct_dynamic_j(rp.stream.records, rp.energy_pj, rec, n)
     static_j = xpower.ct_static_j(rp.timeline, rp.target, rp.topo.pes, n, begin, end)
     if phase == "decode" and steady is not None and steady.repeated:
-        p = steady.period_cycles
         step_dyn, step_off = ct_dynamic_j(rp.stream.records, rp.energy_pj, steady.step_records, n)
-        step_static = xpower.ct_static_j(rp.timeline, rp.target, rp.topo.pes, n, end - 2 * p, end - p)
+        step_static = xpower.ct_static_j(rp.timeline, rp.target, rp.topo.pes, n, *steady.repeat_window(end))
         dyn_j, static_j = dyn_j + steady.repeated * step_dyn, static_j + steady.repeated * step_static
-        offdie_j, cycles = offdie_j + steady.repeated * step_off, cycles + steady.repeated * p
+        offdie_j, cycles = offdie_j + steady.repeated * step_off, cycles + steady.repeated * steady.period_cycles
     window_s = rp.seconds(cycles)
     return Drive(phase, (dyn_j + static_j) / window_s, offdie_j / window_s, window_s)
